@@ -1,0 +1,168 @@
+package poppy
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode"
+)
+
+// Sentinel errors for the states callers branch on. An [*Error] from a
+// Company matches the sentinel of its Code with [errors.Is].
+var (
+	// Discovery (spec 3).
+	ErrInsecureURL                = errors.New("poppy: URL is not HTTPS")
+	ErrInsecureRedirect           = errors.New("poppy: redirect to a non-HTTPS URL")
+	ErrTooManyRedirects           = errors.New("poppy: too many redirects")
+	ErrResponseTooLarge           = errors.New("poppy: response exceeds the size limit")
+	ErrInvalidDocument            = errors.New("poppy: invalid poppy.json document")
+	ErrUnsupportedProtocolVersion = errors.New("poppy: unsupported protocol major version")
+	ErrDomainMismatch             = errors.New("poppy: organization.domain does not match the requested domain")
+	ErrNoAuth                     = errors.New("poppy: Company offers no Sessions (poppy.json has no auth)")
+	ErrInvalidMetadata            = errors.New("poppy: invalid OAuth server metadata")
+	ErrIssuerMismatch             = errors.New("poppy: issuer does not match auth.issuer")
+	ErrDomainNotListed            = errors.New("poppy: poppy_domains does not list the domain")
+
+	// Sessions and tokens (spec 4.1-4.3).
+	ErrInvalidClient        = errors.New("poppy: invalid_client")
+	ErrInvalidGrant         = errors.New("poppy: invalid_grant")
+	ErrInvalidSession       = errors.New("poppy: invalid_session")
+	ErrAccountMismatch      = errors.New("poppy: account_mismatch")
+	ErrInvalidScope         = errors.New("poppy: invalid_scope")
+	ErrInvalidTarget        = errors.New("poppy: invalid_target")
+	ErrInvalidDPoPProof     = errors.New("poppy: invalid_dpop_proof")
+	ErrDPoPNonce            = errors.New("poppy: use_dpop_nonce")
+	ErrRateLimited          = errors.New("poppy: rate_limited")
+	ErrInvalidToken         = errors.New("poppy: invalid_token")
+	ErrSignInRequired       = errors.New("poppy: sign_in_required")
+	ErrInsufficientScope    = errors.New("poppy: insufficient_scope")
+	ErrExtensionRequired    = errors.New("poppy: extension_required")
+	ErrUnexpectedTokenType  = errors.New("poppy: unexpected token_type")
+	ErrInvalidTokenResponse = errors.New("poppy: invalid token response")
+	ErrNoSession            = errors.New("poppy: no Session")
+	ErrForeignHost          = errors.New("poppy: host is not one of the Company's")
+)
+
+// codeSentinels maps protocol error codes to their sentinels.
+var codeSentinels = map[string]error{
+	"invalid_client":     ErrInvalidClient,
+	"invalid_grant":      ErrInvalidGrant,
+	"invalid_session":    ErrInvalidSession,
+	"account_mismatch":   ErrAccountMismatch,
+	"invalid_scope":      ErrInvalidScope,
+	"invalid_target":     ErrInvalidTarget,
+	"invalid_dpop_proof": ErrInvalidDPoPProof,
+	"use_dpop_nonce":     ErrDPoPNonce,
+	"rate_limited":       ErrRateLimited,
+	"invalid_token":      ErrInvalidToken,
+	"sign_in_required":   ErrSignInRequired,
+	"insufficient_scope": ErrInsufficientScope,
+	"extension_required": ErrExtensionRequired,
+}
+
+// Error is an error a Company returned: an OAuth error response (spec 4.2),
+// a WWW-Authenticate challenge (spec 4.3, 6), a 429 (spec 4.3) or an
+// extension_required refusal (spec 3.3). It never holds a token, proof or
+// credential: Description is the Company's text, cut short and stripped of
+// control characters.
+type Error struct {
+	// Endpoint is where the request went: scheme, host and path, no query.
+	Endpoint string
+	// Status is the HTTP status code.
+	Status int
+	// Code is the OAuth or protocol error code, such as "invalid_grant".
+	Code string
+	// Description is the Company's error_description, if any.
+	Description string
+	// Scope lists the scopes of a WWW-Authenticate scope attribute
+	// (insufficient_scope names the scopes required, A-21).
+	Scope []string
+	// RetryAfter is the wait a 429 asked for, zero if none.
+	RetryAfter time.Duration
+	// Extension names the extension an extension_required refusal needs.
+	Extension string
+}
+
+// Error returns a one-line description.
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString("poppy: ")
+	if e.Endpoint != "" {
+		b.WriteString(e.Endpoint)
+		b.WriteString(": ")
+	}
+	if e.Code != "" {
+		b.WriteString(e.Code)
+	} else {
+		b.WriteString("error")
+	}
+	if e.Status != 0 {
+		fmt.Fprintf(&b, " (HTTP %d)", e.Status)
+	}
+	if e.Extension != "" {
+		fmt.Fprintf(&b, " extension %q", e.Extension)
+	}
+	if len(e.Scope) > 0 {
+		fmt.Fprintf(&b, " scope %q", strings.Join(e.Scope, " "))
+	}
+	if e.RetryAfter > 0 {
+		fmt.Fprintf(&b, " retry after %s", e.RetryAfter)
+	}
+	if e.Description != "" {
+		b.WriteString(": ")
+		b.WriteString(e.Description)
+	}
+	return b.String()
+}
+
+// Is reports whether target is the sentinel for e's Code.
+func (e *Error) Is(target error) bool {
+	s, ok := codeSentinels[e.Code]
+	return ok && s == target
+}
+
+// As fills an *ExtensionRequiredError target when e is an
+// extension_required refusal.
+func (e *Error) As(target any) bool {
+	if t, ok := target.(*ExtensionRequiredError); ok && e.Code == "extension_required" {
+		*t = ExtensionRequiredError{Extension: e.Extension, Err: e}
+		return true
+	}
+	return false
+}
+
+// ExtensionRequiredError is what errors.As finds for a Company's
+// extension_required refusal (spec 3.3): the request needs an extension the
+// agent does not list in its client metadata. Retrying does not help.
+type ExtensionRequiredError struct {
+	Extension string
+	Err       *Error
+}
+
+func (e ExtensionRequiredError) Error() string {
+	return fmt.Sprintf("poppy: extension_required: %q", e.Extension)
+}
+
+// maxDescription bounds the Company's text kept in an Error.
+const maxDescription = 200
+
+// cleanText returns untrusted text from a Company fit for an error string:
+// no control characters, at most maxDescription bytes.
+func cleanText(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, s)
+	if len(s) > maxDescription {
+		s = strings.ToValidUTF8(s[:maxDescription], "") + "…"
+	}
+	return s
+}
+
+// configError reports bad input from the caller.
+func configError(format string, args ...any) error {
+	return fmt.Errorf("poppy: "+format, args...)
+}

@@ -1,0 +1,112 @@
+// Command quickstart runs the main job of the Poppy Go SDK against the
+// embedded fake Company from package poppytest, printing each step:
+// discovery, a Session, and a DPoP-bound API call.
+//
+//	go run ./examples/quickstart
+//
+// The fake Company serves example.test, auth.example.test and
+// api.example.test over real TLS from one loopback listener, and the agent's
+// own identity documents at agent.test; its HTTP client trusts the fake's
+// certificate and routes those names to it, so the SDK's HTTPS and domain
+// checks run exactly as they would against a real Company.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"strings"
+
+	"github.com/poppyproto/poppy"
+	"github.com/poppyproto/poppy/keystore"
+	"github.com/poppyproto/poppy/poppytest"
+)
+
+func main() {
+	if err := run(context.Background(), os.Stdout); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func run(ctx context.Context, out io.Writer) error {
+	step := func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) }
+
+	company := poppytest.NewServer(nil, nil)
+	defer company.Close()
+	step("fake Company is up: %s (issuer %s)", company.URL(), company.Issuer())
+
+	// The agent's identity: its client_id URL, where its public keys are,
+	// and the key that signs its assertions (spec 4.1).
+	key, err := poppy.GenerateSigningKey()
+	if err != nil {
+		return err
+	}
+	identity, err := poppy.NewIdentity(poppy.IdentityConfig{
+		ClientID:     "https://agent.test/agent.json",
+		ClientName:   "Quickstart Agent",
+		JWKSURI:      "https://agent.test/jwks.json",
+		RedirectURIs: []string{"https://agent.test/oauth/callback"},
+		Keys:         []*poppy.SigningKey{key},
+	})
+	if err != nil {
+		return err
+	}
+	company.HandleAgent("agent.test", identity.Handler(nil))
+	step("agent identity %s serves its metadata and JWKS (key %s)", identity.ClientID(), key.KeyID())
+
+	// A persistent keystore would be keystore.OpenSQLite(path, nil).
+	agent, err := poppy.NewAgent(identity, &poppy.AgentOptions{
+		Store:      keystore.NewMemory(),
+		HTTPClient: company.Client(),
+		Clock:      company.Clock(),
+	})
+	if err != nil {
+		return err
+	}
+
+	// Discovery (spec 3): poppy.json, then the issuer's metadata, with the
+	// issuer and poppy_domains checks.
+	c, err := agent.Company(ctx, "example.test")
+	if err != nil {
+		return err
+	}
+	step("discovered %q: issuer %s, token endpoint %s", c.Name(), c.Issuer(), c.Metadata().TokenEndpoint)
+	step("  sign-in types offered: %s", strings.Join(c.SignInTypes(), ", "))
+
+	// A Session for one local User (spec 4.2): the User ID and DPoP key are
+	// created once and kept in the store.
+	sess, err := c.Session(ctx, "local-user-42", nil)
+	if err != nil {
+		return err
+	}
+	step("started Session %s for User ID %s (signed in: %v)", sess.ID(), sess.UserID(), sess.SignedIn())
+	step("  DPoP key thumbprint %s", sess.Thumbprint())
+
+	// An API call: the transport adds the Session Token and a fresh proof.
+	resp, err := sess.HTTPClient().Get(company.APIURL() + "/products")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return err
+	}
+	step("GET %s/products → %s", company.APIURL(), resp.Status)
+	step("  %s", strings.TrimSpace(string(body)))
+
+	reqs := company.Requests()
+	step("the fake Company saw %d requests and %d rule violations", len(reqs), len(company.Violations()))
+	for _, r := range reqs {
+		if r.Internal {
+			continue
+		}
+		step("  %s %s → %d", r.Method, r.URL, r.Status)
+	}
+	if v := company.Violations(); len(v) > 0 {
+		return fmt.Errorf("the fake Company recorded violations: %v", v)
+	}
+	return nil
+}

@@ -1,0 +1,16 @@
+//go:build !(darwin || dragonfly || freebsd || linux || netbsd || openbsd || windows)
+
+package keystore
+
+import (
+	"context"
+	"errors"
+)
+
+type fileLock struct{}
+
+func lockFile(ctx context.Context, path string) (*fileLock, error) {
+	return nil, errors.New("keystore: file locks are not supported on this platform")
+}
+
+func (l *fileLock) unlock(remove bool) error { return nil }

@@ -1,0 +1,428 @@
+// Package pgstore is a [keystore.Store] in a PostgreSQL database, for agent
+// products that run many replicas: every replica opens the same database and
+// sees the same User IDs, DPoP keys, Sessions, Account Tokens, cursors and
+// pending sign-ins, so a Direct Sign-In started on one replica completes when
+// the redirect reaches another.
+//
+// # Schema
+//
+// The store keeps every record in one table, poppy_keystore by default, and
+// the schema version in a second table named after it (poppy_keystore_version).
+// It creates or migrates both the first time it is used. Migrations are
+// versioned, run once, and run under a transaction-scoped advisory lock, so
+// replicas that start together wait for one another instead of racing; a
+// database migrated by a newer SDK is refused rather than written with an old
+// layout.
+//
+// # Updates across replicas
+//
+// [Store.Update] runs in a transaction that first takes a transaction-scoped
+// advisory lock derived from the table and the record's Key. The lock exists
+// whether or not the row does, so two replicas creating the same record queue
+// up like two replicas renewing it. fn runs once under that lock, on a
+// connection held from the pool until the transaction ends: size the pool for
+// the number of updates that may wait on the network at once, and don't call
+// the store from inside fn on a pool that could be exhausted.
+//
+// # Secrets at rest
+//
+// Without a [keystore.Sealer] in [Options], values are stored as they are:
+// anyone who can read the table, or a backup of it, can read private keys
+// and tokens. With one, the values of secret kinds ([keystore.Kind.Secret])
+// are sealed before they leave the process, and bound to their Key so that a
+// row copied to another Key fails to open.
+package pgstore
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/poppyproto/poppy/keystore"
+)
+
+// DefaultTable is the table the store uses when [Options.Table] is empty.
+const DefaultTable = "poppy_keystore"
+
+// versionSuffix names the table that records the schema version.
+const versionSuffix = "_version"
+
+// maxIdentifier is PostgreSQL's limit on identifier length in bytes; longer
+// names are silently truncated, which could make two tables one.
+const maxIdentifier = 63
+
+// writeTimeout bounds the write and commit that follow fn once ctx is done:
+// see Update.
+const writeTimeout = 30 * time.Second
+
+// Options configure a [Store]. A nil *Options means the defaults.
+type Options struct {
+	// Table is the name of the table holding the records, DefaultTable if
+	// empty. Names are quoted, so any name works, but it must be at most
+	// 55 bytes so that the version table's name fits PostgreSQL's limit.
+	Table string
+
+	// Schema is the schema holding the tables. If empty, tables are created
+	// in the first schema of the connection's search_path.
+	Schema string
+
+	// Sealer, if not nil, seals the values of secret records before they are
+	// written and opens them after they are read (see [keystore.Sealer]).
+	// Without one, values are stored as they are. A store with a Sealer
+	// refuses to read secret records that are not sealed.
+	Sealer keystore.Sealer
+}
+
+// Store is a [keystore.Store] in a PostgreSQL database. It is safe for
+// concurrent use by many goroutines, processes and replicas.
+type Store struct {
+	pool     *pgxpool.Pool
+	ownsPool bool
+	sealer   keystore.Sealer
+
+	lockSpace string // names the table in advisory lock IDs
+	q         queries
+
+	migrateMu sync.Mutex
+	migrated  bool // guarded by migrateMu
+}
+
+// queries holds the SQL, with quoted table names, built once.
+type queries struct {
+	get, list, upsert, delete  string
+	createVersion, readVersion string
+	writeVersion               string
+	migrations                 []string // migrations[i] takes the schema to version i+1
+}
+
+// Open connects to the database named by connString (a URL or key=value
+// string as [pgxpool.ParseConfig] takes), creates or migrates the schema, and
+// returns a store that owns the connection pool: [Store.Close] closes it.
+func Open(ctx context.Context, connString string, opts *Options) (*Store, error) {
+	cfg, err := pgxpool.ParseConfig(connString)
+	if err != nil {
+		// The parse error quotes the connection string, which may hold a
+		// password: say only that it didn't parse.
+		return nil, errors.New("pgstore: cannot parse the connection string")
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: %w", err)
+	}
+	s, err := New(pool, opts)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	s.ownsPool = true
+	if err := s.migrate(ctx); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// New returns a store that uses pool, which stays the caller's to close. The
+// schema is created or migrated on first use.
+func New(pool *pgxpool.Pool, opts *Options) (*Store, error) {
+	if pool == nil {
+		return nil, errors.New("pgstore: nil pool")
+	}
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Table == "" {
+		o.Table = DefaultTable
+	}
+	if err := checkIdentifier("table", o.Table, len(versionSuffix)); err != nil {
+		return nil, err
+	}
+	if o.Schema != "" {
+		if err := checkIdentifier("schema", o.Schema, 0); err != nil {
+			return nil, err
+		}
+	}
+	table := qualified(o.Schema, o.Table)
+	version := qualified(o.Schema, o.Table+versionSuffix)
+	return &Store{
+		pool:      pool,
+		sealer:    o.Sealer,
+		lockSpace: o.Schema + "\x00" + o.Table,
+		q:         buildQueries(table, version),
+	}, nil
+}
+
+func checkIdentifier(what, name string, reserve int) error {
+	if strings.ContainsRune(name, 0) || !utf8.ValidString(name) {
+		return fmt.Errorf("pgstore: %s name %q is not valid UTF-8 without NUL", what, name)
+	}
+	if len(name)+reserve > maxIdentifier {
+		return fmt.Errorf("pgstore: %s name %q is longer than %d bytes", what, name, maxIdentifier-reserve)
+	}
+	return nil
+}
+
+func qualified(schema, name string) string {
+	if schema == "" {
+		return pgx.Identifier{name}.Sanitize()
+	}
+	return pgx.Identifier{schema, name}.Sanitize()
+}
+
+func buildQueries(table, version string) queries {
+	where := ` WHERE kind = $1 AND local_user = $2 AND issuer = $3 AND record_id = $4`
+	return queries{
+		get:  `SELECT value FROM ` + table + where,
+		list: `SELECT record_id FROM ` + table + ` WHERE kind = $1 AND local_user = $2 AND issuer = $3 ORDER BY record_id`,
+		upsert: `INSERT INTO ` + table + ` (kind, local_user, issuer, record_id, value, updated_at)
+			VALUES ($1, $2, $3, $4, $5, now())
+			ON CONFLICT (kind, local_user, issuer, record_id)
+			DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at`,
+		delete:        `DELETE FROM ` + table + where,
+		createVersion: `CREATE TABLE IF NOT EXISTS ` + version + ` (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`,
+		readVersion:   `SELECT coalesce(max(version), 0) FROM ` + version,
+		writeVersion:  `INSERT INTO ` + version + ` (version) VALUES ($1)`,
+		migrations: []string{
+			// 1: the records. Key columns use the "C" collation so that
+			// List orders IDs by their bytes, as the contract asks, and
+			// the primary key serves both lookups and List.
+			`CREATE TABLE ` + table + ` (
+				kind       text COLLATE "C" NOT NULL,
+				local_user text COLLATE "C" NOT NULL,
+				issuer     text COLLATE "C" NOT NULL,
+				record_id  text COLLATE "C" NOT NULL,
+				value      bytea NOT NULL,
+				updated_at timestamptz NOT NULL DEFAULT now(),
+				PRIMARY KEY (kind, local_user, issuer, record_id)
+			)`,
+		},
+	}
+}
+
+// Close closes the connection pool if [Open] created it; a store from [New]
+// leaves its pool open.
+func (s *Store) Close() {
+	if s.ownsPool {
+		s.pool.Close()
+	}
+}
+
+// SchemaVersion is the version of the schema this package creates.
+const SchemaVersion = 1
+
+// migrate brings the schema to SchemaVersion once per store. A failure is
+// not remembered, so the next call tries again.
+func (s *Store) migrate(ctx context.Context) error {
+	s.migrateMu.Lock()
+	defer s.migrateMu.Unlock()
+	if s.migrated {
+		return nil
+	}
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return s.migrateTx(ctx, tx) })
+	if err != nil {
+		return fmt.Errorf("pgstore: migrate schema: %w", err)
+	}
+	s.migrated = true
+	return nil
+}
+
+func (s *Store) migrateTx(ctx context.Context, tx pgx.Tx) error {
+	// Every replica starting at once queues here; the first migrates and
+	// the others then find the schema current.
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, s.lockID("migrate")); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, s.q.createVersion); err != nil {
+		return err
+	}
+	var v int
+	if err := tx.QueryRow(ctx, s.q.readVersion).Scan(&v); err != nil {
+		return err
+	}
+	if v > len(s.q.migrations) {
+		return fmt.Errorf("schema version %d is newer than this SDK's %d; upgrade the SDK", v, len(s.q.migrations))
+	}
+	for i := v; i < len(s.q.migrations); i++ {
+		if _, err := tx.Exec(ctx, s.q.migrations[i]); err != nil {
+			return fmt.Errorf("to version %d: %w", i+1, err)
+		}
+		if _, err := tx.Exec(ctx, s.q.writeVersion, i+1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// lockID returns the advisory lock ID for the given parts within this
+// store's table: the first 64 bits of a SHA-256 over the length-prefixed
+// parts. Two keys share a lock with probability 2^-64, which would only
+// make them wait for each other.
+func (s *Store) lockID(parts ...string) int64 {
+	h := sha256.New()
+	for _, p := range append([]string{"poppy keystore", s.lockSpace}, parts...) {
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(len(p)))
+		h.Write(n[:])
+		h.Write([]byte(p))
+	}
+	return int64(binary.BigEndian.Uint64(h.Sum(nil)))
+}
+
+// checkKey reports keys the table can't hold: PostgreSQL text holds neither
+// NUL nor invalid UTF-8.
+func checkKey(key keystore.Key) error {
+	if err := key.Validate(); err != nil {
+		return err
+	}
+	for _, f := range []string{string(key.Kind), key.User, key.Issuer, key.ID} {
+		if strings.ContainsRune(f, 0) || !utf8.ValidString(f) {
+			return fmt.Errorf("pgstore: key %s: fields must be valid UTF-8 without NUL", key)
+		}
+	}
+	return nil
+}
+
+// Get returns the record for key, or an error matching [keystore.ErrNotFound].
+func (s *Store) Get(ctx context.Context, key keystore.Key) ([]byte, error) {
+	if err := checkKey(key); err != nil {
+		return nil, err
+	}
+	if err := s.migrate(ctx); err != nil {
+		return nil, err
+	}
+	var stored []byte
+	err := s.pool.QueryRow(ctx, s.q.get, string(key.Kind), key.User, key.Issuer, key.ID).Scan(&stored)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("pgstore: get %s: %w", key, keystore.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: get %s: %w", key, err)
+	}
+	v, err := keystore.OpenValue(s.sealer, key, stored)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: get: %w", err)
+	}
+	return v, nil
+}
+
+// Update atomically replaces the record for key with fn's result, as
+// [keystore.Store] describes, under a lock that holds across every process
+// and replica using the table.
+//
+// ctx bounds waiting for a connection and for the lock, and reading the
+// record; fn gets no ctx of its own and should carry its caller's. Once fn
+// has returned a value, the store writes and commits it even if ctx is done
+// by then, within 30 seconds: fn may have renewed a rotating Account Token,
+// and dropping the rotated token because a deadline passed during the
+// renewal would lose it for good (spec 4.8).
+func (s *Store) Update(ctx context.Context, key keystore.Key, fn func(current []byte) ([]byte, error)) (err error) {
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	if err := s.migrate(ctx); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("pgstore: update %s: %w", key, err)
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			// Rollback must run even when ctx is done, or the lock would
+			// stay held until the connection is reset.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
+			tx.Rollback(rctx)
+			cancel()
+		}
+	}()
+
+	// The lock is taken on the Key, not on a row, so it exists before the
+	// record does.
+	if _, err := tx.Exec(ctx, `SELECT $1::bigint`,
+		s.lockID(string(key.Kind), key.User, key.Issuer, key.ID)); err != nil {
+		return fmt.Errorf("pgstore: update %s: lock: %w", key, err)
+	}
+	var current, stored []byte
+	existed := true
+	err = tx.QueryRow(ctx, s.q.get, string(key.Kind), key.User, key.Issuer, key.ID).Scan(&stored)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		existed = false
+	case err != nil:
+		return fmt.Errorf("pgstore: update %s: read: %w", key, err)
+	default:
+		if current, err = keystore.OpenValue(s.sealer, key, stored); err != nil {
+			return fmt.Errorf("pgstore: update: %w", err)
+		}
+	}
+
+	next, err := fn(current)
+	if err != nil {
+		return err // unchanged, as the contract says
+	}
+
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
+	defer cancel()
+	switch {
+	case next == nil && !existed:
+		// Nothing to delete; commit releases the lock.
+	case next == nil:
+		if _, err := tx.Exec(wctx, s.q.delete, string(key.Kind), key.User, key.Issuer, key.ID); err != nil {
+			return fmt.Errorf("pgstore: update %s: delete: %w", key, err)
+		}
+	default:
+		sealed, err := keystore.SealValue(s.sealer, key, next)
+		if err != nil {
+			return fmt.Errorf("pgstore: update %s: seal: %w", key, err)
+		}
+		if _, err := tx.Exec(wctx, s.q.upsert, string(key.Kind), key.User, key.Issuer, key.ID, sealed); err != nil {
+			return fmt.Errorf("pgstore: update %s: write: %w", key, err)
+		}
+	}
+	if err := tx.Commit(wctx); err != nil {
+		return fmt.Errorf("pgstore: update %s: commit: %w", key, err)
+	}
+	committed = true
+	return nil
+}
+
+// List returns the keys of every record of kind for user at issuer, in
+// ascending order of ID.
+func (s *Store) List(ctx context.Context, kind keystore.Kind, user, issuer string) ([]keystore.Key, error) {
+	probe := keystore.Key{Kind: kind, User: user, Issuer: issuer}
+	if err := checkKey(probe); err != nil {
+		return nil, err
+	}
+	if err := s.migrate(ctx); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, s.q.list, string(kind), user, issuer)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: list %s: %w", probe, err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: list %s: %w", probe, err)
+	}
+	keys := make([]keystore.Key, len(ids))
+	for i, id := range ids {
+		keys[i] = keystore.Key{Kind: kind, User: user, Issuer: issuer, ID: id}
+	}
+	return keys, nil
+}
+
+var _ keystore.Store = (*Store)(nil)

@@ -1,0 +1,464 @@
+package keystore
+
+// Design of the SQLite store.
+//
+// One database file holds every record; a command-line process, a script and
+// a long-running agent may all open it at once. SQLite runs in WAL mode, so
+// reads never wait for writes, and every write is one short transaction
+// (BEGIN IMMEDIATE, one statement, COMMIT), so a crash at any point leaves
+// either the old value or the new one.
+//
+// Update needs more than a transaction: fn runs under an exclusive lock on
+// its key that holds across processes, and fn may do network I/O. Holding a
+// SQLite write transaction across fn would do that, but SQLite locks the
+// whole database, so one slow token renewal would stall every write of every
+// other key in every process (and make them fail with SQLITE_BUSY once the
+// busy timeout passes). So the lock on a key is a lock file instead
+// (filelock.go), taken before the read and released after the commit:
+//
+//	lock key (in-process, then lock file) → read → fn → write transaction → unlock
+//
+// Only Update writes, and every Update of a key holds that key's lock, so no
+// write of the key can come between the read and the write. The kernel
+// releases the lock file when a process dies, so a crash never leaves a key
+// locked. Goroutines of one process first queue on an in-process lock for the
+// key, so only one of them at a time polls the lock file, and they also take
+// turns for the short write transactions, so they don't wait in SQLite's busy
+// handler for each other.
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver; pure Go, no cgo
+)
+
+const (
+	// sqliteSchemaVersion is the PRAGMA user_version of the schema this code
+	// writes. A database with a higher version was written by a newer SDK.
+	sqliteSchemaVersion = 1
+	// sqliteApplicationID is the PRAGMA application_id of a keystore
+	// database ("PPY1"), so that a file of another program isn't taken for
+	// one.
+	sqliteApplicationID = 0x50505931
+	// defaultBusyTimeout is the default of SQLiteOptions.BusyTimeout.
+	defaultBusyTimeout = 5 * time.Second
+)
+
+// SQLite is a [Store] kept in one SQLite database file, which several
+// processes may share: the poppy command, scripts and a long-running agent
+// can all use one file at once. Open one with [OpenSQLite]; [DefaultPath]
+// names the usual file. It is safe for concurrent use.
+//
+// Update takes an exclusive lock on its key that holds across goroutines and
+// processes, reads the record, calls fn once, and writes fn's result in a
+// SQLite transaction, so a crash (even SIGKILL) at any point leaves the
+// previous value readable, and a crashed process never leaves a key locked.
+// The lock covers one key: while fn renews a token for one User, updates of
+// other keys go ahead. The database runs in WAL mode with synchronous=FULL, so
+// a committed write also survives a power cut.
+//
+// Values are stored as they are: secrets such as DPoP private keys and
+// Account Tokens are not sealed (a later version adds an AEAD option). What
+// protects them is the file mode: the database and its -wal and -shm files are
+// created with mode 0600, and OpenSQLite tightens them to 0600 if they exist
+// with a looser mode. Anyone who can read the file, or a copy or back-up of
+// it, can read every record.
+//
+// Next to the database, OpenSQLite makes a directory, the file name followed
+// by "-locks" (mode 0700), that holds an empty lock file for each key being
+// updated.
+type SQLite struct {
+	db      *sql.DB
+	lockDir string
+	locks   keyLocks   // in-process lock for each key, taken before its lock file
+	writeMu sync.Mutex // this process's write transactions take turns
+
+	beforeCommit func() // test hook, called after the write statement and before COMMIT
+}
+
+// SQLiteOptions configures [OpenSQLite]. A nil *SQLiteOptions means the
+// defaults.
+type SQLiteOptions struct {
+	// BusyTimeout bounds how long one statement waits for another
+	// process's write transaction on the database to end. Those
+	// transactions are short (one statement each); waiting for the lock on a
+	// key, which may be held while a token is renewed over the network, is
+	// bounded by the ctx passed to Update instead. Zero means 5 seconds.
+	BusyTimeout time.Duration
+}
+
+// DefaultPath returns the usual place of the keystore of the current OS
+// user: poppy/keystore.db in [os.UserConfigDir] (for example
+// ~/.config/poppy/keystore.db on Linux).
+func DefaultPath() (string, error) {
+	dir, err := os.UserConfigDir()
+	if err != nil {
+		return "", fmt.Errorf("keystore: no default path: %w", err)
+	}
+	return filepath.Join(dir, "poppy", "keystore.db"), nil
+}
+
+// OpenSQLite opens the SQLite keystore at path, creating the file (mode 0600)
+// and its directory (mode 0700) if they don't exist. It is safe for several
+// processes to open one new file at once: each creates the schema only if no
+// other has. It fails if the file holds a schema newer than this SDK knows, or
+// belongs to another program. The store must be closed with [SQLite.Close].
+func OpenSQLite(path string, opts *SQLiteOptions) (*SQLite, error) {
+	var o SQLiteOptions
+	if opts != nil {
+		o = *opts
+	}
+	if o.BusyTimeout <= 0 {
+		o.BusyTimeout = defaultBusyTimeout
+	}
+	if path == "" {
+		return nil, errors.New("keystore: no SQLite path")
+	}
+	path, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("keystore: %w", err)
+	}
+	lockDir := path + "-locks"
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("keystore: %w", err)
+	}
+	if err := createPrivate(path); err != nil {
+		return nil, fmt.Errorf("keystore: creating %s: %w", path, err)
+	}
+	if err := os.Mkdir(lockDir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return nil, fmt.Errorf("keystore: %w", err)
+	}
+	if err := tightenModes(path); err != nil {
+		return nil, err
+	}
+
+	db, err := sql.Open("sqlite", sqliteDSN(path, o.BusyTimeout))
+	if err != nil {
+		return nil, fmt.Errorf("keystore: opening %s: %w", path, err)
+	}
+	// A few connections let Gets run side by side; writes take turns anyway.
+	db.SetMaxOpenConns(8)
+	db.SetMaxIdleConns(8)
+	s := &SQLite{db: db, lockDir: lockDir}
+	if err := s.init(); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("keystore: opening %s: %w", path, err)
+	}
+	// Switching to WAL mode created the -wal and -shm files. SQLite gives
+	// them the mode of the database, but check: they may be left over from a
+	// time the database had a looser mode.
+	if err := tightenModes(path); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// sqliteDSN returns the data source name for the database at path. Every
+// connection gets the busy timeout and synchronous=FULL, and begins
+// transactions with BEGIN IMMEDIATE, which takes the write lock at once
+// instead of failing at the first write when another process got there first.
+func sqliteDSN(path string, busy time.Duration) string {
+	// A file: URI, so that '?' or '#' in path can't be taken for a query.
+	p := filepath.ToSlash(path)
+	if !strings.HasPrefix(p, "/") {
+		p = "/" + p // Windows: file:///C:/...
+	}
+	u := url.URL{Scheme: "file", Path: p}
+	q := url.Values{}
+	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busy.Milliseconds()))
+	q.Add("_pragma", "synchronous(FULL)")
+	q.Set("_txlock", "immediate")
+	return u.String() + "?" + q.Encode()
+}
+
+// createPrivate creates an empty file at path with mode 0600 unless something
+// is already there. (An empty file is an empty SQLite database.)
+//
+// It never opens path itself: closing any descriptor of a database file drops
+// every POSIX lock this process holds on it, including the locks of SQLite
+// connections that another store in this process may already have opened.
+// So the file is made under a temporary name and linked into place, which
+// also fails, rather than replaces, if another process created path first.
+func createPrivate(path string) error {
+	if _, err := os.Stat(path); !errors.Is(err, fs.ErrNotExist) {
+		return err // nil when path exists
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".new-*") // mode 0600
+	if err != nil {
+		return err
+	}
+	tmp.Close()
+	defer os.Remove(tmp.Name())
+	err = os.Link(tmp.Name(), path)
+	if err == nil || errors.Is(err, fs.ErrExist) {
+		return nil
+	}
+	// The file system has no hard links: create path in place. The window
+	// for the lock problem above is then a few microseconds after creation.
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+// tightenModes removes group and other permissions from the database at path,
+// its -wal, -shm and -journal files and its lock directory, where they exist.
+func tightenModes(path string) error {
+	if runtime.GOOS == "windows" {
+		return nil // no Unix modes; files inherit the ACL of the directory
+	}
+	for _, p := range []string{path, path + "-wal", path + "-shm", path + "-journal", path + "-locks"} {
+		fi, err := os.Stat(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("keystore: %w", err)
+		}
+		if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+			if err := os.Chmod(p, perm&^0o077); err != nil {
+				return fmt.Errorf("keystore: %s has mode %v and can't be made private: %w", p, perm, err)
+			}
+		}
+	}
+	return nil
+}
+
+// init switches the database to WAL mode and creates the schema if it is not
+// there yet. Two processes may do this at once on a new file: the schema is
+// created in a BEGIN IMMEDIATE transaction that first reads user_version, so
+// the second process waits for the first and then finds the schema in place.
+func (s *SQLite) init() error {
+	// OpenSQLite takes no ctx (like sql.Open); every step here is bounded by
+	// the busy timeout.
+	ctx := context.Background()
+	var mode string
+	if err := s.db.QueryRowContext(ctx, "PRAGMA journal_mode = WAL").Scan(&mode); err != nil {
+		return err
+	}
+	if !strings.EqualFold(mode, "wal") {
+		return fmt.Errorf("can't use WAL mode (journal mode is %q)", mode)
+	}
+
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	var appID, version int
+	if err := tx.QueryRowContext(ctx, "PRAGMA application_id").Scan(&appID); err != nil {
+		return err
+	}
+	if err := tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&version); err != nil {
+		return err
+	}
+	if appID != 0 && appID != sqliteApplicationID {
+		return fmt.Errorf("not a keystore database (application_id %#x)", appID)
+	}
+	switch {
+	case version == sqliteSchemaVersion:
+		return nil
+	case version > sqliteSchemaVersion:
+		return fmt.Errorf("keystore schema version %d is newer than this SDK supports (%d)", version, sqliteSchemaVersion)
+	}
+	for _, stmt := range []string{
+		// Each column holds one field of Key; value holds the record.
+		`CREATE TABLE IF NOT EXISTS records (
+			kind       TEXT NOT NULL,
+			local_user TEXT NOT NULL,
+			issuer     TEXT NOT NULL,
+			id         TEXT NOT NULL,
+			value      BLOB NOT NULL,
+			PRIMARY KEY (kind, local_user, issuer, id)
+		) WITHOUT ROWID`,
+		fmt.Sprintf("PRAGMA application_id = %d", sqliteApplicationID),
+		fmt.Sprintf("PRAGMA user_version = %d", sqliteSchemaVersion),
+	} {
+		if _, err := tx.ExecContext(ctx, stmt); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
+}
+
+// Get returns the record for key, or an error matching [ErrNotFound].
+func (s *SQLite) Get(ctx context.Context, key Key) ([]byte, error) {
+	if err := key.Validate(); err != nil {
+		return nil, err
+	}
+	v, ok, err := s.read(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, key)
+	}
+	return v, nil
+}
+
+// read returns the record for key and whether there is one.
+func (s *SQLite) read(ctx context.Context, key Key) ([]byte, bool, error) {
+	var v []byte
+	err := s.db.QueryRowContext(ctx,
+		`SELECT value FROM records WHERE kind = ? AND local_user = ? AND issuer = ? AND id = ?`,
+		string(key.Kind), key.User, key.Issuer, key.ID).Scan(&v) // Scan copies into v
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("keystore: reading %s: %w", key, err)
+	}
+	if v == nil {
+		v = []byte{} // an empty record exists; only a missing one is nil
+	}
+	return v, true, nil
+}
+
+// Update replaces the record for key with what fn returns, as [Store]
+// describes. It waits for the lock on key, held by this or another process,
+// until ctx is done. Once fn has returned, its result is written even if ctx
+// is done by then, because fn may have done something that can't be undone,
+// such as use a rotating Account Token (spec 4.8); that write waits at most
+// [SQLiteOptions.BusyTimeout] for other processes.
+func (s *SQLite) Update(ctx context.Context, key Key, fn func(current []byte) ([]byte, error)) error {
+	if err := key.Validate(); err != nil {
+		return err
+	}
+	if fn == nil {
+		return errors.New("keystore: Update needs a function")
+	}
+	unlock, err := s.lock(ctx, key)
+	if err != nil {
+		return fmt.Errorf("keystore: waiting to update %s: %w", key, err)
+	}
+	deleted := false
+	defer func() { unlock(deleted) }() // deferred so that a panicking fn does not leave the key locked
+
+	current, exists, err := s.read(ctx, key)
+	if err != nil {
+		return err
+	}
+	next, err := fn(current)
+	if err != nil {
+		return err
+	}
+	if next == nil && !exists {
+		return nil
+	}
+	if err := s.write(context.WithoutCancel(ctx), key, next); err != nil {
+		return err
+	}
+	deleted = next == nil
+	return nil
+}
+
+// lock takes the in-process lock on key, then its lock file. unlock releases
+// both; with deleted, it also removes the lock file.
+func (s *SQLite) lock(ctx context.Context, key Key) (unlock func(deleted bool), err error) {
+	unlockKey, err := s.locks.lock(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	name := lockFileName(s.lockDir, key)
+	fl, err := lockFile(ctx, name)
+	if errors.Is(err, fs.ErrNotExist) {
+		// Someone removed the lock directory; make it again.
+		if err = os.MkdirAll(s.lockDir, 0o700); err == nil {
+			fl, err = lockFile(ctx, name)
+		}
+	}
+	if err != nil {
+		unlockKey()
+		return nil, err
+	}
+	return func(deleted bool) {
+		// An error here leaves nothing locked: closing the file releases
+		// the lock, and a lock file left behind is harmless.
+		_ = fl.unlock(deleted)
+		unlockKey()
+	}, nil
+}
+
+// write stores v for key, or deletes the record when v is nil, in one
+// transaction.
+func (s *SQLite) write(ctx context.Context, key Key, v []byte) error {
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	tx, err := s.db.BeginTx(ctx, nil) // BEGIN IMMEDIATE (see sqliteDSN)
+	if err != nil {
+		return fmt.Errorf("keystore: writing %s: %w", key, err)
+	}
+	defer tx.Rollback()
+	args := []any{string(key.Kind), key.User, key.Issuer, key.ID}
+	if v == nil {
+		_, err = tx.ExecContext(ctx,
+			`DELETE FROM records WHERE kind = ? AND local_user = ? AND issuer = ? AND id = ?`, args...)
+	} else {
+		_, err = tx.ExecContext(ctx,
+			`INSERT INTO records (kind, local_user, issuer, id, value) VALUES (?, ?, ?, ?, ?)
+			ON CONFLICT (kind, local_user, issuer, id) DO UPDATE SET value = excluded.value`,
+			append(args, v)...)
+	}
+	if err != nil {
+		return fmt.Errorf("keystore: writing %s: %w", key, err)
+	}
+	if s.beforeCommit != nil {
+		s.beforeCommit()
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("keystore: writing %s: %w", key, err)
+	}
+	return nil
+}
+
+// List returns the keys of every record of kind for user at issuer, in
+// ascending byte order of ID.
+func (s *SQLite) List(ctx context.Context, kind Kind, user, issuer string) ([]Key, error) {
+	if err := (Key{Kind: kind, User: user, Issuer: issuer}).Validate(); err != nil {
+		return nil, err
+	}
+	rows, err := s.db.QueryContext(ctx,
+		`SELECT id FROM records WHERE kind = ? AND local_user = ? AND issuer = ? ORDER BY id`, // BINARY collation: byte order
+		string(kind), user, issuer)
+	if err != nil {
+		return nil, fmt.Errorf("keystore: listing %s for %s@%s: %w", kind, user, issuer, err)
+	}
+	defer rows.Close()
+	var keys []Key
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("keystore: listing %s for %s@%s: %w", kind, user, issuer, err)
+		}
+		keys = append(keys, Key{Kind: kind, User: user, Issuer: issuer, ID: id})
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("keystore: listing %s for %s@%s: %w", kind, user, issuer, err)
+	}
+	return keys, nil
+}
+
+// Close closes the database. Operations in progress may fail, and the store
+// can't be used afterwards.
+func (s *SQLite) Close() error {
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("keystore: closing: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,318 @@
+// Package poppy is the Personal Agent side of the Personal Agent Protocol
+// (Poppy) draft 0.1: a typed client with which an agent product, a script or
+// an LLM tool runtime acts for a person (the User) at a Company.
+//
+// An [Agent] holds the agent's identity (its client_id and signing keys), a
+// keystore and an HTTP client. [Agent.Company] resolves a Company from its
+// domain (spec 3), [Company.Session] starts or resumes a Session for one local
+// User (spec 4.2), and [Session.HTTPClient] returns an *http.Client whose
+// requests carry the Session Token and a fresh DPoP proof (spec 4.3), with
+// nonces, renewal and rate limits handled:
+//
+//	agent, _ := poppy.NewAgent(identity, &poppy.AgentOptions{Store: store})
+//	company, _ := agent.Company(ctx, "example.com")
+//	sess, _ := company.Session(ctx, "local-user-42", nil)
+//	resp, _ := sess.HTTPClient().Get("https://api.example.com/orders")
+//
+// The examples are the best way in; package poppytest is a strict fake
+// Company to run them, and your own tests, against.
+//
+// # Decisions on the specification's open points
+//
+// The draft leaves some points open (spec/AMBIGUITIES.md). Where this package
+// decides one, it chooses what works with every reading it can:
+//
+//   - A-01 (host matching): organization.domain and the requested host are
+//     compared lower-cased, without port or trailing dot, after removing one
+//     leading "www." from each.
+//   - A-02 ("same domain" as client_id): jwks_uri and redirect_uris must have
+//     exactly the client_id's host. That satisfies both readings.
+//   - A-03 (client assertion aud): the token_endpoint URL as a single string,
+//     at every endpoint the assertion is sent to (token, device authorization,
+//     revocation). RFC 7523 allows it and deployed servers accept it; the
+//     Session assertion is pinned to the same value by spec 4.2.
+//   - A-04 (assertion lifetimes): client and Session assertions live 60 s and
+//     carry a 128-bit random jti; they have no typ header.
+//   - A-05 (issuer matching): the metadata issuer must equal auth.issuer byte
+//     for byte; a trailing "/" is a difference. The metadata is fetched from
+//     the RFC 8414 path-inserted location and may redirect only to HTTPS.
+//   - A-06 (proofs at device authorization and revocation): none are sent.
+//   - A-07 (DPoP failures at resources): any 401 or 400 whose WWW-Authenticate
+//     DPoP challenge names invalid_dpop_proof or use_dpop_nonce is handled the
+//     same way, whatever the status.
+//   - A-08 (one token per Session): tokens are kept per (Session, token type,
+//     resource, scope); a new token replaces only the one with the same key.
+//   - A-11 (token_type): compared case-insensitively; DPoP is required for a
+//     request sent with a proof, Bearer for one sent without.
+//   - A-33 (extension version): a string ("1") or a number (1) is accepted.
+//   - A-40 (429 without Retry-After): up to three retries 1 s, 2 s and 4 s
+//     apart, then ErrRateLimited; with Retry-After, the wait is at least that
+//     long and no wait is longer than AgentOptions.MaxRetryWait.
+//   - A-44 (User ID format): "usr_" followed by 128 random bits, base64url.
+//   - A-46 (algorithms): every signature the SDK makes is ES256.
+package poppy
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/poppyproto/poppy/keystore"
+)
+
+// Clock tells the time and waits. The SDK uses it for token expiry, proof
+// and assertion times, HTTP caching and Retry-After waits, so that tests can
+// run against a fake clock (poppytest.Clock).
+type Clock interface {
+	Now() time.Time
+	// Sleep waits for d or until ctx is done, returning ctx.Err() then.
+	Sleep(ctx context.Context, d time.Duration) error
+}
+
+type realClock struct{}
+
+func (realClock) Now() time.Time { return time.Now() }
+
+func (realClock) Sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// AgentOptions configures an Agent. The zero value is valid.
+type AgentOptions struct {
+	// Store keeps User IDs, DPoP keys, Sessions and Account Tokens. Nil means
+	// a fresh in-memory store, which forgets everything when the process
+	// ends; use keystore.OpenSQLite to keep state on disk.
+	Store keystore.Store
+	// HTTPClient sends every request. Nil means a client with dial, TLS and
+	// idle timeouts that reuses connections. The SDK copies it and adds a
+	// redirect policy that refuses non-HTTPS targets; it never changes the
+	// caller's client.
+	HTTPClient *http.Client
+	// Logger receives debug and warning records. Nil discards. No record
+	// holds a token, proof, key, credential or code.
+	Logger *slog.Logger
+	// Clock tells the time. Nil means the system clock.
+	Clock Clock
+	// KeyPerSession makes each Session use its own DPoP key, instead of one
+	// key per User per Company (spec 4.3 allows either).
+	KeyPerSession bool
+	// MaxResponseBytes caps every document and token response the SDK reads
+	// from a Company. Zero means 1 MiB.
+	MaxResponseBytes int64
+	// MaxRetryWait caps how long one Retry-After wait may be. A Company that
+	// asks for longer gets ErrRateLimited at once, with its RetryAfter, so the
+	// caller decides. Zero means 2 minutes. Waits always end with ctx.
+	MaxRetryWait time.Duration
+	// OnSessionReplaced is called when a Session has ended at the Company
+	// (invalid_session) and the SDK started a new one in its place
+	// (spec 4.2). It gets the old and the new session_id.
+	OnSessionReplaced func(oldID, newID string)
+	// UnsafeAllowLoopbackHTTP allows http:// URLs whose host is a loopback
+	// address (127.0.0.0/8, ::1, localhost), for working against a Company or
+	// an agent identity under development on the same machine. The protocol
+	// requires HTTPS everywhere: never set this in production. Nothing else
+	// relaxes HTTPS.
+	UnsafeAllowLoopbackHTTP bool
+}
+
+// Agent is a Personal Agent: an identity, a keystore and an HTTP client. It
+// is safe for concurrent use and meant to be shared; it caches discovery
+// documents, DPoP nonces and Session state across calls.
+type Agent struct {
+	id     *Identity
+	store  keystore.Store
+	client *http.Client
+	log    *slog.Logger
+	clock  Clock
+	opts   AgentOptions
+
+	cache  *docCache
+	nonces nonceCache
+
+	mu        sync.Mutex
+	companies map[string]*issuerState // by auth.issuer (spec 3.2)
+}
+
+const (
+	defaultMaxResponse  = 1 << 20
+	defaultMaxRetryWait = 2 * time.Minute
+	requestTimeout      = 30 * time.Second
+)
+
+// NewAgent returns an Agent acting with identity. opts may be nil.
+func NewAgent(identity *Identity, opts *AgentOptions) (*Agent, error) {
+	if identity == nil {
+		return nil, configError("NewAgent: nil identity")
+	}
+	var o AgentOptions
+	if opts != nil {
+		o = *opts
+	}
+	if o.Store == nil {
+		o.Store = keystore.NewMemory()
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Clock == nil {
+		o.Clock = realClock{}
+	}
+	if o.MaxResponseBytes <= 0 {
+		o.MaxResponseBytes = defaultMaxResponse
+	}
+	if o.MaxRetryWait <= 0 {
+		o.MaxRetryWait = defaultMaxRetryWait
+	}
+	if err := identity.checkURLs(o.UnsafeAllowLoopbackHTTP); err != nil {
+		return nil, err
+	}
+	a := &Agent{
+		id:        identity,
+		store:     o.Store,
+		log:       o.Logger,
+		clock:     o.Clock,
+		opts:      o,
+		companies: map[string]*issuerState{},
+	}
+	a.client = a.secureClient(o.HTTPClient)
+	a.cache = newDocCache()
+	return a, nil
+}
+
+// Identity returns the agent's identity.
+func (a *Agent) Identity() *Identity { return a.id }
+
+// Store returns the agent's keystore.
+func (a *Agent) Store() keystore.Store { return a.store }
+
+// Logger returns the agent's logger.
+func (a *Agent) Logger() *slog.Logger { return a.log }
+
+// Clock returns the agent's clock.
+func (a *Agent) Clock() Clock { return a.clock }
+
+// DefaultHTTPClient returns the client the SDK uses when none is given:
+// connections are reused, and dialing, TLS handshakes and idle connections
+// time out. It has no overall timeout, because conversation streams and
+// long polls stay open; every call is bounded by its ctx, and token and
+// discovery requests by 30 s more.
+func DefaultHTTPClient() *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		ForceAttemptHTTP2:     true,
+		TLSHandshakeTimeout:   10 * time.Second,
+		TLSClientConfig:       &tls.Config{MinVersion: tls.VersionTLS12},
+		MaxIdleConns:          100,
+		MaxIdleConnsPerHost:   32,
+		IdleConnTimeout:       90 * time.Second,
+		ExpectContinueTimeout: time.Second,
+	}}
+}
+
+// secureClient copies c (or the default client) and refuses redirects to
+// URLs that are not HTTPS.
+func (a *Agent) secureClient(c *http.Client) *http.Client {
+	if c == nil {
+		c = DefaultHTTPClient()
+	}
+	cp := *c
+	next := c.CheckRedirect
+	cp.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+		if err := a.checkURL(req.URL); err != nil {
+			return ErrInsecureRedirect
+		}
+		if next != nil {
+			return next(req, via)
+		}
+		if len(via) >= 10 {
+			return ErrTooManyRedirects
+		}
+		return nil
+	}
+	return &cp
+}
+
+// checkURL requires HTTPS, or http:// on a loopback host when the unsafe
+// development option is set.
+func (a *Agent) checkURL(u *url.URL) error {
+	return checkURL(u, a.opts.UnsafeAllowLoopbackHTTP)
+}
+
+func checkURL(u *url.URL, allowLoopback bool) error {
+	if u == nil || u.Host == "" {
+		return fmt.Errorf("%w: no host", ErrInsecureURL)
+	}
+	switch u.Scheme {
+	case "https":
+		return nil
+	case "http":
+		if allowLoopback && isLoopback(u.Hostname()) {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: %s://%s", ErrInsecureURL, u.Scheme, u.Host)
+}
+
+func isLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// parseURL parses raw and applies checkURL.
+func (a *Agent) parseURL(raw string) (*url.URL, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%w: unparseable URL", ErrInsecureURL)
+	}
+	if err := a.checkURL(u); err != nil {
+		return nil, err
+	}
+	return u, nil
+}
+
+// endpointOf returns scheme://host/path of u, without query or fragment:
+// what errors and logs may show of a URL.
+func endpointOf(u *url.URL) string {
+	if u == nil {
+		return ""
+	}
+	return u.Scheme + "://" + u.Host + u.EscapedPath()
+}
+
+// readCapped reads at most limit bytes of r, failing with
+// ErrResponseTooLarge beyond that.
+func readCapped(r io.Reader, limit int64) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("poppy: reading response: %w", err)
+	}
+	if int64(len(b)) > limit {
+		return nil, ErrResponseTooLarge
+	}
+	return b, nil
+}
+
+// withTimeout bounds a short request (discovery, token) by requestTimeout
+// on top of ctx.
+func withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, requestTimeout)
+}

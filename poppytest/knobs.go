@@ -1,0 +1,129 @@
+package poppytest
+
+import (
+	"net/http"
+)
+
+// Runtime knobs. Every method is safe for concurrent use with requests.
+
+// fault is one queued injected answer.
+type fault struct {
+	status     int
+	code       string
+	retryAfter string
+	rateLimit  bool
+	n          int
+}
+
+// RateLimit answers the next n requests to ep with 429
+// {"error":"rate_limited"} and, unless retryAfter is "", that Retry-After
+// header value (delta-seconds or an HTTP-date) (CO-4.3-21, CO-4.2-11).
+func (s *Server) RateLimit(ep Endpoint, n int, retryAfter string) {
+	s.queueFault(ep, &fault{status: http.StatusTooManyRequests, code: "rate_limited", retryAfter: retryAfter, rateLimit: true, n: n})
+}
+
+// ForceError answers the next n requests to ep with that error code and
+// status (0 picks the protocol status for code). At the token and
+// revocation endpoints it is an OAuth JSON error; at resources a token or
+// DPoP error code goes in WWW-Authenticate: DPoP error="…" (with the scopes
+// "poppy:read poppy:write" for insufficient_scope, a fresh DPoP-Nonce for
+// use_dpop_nonce) and in a JSON body; other codes only in the body. An
+// empty code answers {} with status. The request is not processed.
+func (s *Server) ForceError(ep Endpoint, status int, code string, n int) {
+	s.queueFault(ep, &fault{status: status, code: code, n: n})
+}
+
+func (s *Server) queueFault(ep Endpoint, f *fault) {
+	if f.n <= 0 {
+		return
+	}
+	s.mu.Lock()
+	s.faults[ep] = append(s.faults[ep], f)
+	s.mu.Unlock()
+}
+
+// applyFaults answers r with the next queued fault of its endpoint, if
+// any, and reports whether it did.
+func (s *Server) applyFaults(w http.ResponseWriter, r *http.Request, x *exchange) bool {
+	s.mu.Lock()
+	q := s.faults[x.endpoint]
+	if len(q) == 0 {
+		s.mu.Unlock()
+		return false
+	}
+	f := *q[0]
+	q[0].n--
+	if q[0].n <= 0 {
+		s.faults[x.endpoint] = q[1:]
+	}
+	s.mu.Unlock()
+
+	e := &protoError{status: f.status, code: f.code, retryAfter: f.retryAfter, desc: "injected by poppytest"}
+	if f.code == "" {
+		x.errorCode = ""
+		if f.retryAfter != "" {
+			w.Header().Set("Retry-After", f.retryAfter)
+		}
+		s.writeJSON(w, r, f.status, map[string]any{})
+		return true
+	}
+	switch x.endpoint {
+	case EndpointToken, EndpointRevoke:
+		e.nonce = f.code == "use_dpop_nonce"
+		s.writeTokenError(w, r, e)
+	case EndpointAPI, EndpointConversation, EndpointOperations, EndpointMCP:
+		if isChallengeError(f.code) {
+			e.challenge = true
+			e.nonce = f.code == "use_dpop_nonce"
+			if f.code == "insufficient_scope" {
+				e.scope = "poppy:read poppy:write"
+			}
+		}
+		s.writeResourceError(w, r, e)
+	default:
+		x.errorCode = f.code
+		if e.status == 0 {
+			e.status = resourceErrStatus(f.code)
+		}
+		if f.retryAfter != "" {
+			w.Header().Set("Retry-After", f.retryAfter)
+		}
+		s.writeJSON(w, r, e.status, oauthError(f.code, e.desc))
+	}
+	return true
+}
+
+// SetTokenType answers the next token request that issues a token with
+// token_type t, whatever the token really is (PA-4.2-12).
+func (s *Server) SetTokenType(t string) {
+	s.mu.Lock()
+	s.tokenTypes = append(s.tokenTypes, t)
+	s.mu.Unlock()
+}
+
+// SetExpiresIn answers the next times token responses with expires_in n
+// (PA-4.2-13). When n > 0 the tokens really expire after n seconds; when
+// n <= 0 they keep the configured lifetime.
+func (s *Server) SetExpiresIn(n int, times int) {
+	s.mu.Lock()
+	s.expiresIn, s.expiresTimes = n, times
+	s.mu.Unlock()
+}
+
+// EndSession ends a Session: its tokens stop working (invalid_token) and
+// renewing it returns invalid_session (CO-4.2-10).
+func (s *Server) EndSession(sessionID string) {
+	s.mu.Lock()
+	if ss := s.sessions[sessionID]; ss != nil {
+		ss.ended = true
+	}
+	s.mu.Unlock()
+}
+
+// RevokeClient revokes a client_id: its next token or revocation request
+// gets 401 invalid_client (CO-4.1-07).
+func (s *Server) RevokeClient(clientID string) {
+	s.mu.Lock()
+	s.revoked[clientID] = true
+	s.mu.Unlock()
+}

@@ -1,0 +1,326 @@
+package poppytest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Endpoint classifies a request by the part of the Company it reached.
+type Endpoint string
+
+// The endpoints of the fake. Reserved ones answer 404 until the package
+// implements them.
+const (
+	EndpointPoppyJSON    Endpoint = "poppy.json"    // GET https://{domain}/.well-known/poppy.json (and www.{domain})
+	EndpointMetadata     Endpoint = "metadata"      // RFC 8414 metadata on the issuer host
+	EndpointToken        Endpoint = "token"         // token_endpoint
+	EndpointRevoke       Endpoint = "revoke"        // revocation_endpoint
+	EndpointAPI          Endpoint = "api"           // the OpenAPI resource server (api.{domain})
+	EndpointMCP          Endpoint = "mcp"           // reserved: the MCP server (mcp.{domain})
+	EndpointConversation Endpoint = "conversation"  // reserved: the poppy conversation endpoint
+	EndpointOperations   Endpoint = "operations"    // reserved: the operations extension endpoint
+	EndpointAgent        Endpoint = "agent"         // requests to an agent host (HandleAgent)
+	EndpointProvider     Endpoint = "provider"      // a hop of the RedirectWellKnown chain
+	EndpointOther        Endpoint = "other"         // anything else on a host the fake serves
+)
+
+// A Request is one HTTP request the fake received, as recorded in
+// [Server.Requests]. The log is for tests: it holds tokens, proofs and
+// assertions verbatim.
+type Request struct {
+	Index    int       // position in Requests()
+	Time     time.Time // fake Clock time at arrival
+	Method   string
+	URL      string // full URL with scheme and query, without a port: "https://api.example.test/orders?x=1"
+	Host     string // lower-cased, without port
+	Path     string
+	Endpoint Endpoint
+	Header   http.Header // clone of the request headers
+	Form     url.Values  // form fields of a form-encoded POST body, nil otherwise
+	Body     []byte      // copy of the body, capped at 64 KiB
+
+	Status    int    // response status
+	ErrorCode string // the OAuth/DPoP/protocol error the fake answered with, if any
+
+	// Internal marks the fake's own outbound fetches (client metadata and
+	// JWKS); they carry User-Agent [InternalUserAgent].
+	Internal bool
+
+	AuthScheme  string // scheme of the Authorization header as sent ("DPoP", "Bearer", …)
+	AccessToken string // the token in the Authorization header
+	SessionID   string // Session the request acted on: from its token, or the token response
+
+	Proof           *Proof // decoded DPoP header, nil if absent or not a JWS
+	Assertion       *JWT   // decoded "assertion" form field (JWT bearer grant)
+	ClientAssertion *JWT   // decoded "client_assertion" form field
+
+	Violations []string // rule IDs this request broke (see Violation)
+}
+
+// Proof is a decoded DPoP proof as the client sent it.
+type Proof struct {
+	Compact   string
+	Header    map[string]any // numbers are json.Number
+	Claims    map[string]any // numbers are json.Number
+	RawHeader json.RawMessage
+	RawClaims json.RawMessage
+	JKT       string // RFC 7638 SHA-256 thumbprint of the header jwk, base64url; "" if the jwk is unusable
+}
+
+// JWT is a decoded client or Session assertion as the client sent it.
+// RawClaims lets a test check the JSON type of a claim, e.g. that aud is a
+// string rather than an array.
+type JWT struct {
+	Compact   string
+	Header    map[string]any // numbers are json.Number
+	Claims    map[string]any // numbers are json.Number
+	RawHeader json.RawMessage
+	RawClaims json.RawMessage
+	// AudienceMatch says which value a client assertion's aud matched:
+	// "token_endpoint", "issuer" or "endpoint" (the URL it was sent to), or
+	// "" when it matched none.
+	AudienceMatch string
+}
+
+// InternalUserAgent is the User-Agent of the fake's own outbound requests.
+const InternalUserAgent = "poppytest-company"
+
+const (
+	maxBody    = 1 << 20 // largest request body the fake reads
+	maxLogBody = 64 << 10
+)
+
+// Requests returns every request received so far, in order of arrival.
+// Status and ErrorCode of a request still in flight are zero.
+func (s *Server) Requests() []Request {
+	s.logMu.Lock()
+	defer s.logMu.Unlock()
+	out := make([]Request, len(s.log))
+	for i, r := range s.log {
+		out[i] = *r
+		out[i].Violations = slices.Clone(r.Violations)
+	}
+	return out
+}
+
+// RequestsTo returns the requests to any of the given endpoints, excluding
+// the fake's own internal fetches.
+func (s *Server) RequestsTo(eps ...Endpoint) []Request {
+	var out []Request
+	for _, r := range s.Requests() {
+		if !r.Internal && slices.Contains(eps, r.Endpoint) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// exchange is the per-request state a handler fills in; the middleware copies
+// it into the log when the handler returns.
+type exchange struct {
+	idx      int
+	scheme   string
+	host     string
+	endpoint Endpoint
+	body     []byte
+	form     url.Values
+
+	errorCode       string
+	sessionID       string
+	authScheme      string
+	accessToken     string
+	proof           *Proof
+	assertion       *JWT
+	clientAssertion *JWT
+}
+
+type exchangeKey struct{}
+
+func exchangeOf(r *http.Request) *exchange {
+	x, _ := r.Context().Value(exchangeKey{}).(*exchange)
+	return x
+}
+
+// statusWriter records the status code written by a handler.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		if w.status == 0 {
+			w.status = http.StatusOK
+		}
+		f.Flush()
+	}
+}
+
+func (w *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	if h, ok := w.ResponseWriter.(http.Hijacker); ok {
+		return h.Hijack()
+	}
+	return nil, nil, errors.New("poppytest: hijack not supported")
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// record wraps the router: it logs the request, reads its body, applies the
+// generic fault knobs and scans the URL for tokens.
+func (s *Server) record(scheme string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := canonicalHost(r.Host)
+		ep := s.classify(scheme, host, r.URL.Path)
+		body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+		r.Body.Close()
+		tooLarge := err == nil && len(body) > maxBody
+		if tooLarge {
+			body = body[:maxBody]
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		rec := &Request{
+			Time:     s.clock.Now(),
+			Method:   r.Method,
+			URL:      scheme + "://" + host + r.URL.RequestURI(),
+			Host:     host,
+			Path:     r.URL.Path,
+			Endpoint: ep,
+			Header:   r.Header.Clone(),
+			Internal: r.Header.Get("User-Agent") == InternalUserAgent,
+		}
+		if len(body) > 0 {
+			rec.Body = bytes.Clone(body[:min(len(body), maxLogBody)])
+		}
+		x := &exchange{scheme: scheme, host: host, endpoint: ep, body: body}
+		if r.Method == http.MethodPost && isForm(r.Header.Get("Content-Type")) {
+			if f, err := url.ParseQuery(string(body)); err == nil {
+				x.form = f
+				rec.Form = f
+			}
+		}
+		if h := r.Header.Values("DPoP"); len(h) == 1 {
+			rec.Proof = decodeProofForLog(h[0])
+		}
+		if x.form != nil {
+			rec.Assertion = decodeJWTForLog(x.form.Get("assertion"))
+			rec.ClientAssertion = decodeJWTForLog(x.form.Get("client_assertion"))
+		}
+		if scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " "); ok {
+			rec.AuthScheme, rec.AccessToken = scheme, strings.TrimSpace(tok)
+		}
+		s.logMu.Lock()
+		x.idx = len(s.log)
+		rec.Index = x.idx
+		s.log = append(s.log, rec)
+		s.logMu.Unlock()
+
+		sw := &statusWriter{ResponseWriter: w}
+		sw.Header().Set("Date", s.clock.Now().UTC().Format(http.TimeFormat))
+		if !rec.Internal {
+			s.scanURLForTokens(x.idx, r)
+		}
+		r = r.WithContext(context.WithValue(r.Context(), exchangeKey{}, x))
+		switch {
+		case tooLarge:
+			x.errorCode = "invalid_request"
+			s.writeJSON(sw, r, http.StatusRequestEntityTooLarge, oauthError("invalid_request", "body too large"))
+		case s.applyFaults(sw, r, x):
+		default:
+			next.ServeHTTP(sw, r)
+		}
+
+		s.logMu.Lock()
+		rec.Status = sw.status
+		if rec.Status == 0 {
+			rec.Status = http.StatusOK
+		}
+		rec.ErrorCode = x.errorCode
+		rec.SessionID = x.sessionID
+		if x.authScheme != "" {
+			rec.AuthScheme, rec.AccessToken = x.authScheme, x.accessToken
+		}
+		if x.proof != nil {
+			rec.Proof = x.proof
+		}
+		if x.assertion != nil {
+			rec.Assertion = x.assertion
+		}
+		if x.clientAssertion != nil {
+			rec.ClientAssertion = x.clientAssertion
+		}
+		s.logMu.Unlock()
+	})
+}
+
+func isForm(ct string) bool {
+	mt, _, _ := strings.Cut(ct, ";")
+	return strings.EqualFold(strings.TrimSpace(mt), "application/x-www-form-urlencoded")
+}
+
+// canonicalHost lower-cases host and strips a port and a trailing dot.
+func canonicalHost(h string) string {
+	if host, _, err := net.SplitHostPort(h); err == nil {
+		h = host
+	}
+	return strings.TrimSuffix(strings.ToLower(h), ".")
+}
+
+// scanURLForTokens records PA-4.3-26 when the path or query of r carries a
+// token the fake issued.
+func (s *Server) scanURLForTokens(idx int, r *http.Request) {
+	if r.URL.RawQuery == "" && !strings.ContainsAny(r.URL.Path, "._-") {
+		return
+	}
+	var pieces []string
+	split := func(v string) {
+		for _, p := range strings.FieldsFunc(v, func(c rune) bool { return strings.ContainsRune("/?&=;,+ ", c) }) {
+			pieces = append(pieces, p)
+		}
+	}
+	split(r.URL.Path)
+	if q, err := url.ParseQuery(r.URL.RawQuery); err == nil {
+		for k, vs := range q {
+			split(k)
+			for _, v := range vs {
+				split(v)
+			}
+		}
+	}
+	split(r.URL.RawQuery)
+	s.mu.Lock()
+	found := ""
+	for _, p := range pieces {
+		if t, ok := s.tokens[p]; ok {
+			found = t.typ + " Session Token"
+			break
+		}
+	}
+	s.mu.Unlock()
+	if found != "" {
+		s.violate(idx, "PA-4.3-26", "a %s the fake issued was sent in the URL", found)
+	}
+}

@@ -1,0 +1,253 @@
+package poppytest
+
+// The resource server on https://api.{primary} (spec 4.3, 6).
+//
+// authenticate applies to every request except GET /openapi.json (A-09:
+// the description is public; a token sent with it is ignored). In order:
+// exactly one Authorization header with the DPoP scheme (a token in the
+// URL is never read); the DPoP proof with ath (dpop.go); the token is
+// known, a DPoP token, unexpired by the Clock, unrevoked, its Session not
+// ended; the proof key is the token's key (invalid_dpop_proof, A-07); the
+// token was issued for this service's resource. The token then acts as it
+// was issued (CO-4.4-13), except that a Session signed out since then makes
+// a signed-in token act signed out (spec 4.9).
+
+import (
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strings"
+)
+
+// auth is an authenticated resource request.
+type auth struct {
+	tok      *token
+	signedIn bool
+	scopes   []string
+	account  string
+}
+
+// apiResource is the resource a token must carry at the API: APIResource
+// when set, else none or "https://api.{primary}/".
+func (s *Server) apiAccepts(res string) bool {
+	if s.opts.APIResource != "" {
+		return res == s.opts.APIResource
+	}
+	return res == "" || res == s.apiOrigin
+}
+
+func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, accepts func(string) bool) (*auth, bool) {
+	x := exchangeOf(r)
+	fail := func(e *protoError) (*auth, bool) {
+		s.writeResourceError(w, r, e)
+		return nil, false
+	}
+	invalidToken := func(desc string) (*auth, bool) {
+		return fail(&protoError{code: "invalid_token", desc: desc, challenge: true})
+	}
+	authz := r.Header.Values("Authorization")
+	if len(authz) == 0 {
+		// CO-4.3-20: a token in the URL is never accepted.
+		if q := r.URL.Query(); q.Has("access_token") {
+			s.violate(x.idx, "PA-4.3-26", "access_token sent as a URL query parameter")
+			return invalidToken("tokens are accepted only in the Authorization header")
+		}
+		s.violate(x.idx, "PA-4.3-23", "API request without a Session Token")
+		return fail(&protoError{code: "invalid_token", desc: "the request has no Session Token", challenge: true})
+	}
+	if len(authz) > 1 {
+		return fail(&protoError{status: http.StatusBadRequest, code: "invalid_request", desc: "more than one Authorization header", challenge: true})
+	}
+	scheme, value, _ := strings.Cut(authz[0], " ")
+	value = strings.TrimSpace(value)
+	x.authScheme, x.accessToken = scheme, value
+	s.mu.Lock()
+	t := s.tokens[value]
+	var tc token
+	if t != nil {
+		tc = *t
+	}
+	s.mu.Unlock()
+	if !strings.EqualFold(scheme, "DPoP") {
+		// CO-4.3-14, CO-4.3-15: Bearer is for MCP only; DPoP everywhere else.
+		switch {
+		case t != nil && tc.typ == "Bearer":
+			s.violate(x.idx, "PA-4.3-19", "a Bearer Session Token was sent to a DPoP API")
+		case t != nil:
+			s.violate(x.idx, "PA-4.3-01", "a DPoP-bound Session Token was sent with the %s scheme", scheme)
+		default:
+			s.violate(x.idx, "PA-4.3-01", "Authorization scheme %q at a DPoP API", scheme)
+		}
+		return invalidToken("this API accepts only DPoP-bound Session Tokens with the DPoP scheme")
+	}
+	if value == "" {
+		return invalidToken("the Authorization header has no token")
+	}
+	if t != nil {
+		x.sessionID = tc.sessionID
+	}
+	if _, perr := s.checkProof(r, proofCheck{htu: requestHTU(r), token: value}, false); perr != nil {
+		if len(r.Header.Values("DPoP")) == 0 {
+			s.violate(x.idx, "PA-4.3-01", "Session Token sent without a DPoP proof")
+		}
+		return fail(perr)
+	}
+	proofJKT := x.proof.JKT
+	now := s.clock.Now()
+	s.mu.Lock()
+	var sess session
+	if t != nil && s.sessions[tc.sessionID] != nil {
+		sess = *s.sessions[tc.sessionID]
+	}
+	s.mu.Unlock()
+	switch {
+	case t == nil:
+		return invalidToken("unknown token")
+	case tc.typ != "DPoP":
+		s.violate(x.idx, "PA-4.3-19", "a Bearer Session Token was sent to a DPoP API")
+		return invalidToken("a Bearer token is accepted only at the MCP server")
+	case !now.Before(tc.expires):
+		return invalidToken("the token has expired")
+	case tc.revoked:
+		return invalidToken("the token has been revoked")
+	case sess.ended || sess.id == "":
+		return invalidToken("the Session has ended")
+	case tc.jkt != proofJKT:
+		// CO-4.3-03, A-07.
+		return fail(s.dpopError(r, "invalid_dpop_proof", "the proof key is not the key the token is bound to"))
+	case !accepts(tc.resource):
+		// CO-4.3-18.
+		return invalidToken("the token was not issued for this resource")
+	}
+	a := &auth{tok: &tc}
+	if tc.signedIn && sess.signedIn && sess.account == tc.account {
+		a.signedIn, a.scopes, a.account = true, tc.scopes, tc.account
+	}
+	return a, true
+}
+
+// require answers 403 sign_in_required or insufficient_scope unless a is
+// signed in with every scope in need (spec 6, A-21: scope names the full
+// set the action requires).
+func (s *Server) require(w http.ResponseWriter, r *http.Request, a *auth, need ...string) bool {
+	if !a.signedIn {
+		s.writeResourceError(w, r, &protoError{code: "sign_in_required", desc: "this request needs a signed-in Session Token", challenge: true})
+		return false
+	}
+	for _, sc := range need {
+		if !slices.Contains(a.scopes, sc) {
+			s.writeResourceError(w, r, &protoError{code: "insufficient_scope", scope: strings.Join(need, " "), challenge: true})
+			return false
+		}
+	}
+	return true
+}
+
+// serveAPI routes the OpenAPI resource server.
+func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
+	x := exchangeOf(r)
+	if s.opts.RotateNonce {
+		w.Header().Set("DPoP-Nonce", s.rotateNonce(x.host))
+	}
+	path := r.URL.Path
+	if path == "/openapi.json" {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			x.errorCode = "method_not_allowed"
+			s.writeJSON(w, r, http.StatusMethodNotAllowed, map[string]any{"error": "method_not_allowed"})
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "max-age=300")
+		w.Write(s.openapi)
+		return
+	}
+	a, ok := s.authenticate(w, r, s.apiAccepts)
+	if !ok {
+		return
+	}
+	seg := strings.Split(strings.Trim(path, "/"), "/")
+	switch {
+	case r.Method == http.MethodGet && path == "/products":
+		s.writeJSON(w, r, http.StatusOK, map[string]any{"products": []any{
+			map[string]any{"sku": "stormline-m", "name": "Stormline Jacket", "price": 120},
+			map[string]any{"sku": "stormline-insulated-m", "name": "Stormline Insulated Jacket", "price": 190},
+		}})
+	case r.Method == http.MethodGet && path == "/orders":
+		if !s.require(w, r, a, "poppy:read") {
+			return
+		}
+		s.writeJSON(w, r, http.StatusOK, map[string]any{"orders": []any{
+			map[string]any{"id": "ord_7Hk2", "number": "1042", "status": "delivered", "account": a.account},
+		}})
+	case r.Method == http.MethodPost && len(seg) == 3 && seg[0] == "orders" && seg[2] == "exchanges":
+		if !s.require(w, r, a, "poppy:read", "poppy:write") {
+			return
+		}
+		var req map[string]any
+		if len(x.body) > 0 && json.Unmarshal(x.body, &req) != nil {
+			x.errorCode = "invalid_request"
+			s.writeJSON(w, r, http.StatusBadRequest, oauthError("invalid_request", "the body is not a JSON object"))
+			return
+		}
+		s.writeJSON(w, r, http.StatusCreated, map[string]any{
+			"exchange_id": newID("exc_", 6), "order_id": seg[1], "status": "requested", "request": req,
+		})
+	case r.Method == http.MethodDelete && len(seg) == 2 && seg[0] == "orders":
+		// CO-4-01: a policy denial, not a token error: no WWW-Authenticate.
+		x.errorCode = "forbidden"
+		s.writeJSON(w, r, http.StatusForbidden, oauthError("forbidden", "Personal Agents may not delete orders"))
+	case r.Method == http.MethodPost && path == "/echo":
+		if !json.Valid(x.body) {
+			x.errorCode = "invalid_request"
+			s.writeJSON(w, r, http.StatusBadRequest, oauthError("invalid_request", "the body is not JSON"))
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		w.Write(x.body) // verbatim, without Noise
+	default:
+		s.notFound(w, r)
+	}
+}
+
+// openAPIDocument describes the fake API (CO-6-02).
+func openAPIDocument(origin string) []byte {
+	errResp := map[string]any{"description": "Token error; see WWW-Authenticate"}
+	doc := map[string]any{
+		"openapi": "3.1.0",
+		"info":    map[string]any{"title": "Example Company API", "version": "1.0.0"},
+		"servers": []any{map[string]any{"url": strings.TrimSuffix(origin, "/")}},
+		"components": map[string]any{"securitySchemes": map[string]any{
+			"dpop": map[string]any{"type": "http", "scheme": "DPoP", "description": "Poppy Session Token with a DPoP proof (spec 4.3)"},
+		}},
+		"security": []any{map[string]any{"dpop": []any{}}},
+		"paths": map[string]any{
+			"/products": map[string]any{"get": map[string]any{
+				"operationId": "listProducts", "summary": "List products (signed in or out)",
+				"responses": map[string]any{"200": map[string]any{"description": "Products"}, "401": errResp},
+			}},
+			"/orders": map[string]any{"get": map[string]any{
+				"operationId": "listOrders", "summary": "List the account's orders (poppy:read)",
+				"responses": map[string]any{"200": map[string]any{"description": "Orders"}, "401": errResp, "403": errResp},
+			}},
+			"/orders/{id}": map[string]any{"delete": map[string]any{
+				"operationId": "deleteOrder", "summary": "Always denied to Personal Agents",
+				"parameters": []any{map[string]any{"name": "id", "in": "path", "required": true, "schema": map[string]any{"type": "string"}}},
+				"responses":  map[string]any{"403": map[string]any{"description": "Denied by policy"}},
+			}},
+			"/orders/{id}/exchanges": map[string]any{"post": map[string]any{
+				"operationId": "exchangeItem", "summary": "Exchange an item (poppy:read poppy:write)",
+				"parameters":  []any{map[string]any{"name": "id", "in": "path", "required": true, "schema": map[string]any{"type": "string"}}},
+				"requestBody": map[string]any{"content": map[string]any{"application/json": map[string]any{"schema": map[string]any{"type": "object"}}}},
+				"responses":   map[string]any{"201": map[string]any{"description": "Exchange requested"}, "401": errResp, "403": errResp},
+			}},
+			"/echo": map[string]any{"post": map[string]any{
+				"operationId": "echo", "summary": "Echo the JSON body",
+				"requestBody": map[string]any{"content": map[string]any{"application/json": map[string]any{"schema": map[string]any{}}}},
+				"responses":   map[string]any{"200": map[string]any{"description": "The body, verbatim"}},
+			}},
+		},
+	}
+	b, _ := json.MarshalIndent(doc, "", "  ")
+	return b
+}

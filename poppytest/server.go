@@ -1,0 +1,612 @@
+package poppytest
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lestrrat-go/jwx/v3/jwk"
+)
+
+// Options configures a [Server]. The zero value (or nil) gives the defaults
+// described on each field. NewServer copies the options.
+type Options struct {
+	// Domains are the Company's domains, each serving its own poppy.json
+	// (also on www.{domain}). All name one issuer, so they are one Company
+	// (spec 3.2). The first is the primary domain: the API is served on
+	// api.{first}, the reserved MCP server on mcp.{first}.
+	// Default ["example.test"].
+	Domains []string
+	// Issuer is the OAuth issuer (auth.issuer), an HTTPS URL, optionally
+	// with a path. Default "https://auth.example.test".
+	Issuer string
+	// AgentHosts are the hosts of the Personal Agents under test, served
+	// from the same listener by the handlers given to HandleAgent.
+	// Default ["agent.test"].
+	AgentHosts []string
+
+	// TokenTTL is the Session Token lifetime. Default 1h; a negative
+	// value is a configuration error (CO-4.2-06).
+	TokenTTL time.Duration
+
+	// PoppyCacheControl and MetadataCacheControl are the Cache-Control
+	// values of poppy.json and the RFC 8414 metadata. Defaults
+	// "max-age=300" and "max-age=600". An ETag is always sent and
+	// If-None-Match is answered with 304.
+	PoppyCacheControl, MetadataCacheControl string
+
+	// RequireNonce makes the token endpoint and the API require a DPoP
+	// nonce (RFC 9449 section 8 and 9). Each host has its own nonce.
+	RequireNonce bool
+	// RotateNonce sends a fresh DPoP-Nonce on every response of the token
+	// endpoint and the API. A nonce stays acceptable until 4 newer ones
+	// have been issued on its host, so concurrent requests don't fail.
+	RotateNonce bool
+
+	// RequireRegistration accepts only the client_ids in Registered
+	// (CO-4.1-05). Allowlist, when non-nil, accepts only those client_ids
+	// (CO-4.1-06); Blocklist refuses those (CO-4.1-06). MaxNewClients > 0
+	// accepts at most that many distinct client_ids (CO-4.1-09). Refused
+	// clients get 401 invalid_client.
+	RequireRegistration bool
+	Registered          []string
+	Allowlist           []string
+	Blocklist           []string
+	MaxNewClients       int
+	// SessionStartsPerMinute > 0 limits new Sessions per client_id per
+	// minute of Clock time: the next start gets 429 rate_limited with
+	// Retry-After (CO-4.1-08).
+	SessionStartsPerMinute int
+
+	// APIResource, if set, is the OpenAPI entry's "resource" in poppy.json,
+	// and the API then accepts only tokens issued for it (CO-3-13,
+	// CO-4.3-18).
+	APIResource string
+	// CustomScopes are the Company's own scopes (auth.custom_scopes), also
+	// grantable by Direct Sign-In. Default {"addresses": "Manage saved
+	// shipping addresses"}. A name starting with "poppy:" is a
+	// configuration error (CO-4.4-04).
+	CustomScopes map[string]string
+	// DisableSignIn leaves out these sign-in types from auth: "direct",
+	// "device", "mediated".
+	DisableSignIn []string
+
+	// EmbedCredentials puts an encrypted backend session blob in every
+	// Session Token (CO-4.2-12, CO-4.2-13); see EmbeddedCredentials.
+	EmbedCredentials bool
+	// JWTTokens issues JWT-shaped Session Tokens whose payload claims an
+	// exp 1 s after issue, while the server honours expires_in (PA-4.2-20).
+	JWTTokens bool
+	// RevokeOnReissue revokes a Session's previous token of the same type
+	// and resource whenever a new one is issued (PA-4.3-25).
+	RevokeOnReissue bool
+	// Noise adds an "x_unknown" member to every JSON object the fake
+	// returns, except /echo bodies (PA-3.3-05).
+	Noise bool
+
+	// Discovery variations. The options below marked "negative" make
+	// discovery break exactly the rule named; the document validator lets
+	// that rule pass and still checks every other one.
+
+	// ProtocolVersion replaces "0.1" (negative for CO-3-04 when it isn't
+	// major.minor).
+	ProtocolVersion string
+	// OrganizationDomain replaces organization.domain in every document
+	// (negative: CO-3-06).
+	OrganizationDomain string
+	// DropOrganization and DropAuth leave out those members (negative:
+	// CO-3-05, CO-3-07).
+	DropOrganization, DropAuth bool
+	// DropAgent, DropAPIs, DropWeb and DropBrowserSession leave out agent,
+	// apis, web, or web.browser_session_endpoint. Leaving out agent, apis
+	// and the browser session endpoint together with DropAuth is a valid
+	// browse-only document.
+	DropAgent, DropAPIs, DropWeb, DropBrowserSession bool
+	// IssuerInDocument replaces auth.issuer in poppy.json, e.g. with an
+	// "http://" URL (negative: CO-3-07) or with a trailing slash.
+	IssuerInDocument string
+	// MetadataIssuer replaces issuer in the metadata (PA-3.2-03).
+	MetadataIssuer string
+	// PoppyDomains replaces poppy_domains in the metadata (negative:
+	// CO-3.2-03).
+	PoppyDomains []string
+	// OmitMetadata leaves these members out of the metadata, e.g.
+	// "revocation_endpoint" (negative: CO-3.2-04, CO-3.2-05).
+	OmitMetadata []string
+	// RedirectWellKnown makes https://{primary}/.well-known/poppy.json (and
+	// its www. twin) redirect through this chain of URLs; the last one
+	// serves the document. Hosts that aren't Company hosts are served too
+	// (e.g. provider.test). Targets must be https unless InsecureRedirect
+	// is set (CO-3-03).
+	RedirectWellKnown []string
+	// RedirectStatuses are the statuses of the hops, cycled. Default [308]
+	// for a one-hop chain, else [301, 307, 308].
+	RedirectStatuses []int
+	// InsecureRedirect allows http:// targets in RedirectWellKnown
+	// (negative: CO-3-03). They are served on the plain-HTTP listener.
+	InsecureRedirect bool
+	// ProviderDomain is organization.domain of the document served at the
+	// end of the redirect chain (negative when it differs: CO-3-06).
+	ProviderDomain string
+	// Extensions are merged into poppy.json "extensions"; a nil value
+	// removes an entry. Default {"operations": {"version": "1", "endpoint":
+	// "https://api.{primary}/poppy/operations"}}.
+	Extensions map[string]any
+	// DocumentFields are merged into the top level of every poppy.json. An
+	// unknown member (e.g. "x_future") keeps the document valid; replacing
+	// a member the protocol defines turns the validator off for the
+	// document: the test owns its validity.
+	DocumentFields map[string]any
+}
+
+// Server is a strict in-process fake Company. See the package doc.
+type Server struct {
+	t     testing.TB
+	opts  Options
+	clock Clock
+
+	primary   string
+	issuer    string // Options.Issuer, canonical
+	authHost  string
+	authBase  string // issuer without trailing slash: endpoint prefix
+	apiHost   string
+	mcpHost   string
+	apiOrigin string // "https://api.{primary}/": the API's default resource identifier
+
+	tls       *tlsMaterial
+	ln        net.Listener
+	plainLn   net.Listener
+	srv       *http.Server
+	plainSrv  *http.Server
+	transport *http.Transport
+	client    *http.Client
+	internal  *http.Client
+
+	docs         map[string]*servedDoc // by domain (without www.)
+	chain        []chainHop
+	chainDoc     *servedDoc
+	metadata     *servedDoc
+	metaPaths    map[string]bool
+	openapi      []byte
+	grants       map[string]grantFunc
+	tokenCrypter *tokenCrypter
+
+	hostsMu sync.RWMutex
+	hosts   map[string]bool // every host the fake serves
+	agents  map[string]http.Handler
+
+	logMu      sync.Mutex
+	log        []*Request
+	violations []Violation
+
+	mu           sync.Mutex
+	sessions     map[string]*session
+	tokens       map[string]*token
+	faults       map[Endpoint][]*fault
+	tokenTypes   []string
+	expiresIn    int
+	expiresTimes int
+	revoked      map[string]bool // client_ids revoked with RevokeClient
+	accepted     map[string]bool // client_ids that authenticated successfully
+	starts       map[string][]time.Time
+	proofJTIs    map[string]time.Time
+	assertJTIs   map[string]time.Time
+	clientJTIs   map[string]time.Time
+	nonces       map[string]*nonceState
+	jktOwner     map[string]string // DPoP key thumbprint -> client_id + " " + sub
+
+	clientMu    sync.Mutex
+	clients     map[string]*clientInfo
+	clientDocs  map[string][]byte
+	published   map[string]string // JWKS thumbprint -> client_id (PA-4.1-10)
+	keyCacheMu  sync.Mutex
+	keyCache    map[string]cachedKey
+	closeOnce   sync.Once
+}
+
+// NewServer starts a fake Company. Configuration errors (including a
+// poppy.json or metadata that breaks a CO rule without a negative option
+// asking for it) are reported with t.Fatalf. NewServer registers
+// t.Cleanup(s.Close) and, at cleanup, reports every Violation the test did
+// not take with TakeViolations as a t.Errorf.
+//
+// t may be nil (in examples and programs): configuration errors then panic,
+// and the caller must call Close and check Violations itself.
+func NewServer(t testing.TB, opts *Options) *Server {
+	if t != nil {
+		t.Helper()
+	}
+	s := &Server{t: t}
+	if opts != nil {
+		s.opts = *opts
+	}
+	if err := s.configure(); err != nil {
+		s.fatalf("%v", err)
+		return nil
+	}
+	if err := s.start(); err != nil {
+		s.fatalf("poppytest: %v", err)
+		return nil
+	}
+	if t != nil {
+		t.Cleanup(func() {
+			s.Close()
+			for _, v := range s.TakeViolations() {
+				t.Errorf("poppytest: protocol violation %v", v)
+			}
+		})
+	}
+	return s
+}
+
+func (s *Server) fatalf(format string, args ...any) {
+	if s.t == nil {
+		panic(fmt.Sprintf(format, args...))
+	}
+	s.t.Helper()
+	s.t.Fatalf(format, args...)
+}
+
+// configure applies defaults, derives hosts and builds and validates the
+// documents. It starts nothing.
+func (s *Server) configure() error {
+	o := &s.opts
+	o.Domains = slices.Clone(o.Domains)
+	if len(o.Domains) == 0 {
+		o.Domains = []string{"example.test"}
+	}
+	for i, d := range o.Domains {
+		d = canonicalHost(d)
+		if d == "" || strings.ContainsAny(d, "/:@ ") || strings.HasPrefix(d, "www.") {
+			return fmt.Errorf("poppytest: bad domain %q: a bare host name without www. is required", o.Domains[i])
+		}
+		o.Domains[i] = d
+	}
+	if o.Issuer == "" {
+		o.Issuer = "https://auth.example.test"
+	}
+	iu, err := url.Parse(o.Issuer)
+	if err != nil || iu.Scheme != "https" || iu.Host == "" || iu.Port() != "" || iu.RawQuery != "" || iu.Fragment != "" {
+		return fmt.Errorf("poppytest: Issuer %q must be an https URL without port, query or fragment (CO-3-07)", o.Issuer)
+	}
+	if len(o.AgentHosts) == 0 {
+		o.AgentHosts = []string{"agent.test"}
+	}
+	if o.TokenTTL < 0 {
+		return fmt.Errorf("poppytest: TokenTTL %v must be positive: expires_in MUST be greater than 0 (CO-4.2-06)", o.TokenTTL)
+	}
+	if o.TokenTTL == 0 {
+		o.TokenTTL = time.Hour
+	}
+	if o.TokenTTL < time.Second {
+		return fmt.Errorf("poppytest: TokenTTL %v is under 1 s: expires_in would be 0 (CO-4.2-06)", o.TokenTTL)
+	}
+	if o.PoppyCacheControl == "" {
+		o.PoppyCacheControl = "max-age=300"
+	}
+	if o.MetadataCacheControl == "" {
+		o.MetadataCacheControl = "max-age=600"
+	}
+	if o.CustomScopes == nil {
+		o.CustomScopes = map[string]string{"addresses": "Manage saved shipping addresses"}
+	}
+	if o.MaxNewClients < 0 || o.SessionStartsPerMinute < 0 {
+		return errors.New("poppytest: MaxNewClients and SessionStartsPerMinute must not be negative")
+	}
+	for _, typ := range o.DisableSignIn {
+		if typ != "direct" && typ != "device" && typ != "mediated" {
+			return fmt.Errorf("poppytest: DisableSignIn: unknown sign-in type %q", typ)
+		}
+	}
+
+	s.primary = o.Domains[0]
+	s.issuer = o.Issuer
+	s.authHost = canonicalHost(iu.Host)
+	s.authBase = strings.TrimSuffix(o.Issuer, "/")
+	s.apiHost = "api." + s.primary
+	s.mcpHost = "mcp." + s.primary
+	s.apiOrigin = "https://" + s.apiHost + "/"
+
+	s.hosts = map[string]bool{s.authHost: true, s.apiHost: true, s.mcpHost: true, "provider.test": true}
+	for _, d := range o.Domains {
+		s.hosts[d] = true
+		s.hosts["www."+d] = true
+	}
+	s.agents = map[string]http.Handler{}
+	for _, h := range o.AgentHosts {
+		h = canonicalHost(h)
+		if h == "" || strings.ContainsAny(h, "/:@ ") {
+			return fmt.Errorf("poppytest: bad agent host %q", h)
+		}
+		s.hosts[h] = true
+	}
+	if err := s.configureChain(); err != nil {
+		return err
+	}
+	if err := s.buildDiscovery(); err != nil {
+		return err
+	}
+	s.openapi = openAPIDocument(s.apiOrigin)
+	s.grants = map[string]grantFunc{
+		grantJWTBearer: (*Server).grantJWTBearer,
+	}
+	c, err := newTokenCrypter()
+	if err != nil {
+		return err
+	}
+	s.tokenCrypter = c
+	s.sessions = map[string]*session{}
+	s.tokens = map[string]*token{}
+	s.faults = map[Endpoint][]*fault{}
+	s.revoked = map[string]bool{}
+	s.accepted = map[string]bool{}
+	s.starts = map[string][]time.Time{}
+	s.proofJTIs = map[string]time.Time{}
+	s.assertJTIs = map[string]time.Time{}
+	s.clientJTIs = map[string]time.Time{}
+	s.nonces = map[string]*nonceState{}
+	s.jktOwner = map[string]string{}
+	s.clients = map[string]*clientInfo{}
+	s.clientDocs = map[string][]byte{}
+	s.published = map[string]string{}
+	s.keyCache = map[string]cachedKey{}
+	return nil
+}
+
+// start creates the TLS material and the listeners and starts serving.
+func (s *Server) start() error {
+	hosts := make([]string, 0, len(s.hosts))
+	for h := range s.hosts {
+		hosts = append(hosts, h)
+	}
+	slices.Sort(hosts)
+	tm, err := newTLSMaterial(hosts)
+	if err != nil {
+		return err
+	}
+	s.tls = tm
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	plain, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	s.ln, s.plainLn = ln, plain
+	s.transport = newTransport(tm.pool, ln.Addr().String(), plain.Addr().String(), s.knownHost)
+	s.client = &http.Client{Transport: s.transport}
+	s.internal = &http.Client{
+		Transport: userAgentTransport{s.transport},
+		Timeout:   10 * time.Second,
+		CheckRedirect: func(*http.Request, []*http.Request) error {
+			return http.ErrUseLastResponse
+		},
+	}
+	s.srv = &http.Server{
+		Handler:           s.record("https", http.HandlerFunc(s.route)),
+		TLSConfig:         &tls.Config{GetCertificate: tm.getCertificate, MinVersion: tls.VersionTLS12},
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          discardLogger(),
+	}
+	s.plainSrv = &http.Server{
+		Handler:           s.record("http", http.HandlerFunc(s.routePlain)),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          discardLogger(),
+	}
+	go s.srv.ServeTLS(ln, "", "")
+	go s.plainSrv.Serve(plain)
+	return nil
+}
+
+// URL returns the primary domain's base URL, "https://example.test".
+func (s *Server) URL() string { return "https://" + s.primary }
+
+// Issuer returns the OAuth issuer, "https://auth.example.test".
+func (s *Server) Issuer() string { return s.issuer }
+
+// TokenEndpoint returns the token endpoint URL.
+func (s *Server) TokenEndpoint() string { return s.authBase + "/oauth/token" }
+
+// RevocationEndpoint returns the revocation endpoint URL.
+func (s *Server) RevocationEndpoint() string { return s.authBase + "/oauth/revoke" }
+
+// APIURL returns the base URL of the API, "https://api.example.test".
+func (s *Server) APIURL() string { return "https://" + s.apiHost }
+
+// MCPURL returns the MCP server's url from poppy.json, the resource a
+// Bearer Session Token must be requested for.
+func (s *Server) MCPURL() string { return "https://" + s.mcpHost + "/mcp" }
+
+// Clock returns the fake's clock.
+func (s *Server) Clock() *Clock { return &s.clock }
+
+// Client returns an HTTP client that trusts the fake's CA and dials every
+// host the fake serves (Company hosts, www. twins, provider.test, agent
+// hosts) to the fake's listeners; other hosts fail to dial. It follows
+// redirects like http.DefaultClient. Every call returns the same client.
+func (s *Server) Client() *http.Client { return s.client }
+
+// Transport returns the transport of Client, for wrapping.
+func (s *Server) Transport() *http.Transport { return s.transport }
+
+// HandleAgent serves requests for https://{host}/… with h: the agent's
+// client metadata document, JWKS, sign-in callback. A host that isn't in
+// Options.AgentHosts is added.
+func (s *Server) HandleAgent(host string, h http.Handler) {
+	host = canonicalHost(host)
+	s.hostsMu.Lock()
+	s.hosts[host] = true
+	s.agents[host] = h
+	s.hostsMu.Unlock()
+}
+
+func (s *Server) knownHost(h string) bool {
+	s.hostsMu.RLock()
+	defer s.hostsMu.RUnlock()
+	return s.hosts[h]
+}
+
+func (s *Server) isAgentHost(h string) bool {
+	if slices.Contains(s.opts.AgentHosts, h) {
+		return true
+	}
+	s.hostsMu.RLock()
+	defer s.hostsMu.RUnlock()
+	_, ok := s.agents[h]
+	return ok
+}
+
+// Close shuts the fake down, waiting for requests in flight. It is safe to
+// call more than once.
+func (s *Server) Close() {
+	s.closeOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		// Closing the clients' idle connections first lets HTTP/2
+		// connections end at once instead of after a GOAWAY timeout.
+		s.transport.CloseIdleConnections()
+		s.srv.Shutdown(ctx)
+		s.plainSrv.Shutdown(ctx)
+		s.transport.CloseIdleConnections()
+	})
+}
+
+// classify names the endpoint a request reached.
+func (s *Server) classify(scheme, host, path string) Endpoint {
+	if s.chainIndex(scheme, host, path) >= 0 {
+		return EndpointProvider
+	}
+	if path == "/.well-known/poppy.json" && s.domainOf(host) != "" {
+		return EndpointPoppyJSON
+	}
+	if host == s.authHost {
+		switch {
+		case s.metaPaths[path]:
+			return EndpointMetadata
+		case path == strings.TrimPrefix(s.TokenEndpoint(), "https://"+s.authHost):
+			return EndpointToken
+		case path == strings.TrimPrefix(s.RevocationEndpoint(), "https://"+s.authHost):
+			return EndpointRevoke
+		}
+	}
+	switch host {
+	case s.apiHost:
+		switch {
+		case path == "/poppy/conversations" || strings.HasPrefix(path, "/poppy/conversations/"):
+			return EndpointConversation
+		case path == "/poppy/operations" || strings.HasPrefix(path, "/poppy/operations/"):
+			return EndpointOperations
+		}
+		return EndpointAPI
+	case s.mcpHost:
+		return EndpointMCP
+	}
+	if s.isAgentHost(host) {
+		return EndpointAgent
+	}
+	return EndpointOther
+}
+
+// domainOf returns the Company domain that host is or is the www. twin of.
+func (s *Server) domainOf(host string) string {
+	d := strings.TrimPrefix(host, "www.")
+	if slices.Contains(s.opts.Domains, d) {
+		return d
+	}
+	return ""
+}
+
+// route dispatches a request received over TLS.
+func (s *Server) route(w http.ResponseWriter, r *http.Request) {
+	x := exchangeOf(r)
+	switch x.endpoint {
+	case EndpointProvider:
+		s.serveChain(w, r)
+	case EndpointPoppyJSON:
+		s.servePoppyJSON(w, r)
+	case EndpointMetadata:
+		s.serveMetadata(w, r)
+	case EndpointToken:
+		s.serveToken(w, r)
+	case EndpointRevoke:
+		s.serveRevoke(w, r)
+	case EndpointAPI:
+		s.serveAPI(w, r)
+	case EndpointAgent:
+		s.hostsMu.RLock()
+		h := s.agents[x.host]
+		s.hostsMu.RUnlock()
+		if h == nil {
+			s.notFound(w, r)
+			return
+		}
+		h.ServeHTTP(w, r)
+	default: // reserved endpoints and unknown paths
+		s.notFound(w, r)
+	}
+}
+
+// routePlain answers the plain-HTTP listener: it serves only http:// hops of
+// an InsecureRedirect chain. Anything else, including poppy.json, gets 404
+// (CO-3-01), and a Company request over plain HTTP is recorded as a PA-3-01
+// violation.
+func (s *Server) routePlain(w http.ResponseWriter, r *http.Request) {
+	x := exchangeOf(r)
+	if x.endpoint == EndpointProvider {
+		s.serveChain(w, r)
+		return
+	}
+	if x.endpoint != EndpointAgent && r.Header.Get("User-Agent") != InternalUserAgent {
+		s.violate(x.idx, "PA-3-01", "request to the Company over plain HTTP: %s %s", r.Method, r.URL.Path)
+	}
+	x.errorCode = "not_found"
+	http.Error(w, "poppytest: plain HTTP is not served", http.StatusNotFound)
+}
+
+func (s *Server) notFound(w http.ResponseWriter, r *http.Request) {
+	x := exchangeOf(r)
+	x.errorCode = "not_found"
+	s.writeJSON(w, r, http.StatusNotFound, map[string]any{"error": "not_found"})
+}
+
+// newID returns prefix followed by n random bytes, base64url.
+func newID(prefix string, n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return prefix + b64.EncodeToString(b)
+}
+
+// ClientMetadata returns the client metadata document the fake last fetched
+// for clientID, as served.
+func (s *Server) ClientMetadata(clientID string) ([]byte, bool) {
+	s.clientMu.Lock()
+	defer s.clientMu.Unlock()
+	b, ok := s.clientDocs[clientID]
+	return slices.Clone(b), ok
+}
+
+// keyCache entries: parsed DPoP proof keys by their canonical JSON.
+type cachedKey struct {
+	key jwk.Key
+	jkt string
+}
+
+type userAgentTransport struct{ base http.RoundTripper }
+
+func (t userAgentTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("User-Agent", InternalUserAgent)
+	return t.base.RoundTrip(r)
+}

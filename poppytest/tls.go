@@ -1,0 +1,211 @@
+package poppytest
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+)
+
+// tlsMaterial is the fake's CA and the leaf certificates it serves.
+type tlsMaterial struct {
+	caCert *x509.Certificate
+	caKey  *ecdsa.PrivateKey
+	caPEM  []byte
+	pool   *x509.CertPool
+	leaf   *tls.Certificate // covers every host known at start
+
+	mu    sync.Mutex
+	extra map[string]*tls.Certificate // minted later for hosts added by HandleAgent
+}
+
+func newTLSMaterial(hosts []string) (*tlsMaterial, error) {
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial(),
+		Subject:               pkix.Name{CommonName: "poppytest CA", Organization: []string{"poppytest"}},
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.Add(7 * 24 * time.Hour),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		return nil, err
+	}
+	caCert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, err
+	}
+	m := &tlsMaterial{
+		caCert: caCert,
+		caKey:  caKey,
+		caPEM:  pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		pool:   x509.NewCertPool(),
+		extra:  map[string]*tls.Certificate{},
+	}
+	m.pool.AddCert(caCert)
+	if m.leaf, err = m.mint(hosts); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func serial() *big.Int {
+	n, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 120))
+	return n
+}
+
+// mint issues an ECDSA P-256 leaf certificate for hosts, signed by the CA.
+func (m *tlsMaterial) mint(hosts []string) (*tls.Certificate, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      pkix.Name{CommonName: hosts[0]},
+		DNSNames:     hosts,
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(7 * 24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, m.caCert, &key.PublicKey, m.caKey)
+	if err != nil {
+		return nil, err
+	}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, err
+	}
+	return &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, nil
+}
+
+func (m *tlsMaterial) getCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+	name := strings.ToLower(hello.ServerName)
+	if name == "" || m.leaf.Leaf.VerifyHostname(name) == nil {
+		return m.leaf, nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if c, ok := m.extra[name]; ok {
+		return c, nil
+	}
+	c, err := m.mint([]string{name})
+	if err != nil {
+		return nil, err
+	}
+	m.extra[name] = c
+	return c, nil
+}
+
+// newTransport returns a transport that trusts pool and dials known hosts
+// on port 443 to tlsAddr and on port 80 to plainAddr.
+func newTransport(pool *x509.CertPool, tlsAddr, plainAddr string, known func(string) bool) *http.Transport {
+	d := &net.Dialer{Timeout: 10 * time.Second}
+	return &http.Transport{
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			host, port, err := net.SplitHostPort(addr)
+			if err != nil {
+				return nil, err
+			}
+			host = canonicalHost(host)
+			if !known(host) {
+				return nil, fmt.Errorf("poppytest: dial %s: host not served by the fake", addr)
+			}
+			switch port {
+			case "443":
+				return d.DialContext(ctx, "tcp", tlsAddr)
+			case "80":
+				return d.DialContext(ctx, "tcp", plainAddr)
+			}
+			return nil, fmt.Errorf("poppytest: dial %s: the fake serves only ports 443 and 80", addr)
+		},
+		TLSClientConfig:     &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
+		ForceAttemptHTTP2:   true,
+		MaxIdleConnsPerHost: 16,
+		IdleConnTimeout:     30 * time.Second,
+	}
+}
+
+// The environment variables of Env and ClientFromEnv.
+const (
+	envAddr      = "POPPYTEST_ADDR"
+	envPlainAddr = "POPPYTEST_PLAIN_ADDR"
+	envCA        = "POPPYTEST_CA"
+	envHosts     = "POPPYTEST_HOSTS"
+	envOffset    = "POPPYTEST_CLOCK_OFFSET"
+)
+
+// Env returns environment variables ("NAME=value") with which a child OS
+// process reaches this fake through ClientFromEnv: the listener addresses,
+// the CA certificate and the host list. It also carries the Clock offset
+// at the time of the call, for ClockFromEnv.
+func (s *Server) Env() []string {
+	s.hostsMu.RLock()
+	hosts := make([]string, 0, len(s.hosts))
+	for h := range s.hosts {
+		hosts = append(hosts, h)
+	}
+	s.hostsMu.RUnlock()
+	return []string{
+		envAddr + "=" + s.ln.Addr().String(),
+		envPlainAddr + "=" + s.plainLn.Addr().String(),
+		envCA + "=" + string(s.tls.caPEM),
+		envHosts + "=" + strings.Join(hosts, ","),
+		envOffset + "=" + s.clock.Offset().String(),
+	}
+}
+
+// ClientFromEnv builds, in a process started with Server.Env, an HTTP client
+// equivalent to Server.Client.
+func ClientFromEnv() (*http.Client, error) {
+	addr, plain, ca, hosts := os.Getenv(envAddr), os.Getenv(envPlainAddr), os.Getenv(envCA), os.Getenv(envHosts)
+	if addr == "" || ca == "" || hosts == "" {
+		return nil, errors.New("poppytest: environment has no fake server (see Server.Env)")
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM([]byte(ca)) {
+		return nil, errors.New("poppytest: bad CA certificate in " + envCA)
+	}
+	set := map[string]bool{}
+	for _, h := range strings.Split(hosts, ",") {
+		set[h] = true
+	}
+	return &http.Client{Transport: newTransport(pool, addr, plain, func(h string) bool { return set[h] })}, nil
+}
+
+// ClockFromEnv returns a Clock with the offset the parent's Clock had when
+// Env was called. Later Advance calls in either process are not shared.
+func ClockFromEnv() *Clock {
+	c := &Clock{}
+	if d, err := time.ParseDuration(os.Getenv(envOffset)); err == nil {
+		c.Advance(d)
+	}
+	return c
+}
+
+func discardLogger() *log.Logger { return log.New(io.Discard, "", 0) }

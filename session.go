@@ -1,0 +1,501 @@
+package poppy
+
+// Sessions (spec 4.2, 4.3).
+//
+// A Session's state (session_id, signed-in state, scopes and its current
+// tokens) lives in the keystore under (User, issuer, Session name), so that
+// another process can resume it. In memory, each Session keeps its tokens by
+// tokenKey: token type, resource and scope (A-08: a Session may hold a DPoP
+// token, Bearer tokens for MCP servers and narrower tokens side by side).
+//
+// The token cache gives one renewal for all concurrent callers: the first
+// caller that finds a token about to expire starts the renewal, every other
+// caller waits for it (or for its own ctx). The renewal itself runs inside
+// keystore Update, under the record's lock, and first re-reads the record: if
+// another process has already renewed, its token is adopted and no request is
+// sent. A Session that has ended at the Company (invalid_session) is replaced
+// by a new one and OnSessionReplaced is called (PA-4.2-16).
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/poppyproto/poppy/internal/jose"
+	"github.com/poppyproto/poppy/keystore"
+)
+
+// Token is a Session Token. Its value never appears in formatted output or
+// logs; Value returns it for the rare caller that must send it itself.
+type Token struct {
+	value   string
+	ath     string
+	renewAt time.Time
+	// Type is "DPoP" or "Bearer".
+	Type string
+	// Expiry is when the token expires, by the Agent's clock.
+	Expiry time.Time
+	// Scopes are the account scopes the token carries; none when signed out.
+	Scopes []string
+	// Resource is the RFC 8707 resource the token was issued for, if any.
+	Resource string
+	// SessionID is the Session the token belongs to.
+	SessionID string
+	// SignedIn reports whether the Session was signed in when it was issued.
+	SignedIn bool
+}
+
+// Value returns the token itself. Never log it or put it in a URL.
+func (t *Token) Value() string { return t.value }
+
+// String describes the token without its value.
+func (t *Token) String() string {
+	return fmt.Sprintf("poppy.Token(%s, session %s, expires %s, value redacted)",
+		t.Type, t.SessionID, t.Expiry.UTC().Format(time.RFC3339))
+}
+
+// GoString is String.
+func (t *Token) GoString() string { return t.String() }
+
+// Format writes String for every verb.
+func (t *Token) Format(f fmt.State, _ rune) { _, _ = f.Write([]byte(t.String())) }
+
+// LogValue logs the token without its value.
+func (t *Token) LogValue() slog.Value {
+	return slog.GroupValue(slog.String("type", t.Type), slog.String("session_id", t.SessionID),
+		slog.Time("expiry", t.Expiry), slog.String("value", "REDACTED"))
+}
+
+// tokenKey distinguishes the tokens one Session holds.
+type tokenKey struct {
+	bearer   bool
+	resource string
+	scope    string // space-separated, sorted; "" = the Session's scopes
+}
+
+// storedToken is a token as kept in the keystore.
+type storedToken struct {
+	Bearer   bool      `json:"bearer,omitempty"`
+	Resource string    `json:"resource,omitempty"`
+	Scope    string    `json:"scope,omitempty"`   // what was asked for
+	Granted  string    `json:"granted,omitempty"` // what the token carries
+	Value    string    `json:"value"`
+	Expiry   time.Time `json:"expiry"`
+	RenewAt  time.Time `json:"renew_at"`
+}
+
+// sessionRecord is a Session as kept in the keystore.
+type sessionRecord struct {
+	SessionID string        `json:"session_id"`
+	SignedIn  bool          `json:"signed_in"`
+	Scope     string        `json:"scope,omitempty"`
+	Tokens    []storedToken `json:"tokens,omitempty"`
+}
+
+func (r *sessionRecord) token(k tokenKey) *storedToken {
+	for i := range r.Tokens {
+		t := &r.Tokens[i]
+		if t.Bearer == k.bearer && t.Resource == k.resource && t.Scope == k.scope {
+			return t
+		}
+	}
+	return nil
+}
+
+func (r *sessionRecord) setToken(k tokenKey, t storedToken) {
+	t.Bearer, t.Resource, t.Scope = k.bearer, k.resource, k.scope
+	for i := range r.Tokens {
+		if r.Tokens[i].Bearer == k.bearer && r.Tokens[i].Resource == k.resource && r.Tokens[i].Scope == k.scope {
+			r.Tokens[i] = t
+			return
+		}
+	}
+	r.Tokens = append(r.Tokens, t)
+}
+
+// issuerState is what an Agent keeps per Company issuer, shared by every
+// domain that names the issuer (spec 3.2).
+type issuerState struct {
+	issuer   string
+	mu       sync.Mutex
+	sessions map[[2]string]*Session // by (user, Session name)
+}
+
+func (a *Agent) issuer(iss string) *issuerState {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	st := a.companies[iss]
+	if st == nil {
+		st = &issuerState{issuer: iss, sessions: map[[2]string]*Session{}}
+		a.companies[iss] = st
+	}
+	return st
+}
+
+// SessionOptions configures Company.Session. The zero value is valid.
+type SessionOptions struct {
+	// Name tells apart several Sessions of one User at one Company, such as
+	// one per parallel task (spec 4). Sessions with the same name share
+	// their state, across processes that share the keystore. "" means
+	// "default".
+	Name string
+}
+
+// Session is one User's Session at one Company (spec 4). It is safe for
+// concurrent use; Company.Session returns the same *Session for the same
+// User and name.
+type Session struct {
+	agent   *Agent
+	company *Company
+	user    string
+	name    string
+	userID  string
+	key     *dpopKey
+	skey    keystore.Key
+
+	mu       sync.Mutex
+	rec      sessionRecord
+	tokens   map[tokenKey]*Token
+	renewing map[tokenKey]*renewal
+}
+
+type renewal struct {
+	done chan struct{}
+	tok  *Token
+	err  error
+}
+
+// Session starts or resumes the Session named by opts for the local user
+// (spec 4.2). The first call creates the User's User ID and DPoP key and
+// stores them; later calls, in this process or another sharing the keystore,
+// resume the stored Session. It returns ErrNoAuth for a Company without auth.
+func (c *Company) Session(ctx context.Context, user string, opts *SessionOptions) (*Session, error) {
+	if c.meta == nil {
+		return nil, ErrNoAuth // PA-3-10: no OAuth request
+	}
+	if user == "" {
+		return nil, configError("Session: empty user")
+	}
+	name := "default"
+	if opts != nil && opts.Name != "" {
+		name = opts.Name
+	}
+	c.st.mu.Lock()
+	s := c.st.sessions[[2]string{user, name}]
+	c.st.mu.Unlock()
+	if s != nil {
+		if _, err := s.Token(ctx, nil); err != nil {
+			return nil, err
+		}
+		return s, nil
+	}
+	a := c.agent
+	uid, err := a.UserID(ctx, user, c.Issuer())
+	if err != nil {
+		return nil, err
+	}
+	keyID := ""
+	if a.opts.KeyPerSession {
+		keyID = name
+	}
+	key, err := a.loadDPoPKey(ctx, user, c.Issuer(), keyID)
+	if err != nil {
+		return nil, err
+	}
+	s = &Session{
+		agent: a, company: c, user: user, name: name, userID: uid, key: key,
+		skey:     keystore.Key{Kind: keystore.KindSession, User: user, Issuer: c.Issuer(), ID: name},
+		tokens:   map[tokenKey]*Token{},
+		renewing: map[tokenKey]*renewal{},
+	}
+	if b, err := a.store.Get(ctx, s.skey); err == nil {
+		if json.Unmarshal(b, &s.rec) != nil {
+			s.rec = sessionRecord{} // unreadable: start afresh
+		}
+		s.adoptAll()
+	} else if !errors.Is(err, keystore.ErrNotFound) {
+		return nil, fmt.Errorf("poppy: reading Session: %w", err)
+	}
+	c.st.mu.Lock()
+	if other := c.st.sessions[[2]string{user, name}]; other != nil {
+		s = other // another goroutine got there first
+	} else {
+		c.st.sessions[[2]string{user, name}] = s
+	}
+	c.st.mu.Unlock()
+	// Start the Session now (or check the resumed one), so that errors such
+	// as invalid_client surface here.
+	if _, err := s.Token(ctx, nil); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// ID returns the Company's session_id.
+func (s *Session) ID() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.rec.SessionID
+}
+
+// SignedIn reports whether the Session is signed in to an account.
+func (s *Session) SignedIn() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.rec.SignedIn
+}
+
+// Scopes returns the account scopes of the Session; none when signed out.
+func (s *Session) Scopes() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return strings.Fields(s.rec.Scope)
+}
+
+// User returns the local User the Session acts for.
+func (s *Session) User() string { return s.user }
+
+// UserID returns the User ID the Company knows the User by.
+func (s *Session) UserID() string { return s.userID }
+
+// Company returns the Company.
+func (s *Session) Company() *Company { return s.company }
+
+// Thumbprint returns the RFC 7638 thumbprint of the Session's DPoP key.
+func (s *Session) Thumbprint() string { return s.key.jkt }
+
+// TokenOptions asks for a particular Session Token (spec 4.3).
+type TokenOptions struct {
+	// Scopes asks for fewer scopes than the Session has. Empty means all.
+	Scopes []string
+	// Resource asks for a token for one service (RFC 8707).
+	Resource string
+	// Bearer asks for a Bearer token, requested without a proof, as MCP
+	// needs. Resource must then be the MCP server's url.
+	Bearer bool
+	// Renew forces a new token even if the cached one is still valid.
+	Renew bool
+}
+
+func (o *TokenOptions) key() tokenKey {
+	if o == nil {
+		return tokenKey{}
+	}
+	sc := slices.Clone(o.Scopes)
+	slices.Sort(sc)
+	return tokenKey{bearer: o.Bearer, resource: o.Resource, scope: strings.Join(slices.Compact(sc), " ")}
+}
+
+// Token returns a valid Session Token, from the cache or by renewing it.
+// opts may be nil for the Session's default DPoP token.
+func (s *Session) Token(ctx context.Context, opts *TokenOptions) (*Token, error) {
+	k := opts.key()
+	if k.bearer && k.resource == "" {
+		return nil, configError("Token: a Bearer token needs the MCP server's url as Resource")
+	}
+	stale := ""
+	if opts != nil && opts.Renew {
+		s.mu.Lock()
+		if t := s.tokens[k]; t != nil {
+			stale = t.value
+		}
+		s.mu.Unlock()
+	}
+	return s.token(ctx, k, stale)
+}
+
+// renewBefore is how long before expiry a token is renewed: 10% of its
+// lifetime, at most a minute.
+func renewBefore(lifetime time.Duration) time.Duration {
+	return min(lifetime/10, time.Minute)
+}
+
+// token returns the token for k. If stale is non-empty, a token with that
+// value is known to be rejected and is renewed even if not yet expired.
+func (s *Session) token(ctx context.Context, k tokenKey, stale string) (*Token, error) {
+	for {
+		now := s.agent.clock.Now()
+		s.mu.Lock()
+		t := s.tokens[k]
+		if t != nil && t.value != stale && now.Before(t.renewAt) {
+			s.mu.Unlock()
+			return t, nil
+		}
+		if r := s.renewing[k]; r != nil {
+			s.mu.Unlock()
+			select {
+			case <-r.done:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			if r.err != nil && isContextErr(r.err) && ctx.Err() == nil {
+				continue // the renewing caller gave up; try ourselves
+			}
+			if r.err != nil {
+				return nil, r.err
+			}
+			return r.tok, nil
+		}
+		r := &renewal{done: make(chan struct{})}
+		s.renewing[k] = r
+		s.mu.Unlock()
+
+		r.tok, r.err = s.renew(ctx, k, stale)
+
+		s.mu.Lock()
+		delete(s.renewing, k)
+		s.mu.Unlock()
+		close(r.done)
+		return r.tok, r.err
+	}
+}
+
+// renew gets a new token for k under the keystore lock of the Session
+// record, first adopting one another process stored, if it is still good.
+func (s *Session) renew(ctx context.Context, k tokenKey, stale string) (*Token, error) {
+	a := s.agent
+	var (
+		replaced [2]string
+		out      *Token
+	)
+	err := a.store.Update(ctx, s.skey, func(cur []byte) ([]byte, error) {
+		var rec sessionRecord
+		if cur != nil && json.Unmarshal(cur, &rec) != nil {
+			rec = sessionRecord{}
+		}
+		now := a.clock.Now()
+		// Another process (or an earlier call) may have renewed already.
+		if st := rec.token(k); st != nil && st.Value != stale && now.Before(st.RenewAt) && rec.SessionID != "" {
+			out = s.tokenFrom(&rec, st)
+			s.setRecord(&rec)
+			return cur, nil
+		}
+		tr, err := s.request(ctx, &rec, k)
+		if errors.Is(err, ErrInvalidSession) && rec.SessionID != "" {
+			// PA-4.2-16: the Session has ended; start a new one.
+			old := rec.SessionID
+			a.log.InfoContext(ctx, "poppy: Session ended at the Company, starting a new one", "session_id", old)
+			rec = sessionRecord{}
+			tr, err = s.request(ctx, &rec, k)
+			if err == nil {
+				replaced = [2]string{old, tr.SessionID}
+			}
+		}
+		if err != nil {
+			return nil, err
+		}
+		if rec.SessionID != "" && tr.SessionID != rec.SessionID {
+			rec.Tokens = nil // a different Session: its old tokens don't apply
+		}
+		rec.SessionID = tr.SessionID
+		granted := ""
+		if tr.Scope != nil {
+			granted = *tr.Scope
+		} else if k.scope != "" {
+			granted = k.scope // RFC 6749: omitted scope = requested scope (A-11)
+		}
+		if k.scope == "" && !k.bearer && k.resource == "" {
+			rec.SignedIn, rec.Scope = tr.SignedIn, granted
+		}
+		st := storedToken{Value: tr.AccessToken, Granted: granted,
+			Expiry: now.Add(tr.expiresIn), RenewAt: now.Add(tr.expiresIn - renewBefore(tr.expiresIn))}
+		rec.setToken(k, st)
+		out = s.tokenFrom(&rec, rec.token(k))
+		s.setRecord(&rec)
+		return json.Marshal(&rec)
+	})
+	if err != nil {
+		var pe *Error
+		if errors.As(err, &pe) || errors.Is(err, ErrInvalidTokenResponse) || errors.Is(err, ErrUnexpectedTokenType) || isContextErr(err) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("poppy: renewing Session Token: %w", err)
+	}
+	if replaced[0] != "" && a.opts.OnSessionReplaced != nil {
+		a.opts.OnSessionReplaced(replaced[0], replaced[1])
+	}
+	return out, nil
+}
+
+// request sends the token request that starts or renews rec for k.
+func (s *Session) request(ctx context.Context, rec *sessionRecord, k tokenKey) (*tokenResponse, error) {
+	a := s.agent
+	c := s.company
+	if rec.SignedIn {
+		// PA-4.2-15: a signed-in Session is renewed with its Account Token
+		// (spec 4.8); never downgraded with the assertion (A-10).
+		return nil, fmt.Errorf("%w: renewing a signed-in Session needs its Account Token", ErrSignInRequired)
+	}
+	sessionID := rec.SessionID
+	build := func() (url.Values, error) {
+		assertion, err := a.id.sessionAssertion(c.meta.TokenEndpoint, s.userID, a.clock.Now())
+		if err != nil {
+			return nil, fmt.Errorf("poppy: signing Session assertion: %w", err)
+		}
+		f := url.Values{}
+		f.Set("grant_type", grantJWTBearer) // PA-4.2-05
+		f.Set("assertion", assertion)
+		if sessionID != "" {
+			f.Set("session_id", sessionID) // PA-4.2-14
+		}
+		if k.scope != "" {
+			f.Set("scope", k.scope) // PA-4.3-20
+		}
+		if k.resource != "" {
+			f.Set("resource", k.resource) // PA-4.3-21, PA-4.3-18
+		}
+		return f, nil
+	}
+	key := s.key
+	if k.bearer {
+		key = nil // PA-4.3-17: no proof for a Bearer token
+	}
+	body, err := a.postForm(ctx, c, c.meta.TokenEndpoint, key, build)
+	if err != nil {
+		return nil, err
+	}
+	return parseTokenResponse(body, k.bearer)
+}
+
+func (s *Session) tokenFrom(rec *sessionRecord, st *storedToken) *Token {
+	typ := "DPoP"
+	if st.Bearer {
+		typ = "Bearer"
+	}
+	return &Token{
+		value: st.Value, ath: jose.Hash(st.Value), renewAt: st.RenewAt, Type: typ, Expiry: st.Expiry,
+		Scopes: strings.Fields(st.Granted), Resource: st.Resource,
+		SessionID: rec.SessionID, SignedIn: rec.SignedIn,
+	}
+}
+
+// setRecord makes rec the Session's state in memory.
+func (s *Session) setRecord(rec *sessionRecord) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.rec.SessionID != rec.SessionID {
+		clear(s.tokens)
+	}
+	s.rec = *rec
+	s.rec.Tokens = slices.Clone(rec.Tokens)
+	for i := range rec.Tokens {
+		st := &rec.Tokens[i]
+		k := tokenKey{bearer: st.Bearer, resource: st.Resource, scope: st.Scope}
+		if t := s.tokens[k]; t == nil || t.value != st.Value {
+			s.tokens[k] = s.tokenFrom(rec, st)
+		}
+	}
+}
+
+// adoptAll loads every token of the stored record into memory.
+func (s *Session) adoptAll() {
+	rec := s.rec
+	s.setRecord(&rec)
+}

@@ -1,0 +1,243 @@
+package poppy
+
+// Token requests (spec 4.2, 4.3, 4.8).
+//
+// Every request to the token endpoint carries a fresh client assertion
+// (PA-4.1-07) and, unless it asks for a Bearer token, a fresh DPoP proof
+// without ath (PA-4.3-05, PA-4.3-11). The request is built anew for each
+// attempt, so a retry never reuses an assertion or proof jti. Only rejected
+// requests are retried: use_dpop_nonce once with the nonce the Company sent
+// (PA-4.3-12), and 429 after at least Retry-After (PA-4.2-19). Any other
+// error is returned at once, typed, without a loop (PA-4.2-17).
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+const (
+	grantJWTBearer    = "urn:ietf:params:oauth:grant-type:jwt-bearer"
+	grantRefreshToken = "refresh_token"
+	assertionType     = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
+)
+
+// tokenResponse is a token endpoint's success response (spec 4.2, 4.4).
+type tokenResponse struct {
+	AccessToken           string          `json:"access_token"`
+	TokenType             string          `json:"token_type"`
+	ExpiresIn             json.RawMessage `json:"expires_in"`
+	Scope                 *string         `json:"scope"`
+	SessionID             string          `json:"session_id"`
+	SignedIn              bool            `json:"signed_in"`
+	RefreshToken          string          `json:"refresh_token,omitempty"`
+	RefreshTokenExpiresIn int64           `json:"refresh_token_expires_in,omitempty"`
+
+	expiresIn time.Duration
+}
+
+// oauthError is the OAuth error body.
+type oauthError struct {
+	Error       string `json:"error"`
+	Description string `json:"error_description"`
+	Extension   string `json:"extension"`
+}
+
+// postForm sends a form POST to endpoint with a fresh client assertion and,
+// when key is non-nil, a fresh DPoP proof, retrying only what was rejected
+// unprocessed (use_dpop_nonce once, 429 within limits). build returns the
+// grant's own parameters and is called for every attempt. On success it
+// returns the status and the body, capped.
+func (a *Agent) postForm(ctx context.Context, c *Company, endpoint string, key *dpopKey, build func() (url.Values, error)) ([]byte, error) {
+	ctx, cancel := withTimeout(ctx)
+	defer cancel()
+	u, err := a.parseURL(endpoint)
+	if err != nil {
+		return nil, err
+	}
+	htu := htuOf(u)
+	nonceRetried := false
+	for attempt := 0; ; attempt++ {
+		form, err := build()
+		if err != nil {
+			return nil, err
+		}
+		now := a.clock.Now()
+		ca, err := a.id.clientAssertion(c.meta.TokenEndpoint, now)
+		if err != nil {
+			return nil, fmt.Errorf("poppy: signing client assertion: %w", err)
+		}
+		form.Set("client_id", a.id.clientID)
+		form.Set("client_assertion_type", assertionType)
+		form.Set("client_assertion", ca)
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), strings.NewReader(form.Encode()))
+		if err != nil {
+			return nil, fmt.Errorf("poppy: %w", err)
+		}
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Accept", "application/json")
+		if key != nil {
+			p, err := key.proof(http.MethodPost, htu, "", a.nonces.get(originOf(u)), now)
+			if err != nil {
+				return nil, fmt.Errorf("poppy: signing DPoP proof: %w", err)
+			}
+			req.Header.Set("DPoP", p)
+		}
+		resp, err := a.client.Do(req)
+		if err != nil {
+			return nil, fmt.Errorf("poppy: POST %s: %w", endpointOf(u), unwrapURLError(err))
+		}
+		_, learned := a.nonces.learn(u, resp.Header)
+		body, rerr := readCapped(resp.Body, a.opts.MaxResponseBytes)
+		resp.Body.Close()
+		a.log.DebugContext(ctx, "poppy: token endpoint", "url", endpointOf(u),
+			slog.String("grant_type", form.Get("grant_type")), "status", resp.StatusCode, "attempt", attempt+1)
+		if rerr != nil {
+			return nil, fmt.Errorf("poppy: POST %s: %w", endpointOf(u), rerr)
+		}
+		if resp.StatusCode == http.StatusOK {
+			return body, nil
+		}
+		perr := a.responseError(u, resp, body)
+		switch {
+		// PA-4.3-12, PA-4.3-15: one retry with the nonce the Company sent.
+		case perr.Code == "use_dpop_nonce" && key != nil && learned && !nonceRetried:
+			nonceRetried = true
+			continue
+		// PA-4.2-19, PA-4.3-27..29
+		case resp.StatusCode == http.StatusTooManyRequests:
+			if werr := a.waitRateLimit(ctx, perr, attempt); werr != nil {
+				return nil, werr
+			}
+			continue
+		}
+		return nil, perr
+	}
+}
+
+const maxRateRetries = 3
+
+// waitRateLimit sleeps before retrying a 429 (spec 4.3): at least
+// Retry-After, or 1 s, 2 s, 4 s without it (A-40). It returns the 429 as an
+// error when retries are used up, the wait is longer than MaxRetryWait, or
+// ctx ends first.
+func (a *Agent) waitRateLimit(ctx context.Context, perr *Error, attempt int) error {
+	if perr.Code == "" {
+		perr.Code = "rate_limited"
+	}
+	if attempt >= maxRateRetries {
+		return perr
+	}
+	wait := perr.RetryAfter
+	if wait <= 0 {
+		wait = time.Second << attempt
+	}
+	if wait > a.opts.MaxRetryWait {
+		return perr
+	}
+	a.log.DebugContext(ctx, "poppy: rate limited, waiting", "endpoint", perr.Endpoint, "wait", wait)
+	if err := a.clock.Sleep(ctx, wait); err != nil {
+		return fmt.Errorf("%w (while waiting to retry): %w", perr, err)
+	}
+	return nil
+}
+
+// responseError builds an *Error from an error response: the OAuth JSON
+// body if there is one, the WWW-Authenticate challenge, Retry-After.
+func (a *Agent) responseError(u *url.URL, resp *http.Response, body []byte) *Error {
+	e := &Error{Endpoint: endpointOf(u), Status: resp.StatusCode}
+	if code, scope, ok := dpopChallenge(resp.Header); ok {
+		e.Code, e.Scope = code, scope
+	}
+	var oe oauthError
+	if len(body) > 0 && json.Unmarshal(body, &oe) == nil {
+		if oe.Error != "" {
+			e.Code = oe.Error
+		}
+		e.Description = cleanText(oe.Description)
+		e.Extension = cleanText(oe.Extension)
+	}
+	e.Code = cleanText(e.Code)
+	if resp.StatusCode == http.StatusTooManyRequests {
+		e.RetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), a.clock.Now())
+		if e.Code == "" {
+			e.Code = "rate_limited"
+		}
+	}
+	return e
+}
+
+// parseRetryAfter reads delta-seconds or an HTTP-date (PA-4.3-28).
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if n < 0 {
+			return 0
+		}
+		if n > 1<<31 {
+			n = 1 << 31
+		}
+		return time.Duration(n) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		// Round up: waiting "at least" the date must not end a fraction early.
+		d := t.Sub(now)
+		if d <= 0 {
+			return 0
+		}
+		return d.Truncate(time.Second) + time.Second
+	}
+	return 0
+}
+
+// parseTokenResponse decodes and checks a token response (PA-4.2-11..13):
+// an access token, a positive integer expires_in, and the token_type that
+// matches how it was asked for (A-11).
+func parseTokenResponse(body []byte, bearer bool) (*tokenResponse, error) {
+	var tr tokenResponse
+	if err := json.Unmarshal(body, &tr); err != nil {
+		return nil, fmt.Errorf("%w: not a JSON object", ErrInvalidTokenResponse)
+	}
+	if tr.AccessToken == "" {
+		return nil, fmt.Errorf("%w: no access_token", ErrInvalidTokenResponse)
+	}
+	want := "DPoP"
+	if bearer {
+		want = "Bearer"
+	}
+	if !strings.EqualFold(tr.TokenType, want) {
+		return nil, fmt.Errorf("%w: got %q, want %q", ErrUnexpectedTokenType, cleanText(tr.TokenType), want)
+	}
+	var n int64
+	if err := json.Unmarshal(tr.ExpiresIn, &n); err != nil || n <= 0 {
+		return nil, fmt.Errorf("%w: expires_in must be a positive integer", ErrInvalidTokenResponse)
+	}
+	tr.expiresIn = time.Duration(n) * time.Second
+	if tr.SessionID == "" {
+		return nil, fmt.Errorf("%w: no session_id", ErrInvalidTokenResponse)
+	}
+	return &tr, nil
+}
+
+// drain discards a little of a response body so the connection can be
+// reused, then closes it.
+func drain(resp *http.Response) {
+	_, _ = io.CopyN(io.Discard, resp.Body, 4<<10)
+	resp.Body.Close()
+}
+
+// isContextErr reports whether err is ctx's own cancellation.
+func isContextErr(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
