@@ -618,3 +618,25 @@ func (c *Company) SignInTypes() []string {
 	}
 	return out
 }
+
+// EligibleSignInTypes returns the sign-in types the Company offers whose
+// scopes include every one of scopes (spec 4.4), in the order of
+// SignInTypes.
+func (c *Company) EligibleSignInTypes(scopes []string) []string {
+	var out []string
+	for _, t := range c.SignInTypes() {
+		var can []string
+		switch t {
+		case "direct":
+			can = c.doc.Auth.Direct.Scopes
+		case "device":
+			can = c.doc.Auth.Device.Scopes
+		case "mediated":
+			can = c.doc.Auth.Mediated.Scopes
+		}
+		if covers(can, scopes) {
+			out = append(out, t)
+		}
+	}
+	return out
+}

@@ -57,7 +57,7 @@ func newDPoPKey(priv *ecdsa.PrivateKey) (*dpopKey, error) {
 // request URL without query and fragment; ath is the token's hash, or "" at
 // the token endpoint; nonce is the origin's nonce, or "".
 func (k *dpopKey) proof(method, htu, ath, nonce string, now time.Time) (string, error) {
-	c := jose.NewClaims(160 + len(htu) + len(nonce)).
+	c := jose.NewClaims(160+len(htu)+len(nonce)).
 		String("jti", jose.RandomID(12)).
 		String("htm", method).
 		String("htu", htu).

@@ -82,6 +82,10 @@ type Error struct {
 	RetryAfter time.Duration
 	// Extension names the extension an extension_required refusal needs.
 	Extension string
+	// SignInTypes are the sign-in types the Company offers that can grant
+	// what a sign_in_required or insufficient_scope refusal asks for
+	// (spec 4.4), in the order "direct", "device", "mediated".
+	SignInTypes []string
 }
 
 // Error returns a one-line description.
@@ -105,6 +109,9 @@ func (e *Error) Error() string {
 	}
 	if len(e.Scope) > 0 {
 		fmt.Fprintf(&b, " scope %q", strings.Join(e.Scope, " "))
+	}
+	if len(e.SignInTypes) > 0 {
+		fmt.Fprintf(&b, " (sign in with %s)", strings.Join(e.SignInTypes, " or "))
 	}
 	if e.RetryAfter > 0 {
 		fmt.Fprintf(&b, " retry after %s", e.RetryAfter)

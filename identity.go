@@ -268,7 +268,7 @@ func (id *Identity) Rotate(keys ...*SigningKey) error {
 	jwks = append(jwks, "]}"...)
 	ks := &keySet{keys: append([]*SigningKey(nil), keys...), jwks: jwks}
 	ks.meta = id.metadataJSON()
-	ks.etag = `"` + jose.Hash(string(ks.meta)+string(ks.jwks))[:16] + `"`
+	ks.etag = `"` + jose.Hash(string(ks.meta) + string(ks.jwks))[:16] + `"`
 	id.keys.Store(ks)
 	return nil
 }
@@ -397,10 +397,10 @@ func (id *Identity) clientAssertion(aud string, now time.Time) (string, error) {
 func (id *Identity) sessionAssertion(tokenEndpoint, userID string, now time.Time) (string, error) {
 	k := id.keys.Load().keys[0]
 	p := jose.NewClaims(256).
-		String("iss", id.clientID). // PA-4.2-06
-		String("sub", userID). // PA-4.2-07
+		String("iss", id.clientID).   // PA-4.2-06
+		String("sub", userID).        // PA-4.2-07
 		String("aud", tokenEndpoint). // PA-4.2-08
-		Int("iat", now.Unix()). // PA-4.2-09
+		Int("iat", now.Unix()).       // PA-4.2-09
 		Int("exp", now.Add(assertionLifetime).Unix()).
 		String("jti", jose.RandomID(16)). // PA-4.2-10
 		Bytes()

@@ -44,11 +44,11 @@ func TestPA_4_1_01_to_04_IdentityURLs(t *testing.T) {
 		"jwks elsewhere": {func(c *poppy.IdentityConfig) { c.JWKSURI = "https://cdn.other.test/jwks.json" }, false},
 		"http jwks":      {func(c *poppy.IdentityConfig) { c.JWKSURI = "http://agent.test/jwks.json" }, false},
 		// PA-4.1-04
-		"http redirect":  {func(c *poppy.IdentityConfig) { c.RedirectURIs = []string{"http://agent.test/cb"} }, false},
-		"evil redirect":  {func(c *poppy.IdentityConfig) { c.RedirectURIs = []string{"https://evil.test/cb"} }, false},
-		"no keys":        {func(c *poppy.IdentityConfig) { c.Keys = nil }, false},
-		"default jwks":   {func(c *poppy.IdentityConfig) { c.JWKSURI = "" }, true},
-		"valid":          {func(c *poppy.IdentityConfig) {}, true},
+		"http redirect": {func(c *poppy.IdentityConfig) { c.RedirectURIs = []string{"http://agent.test/cb"} }, false},
+		"evil redirect": {func(c *poppy.IdentityConfig) { c.RedirectURIs = []string{"https://evil.test/cb"} }, false},
+		"no keys":       {func(c *poppy.IdentityConfig) { c.Keys = nil }, false},
+		"default jwks":  {func(c *poppy.IdentityConfig) { c.JWKSURI = "" }, true},
+		"valid":         {func(c *poppy.IdentityConfig) {}, true},
 	} {
 		err := identityWith(t, c.mutate)
 		if (err == nil) != c.ok {

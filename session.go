@@ -95,6 +95,7 @@ type storedToken struct {
 type sessionRecord struct {
 	SessionID string        `json:"session_id"`
 	SignedIn  bool          `json:"signed_in"`
+	Account   string        `json:"account,omitempty"` // label of the Account Token it signed in with
 	Scope     string        `json:"scope,omitempty"`
 	Tokens    []storedToken `json:"tokens,omitempty"`
 }
@@ -377,19 +378,19 @@ func (s *Session) renew(ctx context.Context, k tokenKey, stale string) (*Token, 
 			s.setRecord(&rec)
 			return cur, nil
 		}
+		before := rec.SessionID
 		tr, err := s.request(ctx, &rec, k)
 		if errors.Is(err, ErrInvalidSession) && rec.SessionID != "" {
 			// PA-4.2-16: the Session has ended; start a new one.
-			old := rec.SessionID
-			a.log.InfoContext(ctx, "poppy: Session ended at the Company, starting a new one", "session_id", old)
+			a.log.InfoContext(ctx, "poppy: Session ended at the Company, starting a new one", "session_id", rec.SessionID)
 			rec = sessionRecord{}
 			tr, err = s.request(ctx, &rec, k)
-			if err == nil {
-				replaced = [2]string{old, tr.SessionID}
-			}
 		}
 		if err != nil {
 			return nil, err
+		}
+		if before != "" && tr.SessionID != before {
+			replaced = [2]string{before, tr.SessionID}
 		}
 		if rec.SessionID != "" && tr.SessionID != rec.SessionID {
 			rec.Tokens = nil // a different Session: its old tokens don't apply
@@ -401,7 +402,10 @@ func (s *Session) renew(ctx context.Context, k tokenKey, stale string) (*Token, 
 		} else if k.scope != "" {
 			granted = k.scope // RFC 6749: omitted scope = requested scope (A-11)
 		}
-		if k.scope == "" && !k.bearer && k.resource == "" {
+		if !tr.SignedIn {
+			rec.Account = ""
+		}
+		if k == (tokenKey{}) {
 			rec.SignedIn, rec.Scope = tr.SignedIn, granted
 		}
 		st := storedToken{Value: tr.AccessToken, Granted: granted,
@@ -430,8 +434,13 @@ func (s *Session) request(ctx context.Context, rec *sessionRecord, k tokenKey) (
 	c := s.company
 	if rec.SignedIn {
 		// PA-4.2-15: a signed-in Session is renewed with its Account Token
-		// (spec 4.8); never downgraded with the assertion (A-10).
-		return nil, fmt.Errorf("%w: renewing a signed-in Session needs its Account Token", ErrSignInRequired)
+		// (spec 4.8), never downgraded with the assertion (A-10). If the
+		// Account Token is gone, rec is now signed out and the assertion
+		// renews it below.
+		tr, ok, err := s.renewSignedIn(ctx, rec, k)
+		if err != nil || ok {
+			return tr, err
+		}
 	}
 	sessionID := rec.SessionID
 	build := func() (url.Values, error) {
@@ -498,4 +507,22 @@ func (s *Session) setRecord(rec *sessionRecord) {
 func (s *Session) adoptAll() {
 	rec := s.rec
 	s.setRecord(&rec)
+}
+
+// reload adopts the Session's record as the keystore has it now, which
+// another process may have changed.
+func (s *Session) reload(ctx context.Context) error {
+	b, err := s.agent.store.Get(ctx, s.skey)
+	if errors.Is(err, keystore.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("poppy: reading Session: %w", err)
+	}
+	var rec sessionRecord
+	if json.Unmarshal(b, &rec) != nil {
+		return nil
+	}
+	s.setRecord(&rec)
+	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -419,4 +420,64 @@ func TestTokenRedactsItself(t *testing.T) {
 	if out := fmt.Sprintf("%v %#v", e.key, e.key); strings.Contains(out, `"d"`) {
 		t.Fatalf("signing key prints private part: %s", out)
 	}
+}
+
+// Nothing the SDK logs at debug level, nor any error it returns, holds a
+// token, proof or assertion the fake saw.
+func TestNoSecretsInLogsOrErrors(t *testing.T) {
+	var logs strings.Builder
+	var mu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	e := newEnv(t, &poppytest.Options{RequireNonce: true}, &poppy.AgentOptions{Logger: logger})
+	s := e.session("alice")
+	mixedWorkload(t, e, s)
+	var errs []string
+	e.srv.ForceError(poppytest.EndpointAPI, 401, "invalid_dpop_proof", 1)
+	_, err := s.HTTPClient().Get(e.srv.APIURL() + "/products")
+	errs = append(errs, fmt.Sprint(err))
+	e.srv.RateLimit(poppytest.EndpointAPI, 10, "")
+	_, err = s.HTTPClient().Get(e.srv.APIURL() + "/products")
+	errs = append(errs, fmt.Sprint(err))
+	e.srv.ForceError(poppytest.EndpointToken, 400, "invalid_grant", 1)
+	_, err = s.Token(ctx, &poppy.TokenOptions{Renew: true})
+	errs = append(errs, fmt.Sprint(err))
+	mu.Lock()
+	all := logs.String() + strings.Join(errs, "\n")
+	mu.Unlock()
+	if !strings.Contains(logs.String(), "poppy:") {
+		t.Fatal("nothing was logged: the test would prove nothing")
+	}
+	var secrets []string
+	for _, r := range e.srv.Requests() {
+		if r.AccessToken != "" {
+			secrets = append(secrets, r.AccessToken)
+		}
+		if p := r.Header.Get("DPoP"); p != "" {
+			secrets = append(secrets, p)
+		}
+		for _, f := range []string{"assertion", "client_assertion"} {
+			if v := r.Form.Get(f); v != "" {
+				secrets = append(secrets, v)
+			}
+		}
+	}
+	if len(secrets) < 50 {
+		t.Fatalf("only %d secrets collected", len(secrets))
+	}
+	for _, sec := range secrets {
+		if strings.Contains(all, sec) {
+			t.Fatalf("a secret reached a log line or error string")
+		}
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  *strings.Builder
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

@@ -23,8 +23,9 @@ package poppy
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
-		"fmt"
+	"fmt"
 	"io"
 	"mime"
 	"net/http"
@@ -95,8 +96,8 @@ func (t *sessionTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	origin := originOf(req.URL)
 	ctx := req.Context()
 	var (
-		stale                     string
-		nonceRetried, tokenRenewed bool
+		stale                                   string
+		nonceRetried, tokenRenewed, signInTried bool
 	)
 	for attempt := 0; ; attempt++ {
 		tok, err := s.token(ctx, k, stale)
@@ -137,6 +138,16 @@ func (t *sessionTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		case perr.Code == "invalid_token" && !tokenRenewed:
 			tokenRenewed, retry = true, true
 			stale = tok.value
+		case perr.Code == "sign_in_required" && !signInTried:
+			// PA-4.4-14: the token may be older than a sign-in another task
+			// made, or the Session may be signed out while an Account Token
+			// is stored; either gives a signed-in token, then one retry.
+			signInTried = true
+			ok, err := s.signInForRetry(ctx, tok)
+			if err != nil {
+				return nil, err
+			}
+			retry = ok
 		case resp.StatusCode == http.StatusTooManyRequests:
 			if werr := a.waitRateLimit(ctx, perr, attempt); werr != nil {
 				return nil, werr
@@ -144,6 +155,12 @@ func (t *sessionTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 			retry = true
 		}
 		if !retry {
+			switch perr.Code {
+			case "sign_in_required":
+				perr.SignInTypes = s.company.SignInTypes()
+			case "insufficient_scope":
+				perr.SignInTypes = s.company.EligibleSignInTypes(perr.Scope)
+			}
 			a.log.DebugContext(ctx, "poppy: request refused", "url", endpointOf(req.URL), "status", perr.Status, "error", perr.Code)
 			return nil, perr
 		}
@@ -294,4 +311,28 @@ func (c *Company) resourceFor(u *url.URL) string {
 		}
 	}
 	return best
+}
+
+// signInForRetry gets a signed-in token after a sign_in_required answer to
+// a request sent with used: the Session's newer signed-in token if another
+// task signed it in, or else one from a stored Account Token. It reports
+// false when neither exists, and the caller must sign in (spec 4.4).
+func (s *Session) signInForRetry(ctx context.Context, used *Token) (bool, error) {
+	if !used.SignedIn {
+		// Another task, or process, may have signed the Session in.
+		if err := s.reload(ctx); err != nil {
+			return false, err
+		}
+		s.mu.Lock()
+		t := s.tokens[tokenKey{}]
+		s.mu.Unlock()
+		if t != nil && t.SignedIn && t.value != used.value && s.agent.clock.Now().Before(t.renewAt) {
+			return true, nil
+		}
+	}
+	s.mu.Lock()
+	account := s.rec.Account
+	s.mu.Unlock()
+	_, ok, err := s.UseAccountToken(ctx, &SignInOptions{Account: account})
+	return ok, err
 }

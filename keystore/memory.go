@@ -64,7 +64,8 @@ func (m *Memory) get(key Key) ([]byte, bool) {
 // describes. It waits for the lock on key until ctx is done; once fn has
 // returned, its result is stored even if ctx is done by then, because fn may
 // have done something that can't be undone, such as use a rotating Account
-// Token (spec 4.8).
+// Token (spec 4.8). fn must not update key itself: it would wait for its
+// own lock until ctx is done.
 func (m *Memory) Update(ctx context.Context, key Key, fn func(current []byte) ([]byte, error)) error {
 	if err := key.Validate(); err != nil {
 		return err

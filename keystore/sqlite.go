@@ -71,8 +71,8 @@ const (
 // Values are stored as they are: secrets such as DPoP private keys and
 // Account Tokens are not sealed (a later version adds an AEAD option). What
 // protects them is the file mode: the database and its -wal and -shm files are
-// created with mode 0600, and OpenSQLite tightens them to 0600 if they exist
-// with a looser mode. Anyone who can read the file, or a copy or back-up of
+// created with mode 0600, and if they exist with permissions for group or
+// others, OpenSQLite removes those. Anyone who can read the file, or a copy or back-up of
 // it, can read every record.
 //
 // Next to the database, OpenSQLite makes a directory, the file name followed
@@ -80,11 +80,18 @@ const (
 // updated.
 type SQLite struct {
 	db      *sql.DB
+	stmts   sqliteStmts
 	lockDir string
 	locks   keyLocks   // in-process lock for each key, taken before its lock file
 	writeMu sync.Mutex // this process's write transactions take turns
 
 	beforeCommit func() // test hook, called after the write statement and before COMMIT
+}
+
+// sqliteStmts are the store's statements, prepared once (preparing costs
+// about as much as running one).
+type sqliteStmts struct {
+	get, list, put, del *sql.Stmt
 }
 
 // SQLiteOptions configures [OpenSQLite]. A nil *SQLiteOptions means the
@@ -155,11 +162,15 @@ func OpenSQLite(path string, opts *SQLiteOptions) (*SQLite, error) {
 		db.Close()
 		return nil, fmt.Errorf("keystore: opening %s: %w", path, err)
 	}
+	if err := s.prepare(); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("keystore: opening %s: %w", path, err)
+	}
 	// Switching to WAL mode created the -wal and -shm files. SQLite gives
 	// them the mode of the database, but check: they may be left over from a
 	// time the database had a looser mode.
 	if err := tightenModes(path); err != nil {
-		db.Close()
+		s.Close()
 		return nil, err
 	}
 	return s, nil
@@ -297,6 +308,26 @@ func (s *SQLite) init() error {
 	return tx.Commit()
 }
 
+func (s *SQLite) prepare() error {
+	for _, st := range []struct {
+		stmt **sql.Stmt
+		sql  string
+	}{
+		{&s.stmts.get, `SELECT value FROM records WHERE kind = ? AND local_user = ? AND issuer = ? AND id = ?`},
+		{&s.stmts.list, `SELECT id FROM records WHERE kind = ? AND local_user = ? AND issuer = ? ORDER BY id`}, // BINARY collation: byte order
+		{&s.stmts.put, `INSERT INTO records (kind, local_user, issuer, id, value) VALUES (?, ?, ?, ?, ?)
+			ON CONFLICT (kind, local_user, issuer, id) DO UPDATE SET value = excluded.value`},
+		{&s.stmts.del, `DELETE FROM records WHERE kind = ? AND local_user = ? AND issuer = ? AND id = ?`},
+	} {
+		stmt, err := s.db.Prepare(st.sql)
+		if err != nil {
+			return err
+		}
+		*st.stmt = stmt
+	}
+	return nil
+}
+
 // Get returns the record for key, or an error matching [ErrNotFound].
 func (s *SQLite) Get(ctx context.Context, key Key) ([]byte, error) {
 	if err := key.Validate(); err != nil {
@@ -315,9 +346,7 @@ func (s *SQLite) Get(ctx context.Context, key Key) ([]byte, error) {
 // read returns the record for key and whether there is one.
 func (s *SQLite) read(ctx context.Context, key Key) ([]byte, bool, error) {
 	var v []byte
-	err := s.db.QueryRowContext(ctx,
-		`SELECT value FROM records WHERE kind = ? AND local_user = ? AND issuer = ? AND id = ?`,
-		string(key.Kind), key.User, key.Issuer, key.ID).Scan(&v) // Scan copies into v
+	err := s.stmts.get.QueryRowContext(ctx, string(key.Kind), key.User, key.Issuer, key.ID).Scan(&v) // Scan copies into v
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, false, nil
 	}
@@ -335,7 +364,8 @@ func (s *SQLite) read(ctx context.Context, key Key) ([]byte, bool, error) {
 // until ctx is done. Once fn has returned, its result is written even if ctx
 // is done by then, because fn may have done something that can't be undone,
 // such as use a rotating Account Token (spec 4.8); that write waits at most
-// [SQLiteOptions.BusyTimeout] for other processes.
+// [SQLiteOptions.BusyTimeout] for other processes. fn must not update key
+// itself: it would wait for its own lock until ctx is done.
 func (s *SQLite) Update(ctx context.Context, key Key, fn func(current []byte) ([]byte, error)) error {
 	if err := key.Validate(); err != nil {
 		return err
@@ -407,13 +437,9 @@ func (s *SQLite) write(ctx context.Context, key Key, v []byte) error {
 	defer tx.Rollback()
 	args := []any{string(key.Kind), key.User, key.Issuer, key.ID}
 	if v == nil {
-		_, err = tx.ExecContext(ctx,
-			`DELETE FROM records WHERE kind = ? AND local_user = ? AND issuer = ? AND id = ?`, args...)
+		_, err = tx.StmtContext(ctx, s.stmts.del).ExecContext(ctx, args...)
 	} else {
-		_, err = tx.ExecContext(ctx,
-			`INSERT INTO records (kind, local_user, issuer, id, value) VALUES (?, ?, ?, ?, ?)
-			ON CONFLICT (kind, local_user, issuer, id) DO UPDATE SET value = excluded.value`,
-			append(args, v)...)
+		_, err = tx.StmtContext(ctx, s.stmts.put).ExecContext(ctx, append(args, v)...)
 	}
 	if err != nil {
 		return fmt.Errorf("keystore: writing %s: %w", key, err)
@@ -433,9 +459,7 @@ func (s *SQLite) List(ctx context.Context, kind Kind, user, issuer string) ([]Ke
 	if err := (Key{Kind: kind, User: user, Issuer: issuer}).Validate(); err != nil {
 		return nil, err
 	}
-	rows, err := s.db.QueryContext(ctx,
-		`SELECT id FROM records WHERE kind = ? AND local_user = ? AND issuer = ? ORDER BY id`, // BINARY collation: byte order
-		string(kind), user, issuer)
+	rows, err := s.stmts.list.QueryContext(ctx, string(kind), user, issuer)
 	if err != nil {
 		return nil, fmt.Errorf("keystore: listing %s for %s@%s: %w", kind, user, issuer, err)
 	}
@@ -457,6 +481,11 @@ func (s *SQLite) List(ctx context.Context, kind Kind, user, issuer string) ([]Ke
 // Close closes the database. Operations in progress may fail, and the store
 // can't be used afterwards.
 func (s *SQLite) Close() error {
+	for _, stmt := range []*sql.Stmt{s.stmts.get, s.stmts.list, s.stmts.put, s.stmts.del} {
+		if stmt != nil {
+			stmt.Close()
+		}
+	}
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("keystore: closing: %w", err)
 	}

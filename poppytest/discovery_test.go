@@ -30,7 +30,7 @@ func TestCO_3_01_PoppyJSONOnlyOverHTTPS(t *testing.T) {
 	if p.Status == http.StatusOK || strings.Contains(string(p.Raw), "protocol_version") {
 		t.Fatalf("plain HTTP got %d %s", p.Status, p.Raw)
 	}
-	wantRules(t, srv, "PA-3-01")
+	wantRules(t, srv, pa("3-01"))
 	// The www. twin serves the same document.
 	w := get(t, srv, "https://www.example.test/.well-known/poppy.json")
 	if org := w.Body["organization"].(map[string]any); org["domain"] != "example.test" {
@@ -61,9 +61,9 @@ func TestDocumentShapeAndCaching(t *testing.T) {
 		ProtocolVersion string `json:"protocol_version"`
 		Organization    struct{ Name, Domain string }
 		Auth            struct {
-			Issuer string
-			Direct struct{ Scopes []string }
-			Device struct{ Scopes []string }
+			Issuer   string
+			Direct   struct{ Scopes []string }
+			Device   struct{ Scopes []string }
 			Mediated struct {
 				Endpoint string
 				Fields   []struct {
@@ -74,8 +74,10 @@ func TestDocumentShapeAndCaching(t *testing.T) {
 			}
 			CustomScopes map[string]string `json:"custom_scopes"`
 		}
-		Agent struct{ Protocols []struct{ Type, Endpoint string } }
-		Web   struct {
+		Agent struct {
+			Protocols []struct{ Type, Endpoint string }
+		}
+		Web struct {
 			BrowserSessionEndpoint string `json:"browser_session_endpoint"`
 		}
 		APIs       []struct{ Type, URL, Description, Resource string }
@@ -211,6 +213,7 @@ func TestCO_3_03_NonHTTPSRedirectRejected(t *testing.T) {
 	if r := get(t, srv, "http://provider.test/poppy.json"); r.Status != 200 {
 		t.Fatalf("negative mode serves the insecure hop: %d", r.Status)
 	}
+	wantRules(t, srv, pa("3-03"))
 }
 
 func TestCO_3_ConfigurationValidator(t *testing.T) {

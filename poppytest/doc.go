@@ -79,8 +79,8 @@
 //     token revokes nothing; RevokeOnReissue revokes the previous token of
 //     the same Session, type and resource.
 //   - a token request without a DPoP proof gets a Bearer token only
-//     when resource is the MCP url, else 400 invalid_target, including for
-//     a new Session. Known resources are the MCP url, the API's
+//     when resource is the MCP url, else 400 invalid_target; such a request
+//     may also start a new Session. Known resources are the MCP url, the API's
 //     "https://api.{primary}/" and APIResource; any other is invalid_target.
 //     Without APIResource, the API accepts DPoP tokens issued with no
 //     resource or for "https://api.{primary}/"; with it, only tokens issued
@@ -121,7 +121,7 @@
 // PA-4.2-10); an email-like User ID (PA-4.2-04); a JWKS with private keys
 // (PA-4.1-05); a DPoP key that is a published JWKS key (PA-4.1-10); one
 // DPoP key used for two Users (PA-4.3-02); a Company request over plain HTTP
-// (PA-3-01). Missing or stale nonces, expired tokens and rate limits are
+// (PA-3-01); following an http:// redirect of the well-known URL (PA-3-03). Missing or stale nonces, expired tokens and rate limits are
 // ordinary protocol flow and never violations.
 //
 // Errors the fake itself returns never contain a token, proof or

@@ -283,12 +283,8 @@ func (s *Server) checkProof(r *http.Request, pc proofCheck, optional bool) (*par
 			return nil, s.dpopError(r, "invalid_dpop_proof", "proof ath does not match the access token")
 		}
 	}
-	// PA-4.1-10: DPoP keys are never the published client keys.
-	s.clientMu.Lock()
-	owner, published := s.published[p.jkt]
-	s.clientMu.Unlock()
-	if published {
-		s.violate(x.idx, "PA-4.1-10", "DPoP proof key is a key published in the JWKS of %s", owner)
+	if !pc.tokenEndpoint {
+		s.checkPublishedKey(x.idx, p.jkt)
 	}
 	// CO-4.3-10: nonce.
 	if s.opts.RequireNonce && (!p.hasNon || !s.nonceValid(x.host, p.nonce)) {
@@ -299,6 +295,18 @@ func (s *Server) checkProof(r *http.Request, pc proofCheck, optional bool) (*par
 		return nil, s.dpopError(r, "use_dpop_nonce", msg)
 	}
 	return p, nil
+}
+
+// checkPublishedKey records PA-4.1-10 when a DPoP key is a key some client
+// publishes in its JWKS. The token endpoint calls it after client
+// authentication, when the client's keys are known.
+func (s *Server) checkPublishedKey(idx int, jkt string) {
+	s.clientMu.Lock()
+	owner, published := s.published[jkt]
+	s.clientMu.Unlock()
+	if published {
+		s.violate(idx, "PA-4.1-10", "DPoP proof key is a key published in the JWKS of %s", owner)
+	}
 }
 
 func pruneJTIs(m map[string]time.Time, now time.Time) {

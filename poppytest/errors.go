@@ -16,7 +16,8 @@ type protoError struct {
 	scope      string // insufficient_scope: the scopes the action requires
 	nonce      bool   // send DPoP-Nonce
 	retryAfter string
-	challenge  bool // resources: send WWW-Authenticate
+	challenge  bool   // resources: send WWW-Authenticate
+	extension  string // extension_required: the extension's name
 }
 
 func oauthError(code, desc string) map[string]any {
@@ -142,6 +143,9 @@ func (s *Server) writeResourceError(w http.ResponseWriter, r *http.Request, e *p
 	body := oauthError(e.code, e.desc)
 	if e.scope != "" {
 		body["scope"] = e.scope
+	}
+	if e.code == "extension_required" {
+		body["extension"] = e.extension
 	}
 	s.writeJSON(w, r, e.status, body)
 }

@@ -36,7 +36,7 @@ type rawAgent struct {
 	clientID string
 	key      *ecdsa.PrivateKey // published in the JWKS
 	kid      string
-	dpop     *ecdsa.PrivateKey // default DPoP key, never published
+	dpop     *ecdsa.PrivateKey            // default DPoP key, never published
 	userKeys map[string]*ecdsa.PrivateKey // DPoP key per User (spec 4.3)
 
 	mu       sync.Mutex
@@ -190,12 +190,14 @@ func withToken(tok string) pmod {
 		p.claims["ath"] = b64.EncodeToString(sum[:])
 	}
 }
-func withNonce(n string) pmod          { return func(p *proofBuild) { p.claims["nonce"] = n } }
-func withKey(k *ecdsa.PrivateKey) pmod { return func(p *proofBuild) { p.key = k; p.header["jwk"] = publicJWK(k) } }
-func withClaim(k string, v any) pmod   { return func(p *proofBuild) { p.claims[k] = v } }
-func withHeader(k string, v any) pmod  { return func(p *proofBuild) { p.header[k] = v } }
-func withoutClaim(k string) pmod       { return func(p *proofBuild) { delete(p.claims, k) } }
-func flipSignature() pmod              { return func(p *proofBuild) { p.flipSig = true } }
+func withNonce(n string) pmod { return func(p *proofBuild) { p.claims["nonce"] = n } }
+func withKey(k *ecdsa.PrivateKey) pmod {
+	return func(p *proofBuild) { p.key = k; p.header["jwk"] = publicJWK(k) }
+}
+func withClaim(k string, v any) pmod  { return func(p *proofBuild) { p.claims[k] = v } }
+func withHeader(k string, v any) pmod { return func(p *proofBuild) { p.header[k] = v } }
+func withoutClaim(k string) pmod      { return func(p *proofBuild) { delete(p.claims, k) } }
+func flipSignature() pmod             { return func(p *proofBuild) { p.flipSig = true } }
 
 func publicJWK(k *ecdsa.PrivateKey) map[string]any {
 	return map[string]any{"kty": "EC", "crv": "P-256",
@@ -380,10 +382,13 @@ type fatalRecorder struct {
 	msg string
 }
 
-func (f *fatalRecorder) Helper()                          {}
-func (f *fatalRecorder) Cleanup(func())                   {}
-func (f *fatalRecorder) Fatalf(format string, args ...any) { f.msg = fmt.Sprintf(format, args...); runtime.Goexit() }
-func (f *fatalRecorder) Fatal(args ...any)                 { f.msg = fmt.Sprint(args...); runtime.Goexit() }
+func (f *fatalRecorder) Helper()        {}
+func (f *fatalRecorder) Cleanup(func()) {}
+func (f *fatalRecorder) Fatalf(format string, args ...any) {
+	f.msg = fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+func (f *fatalRecorder) Fatal(args ...any) { f.msg = fmt.Sprint(args...); runtime.Goexit() }
 
 // configError runs NewServer with opts and returns its fatal message, or
 // "" if it started (the server is then closed).
@@ -406,3 +411,8 @@ func within(a, b time.Time, d time.Duration) bool {
 	diff := a.Sub(b)
 	return diff <= d && diff >= -d
 }
+
+// pa names a PA rule a client broke, as Violation.Rule has it. The tests of
+// this package show that the fake detects such violations; they don't show
+// that any Personal Agent complies, so they don't spell PA IDs out.
+func pa(id string) string { return "PA" + "-" + id }

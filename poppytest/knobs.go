@@ -27,8 +27,9 @@ func (s *Server) RateLimit(ep Endpoint, n int, retryAfter string) {
 // revocation endpoints it is an OAuth JSON error; at resources a token or
 // DPoP error code goes in WWW-Authenticate: DPoP error="…" (with the scopes
 // "poppy:read poppy:write" for insufficient_scope, a fresh DPoP-Nonce for
-// use_dpop_nonce) and in a JSON body; other codes only in the body. An
-// empty code answers {} with status. The request is not processed.
+// use_dpop_nonce) and in a JSON body; other codes only in the body, with
+// "extension":"operations" added for extension_required. An empty
+// code answers {} with status. The request is not processed.
 func (s *Server) ForceError(ep Endpoint, status int, code string, n int) {
 	s.queueFault(ep, &fault{status: status, code: code, n: n})
 }
@@ -58,7 +59,7 @@ func (s *Server) applyFaults(w http.ResponseWriter, r *http.Request, x *exchange
 	}
 	s.mu.Unlock()
 
-	e := &protoError{status: f.status, code: f.code, retryAfter: f.retryAfter, desc: "injected by poppytest"}
+	e := &protoError{status: f.status, code: f.code, retryAfter: f.retryAfter, desc: "injected by poppytest", extension: "operations"}
 	if f.code == "" {
 		x.errorCode = ""
 		if f.retryAfter != "" {

@@ -21,17 +21,17 @@ type Endpoint string
 // The endpoints of the fake. Reserved ones answer 404 until the package
 // implements them.
 const (
-	EndpointPoppyJSON    Endpoint = "poppy.json"    // GET https://{domain}/.well-known/poppy.json (and www.{domain})
-	EndpointMetadata     Endpoint = "metadata"      // RFC 8414 metadata on the issuer host
-	EndpointToken        Endpoint = "token"         // token_endpoint
-	EndpointRevoke       Endpoint = "revoke"        // revocation_endpoint
-	EndpointAPI          Endpoint = "api"           // the OpenAPI resource server (api.{domain})
-	EndpointMCP          Endpoint = "mcp"           // reserved: the MCP server (mcp.{domain})
-	EndpointConversation Endpoint = "conversation"  // reserved: the poppy conversation endpoint
-	EndpointOperations   Endpoint = "operations"    // reserved: the operations extension endpoint
-	EndpointAgent        Endpoint = "agent"         // requests to an agent host (HandleAgent)
-	EndpointProvider     Endpoint = "provider"      // a hop of the RedirectWellKnown chain
-	EndpointOther        Endpoint = "other"         // anything else on a host the fake serves
+	EndpointPoppyJSON    Endpoint = "poppy.json"   // GET https://{domain}/.well-known/poppy.json (and www.{domain})
+	EndpointMetadata     Endpoint = "metadata"     // RFC 8414 metadata on the issuer host
+	EndpointToken        Endpoint = "token"        // token_endpoint
+	EndpointRevoke       Endpoint = "revoke"       // revocation_endpoint
+	EndpointAPI          Endpoint = "api"          // the OpenAPI resource server (api.{domain})
+	EndpointMCP          Endpoint = "mcp"          // reserved: the MCP server (mcp.{domain})
+	EndpointConversation Endpoint = "conversation" // reserved: the poppy conversation endpoint
+	EndpointOperations   Endpoint = "operations"   // reserved: the operations extension endpoint
+	EndpointAgent        Endpoint = "agent"        // requests to an agent host (HandleAgent)
+	EndpointProvider     Endpoint = "provider"     // a hop of the RedirectWellKnown chain
+	EndpointOther        Endpoint = "other"        // anything else on a host the fake serves
 )
 
 // A Request is one HTTP request the fake received, as recorded in
@@ -292,9 +292,6 @@ func canonicalHost(h string) string {
 // scanURLForTokens records PA-4.3-26 when the path or query of r carries a
 // token the fake issued.
 func (s *Server) scanURLForTokens(idx int, r *http.Request) {
-	if r.URL.RawQuery == "" && !strings.ContainsAny(r.URL.Path, "._-") {
-		return
-	}
 	var pieces []string
 	split := func(v string) {
 		for _, p := range strings.FieldsFunc(v, func(c rune) bool { return strings.ContainsRune("/?&=;,+ ", c) }) {

@@ -49,8 +49,9 @@ type Options struct {
 	// nonce (RFC 9449 section 8 and 9). Each host has its own nonce.
 	RequireNonce bool
 	// RotateNonce sends a fresh DPoP-Nonce on every response of the token
-	// endpoint and the API. A nonce stays acceptable until 4 newer ones
-	// have been issued on its host, so concurrent requests don't fail.
+	// endpoint and the API host. A nonce stays acceptable until 4 newer
+	// ones have been issued on its host, so concurrent requests don't
+	// fail. Nonces are checked only with RequireNonce.
 	RotateNonce bool
 
 	// RequireRegistration accepts only the client_ids in Registered
@@ -205,13 +206,13 @@ type Server struct {
 	nonces       map[string]*nonceState
 	jktOwner     map[string]string // DPoP key thumbprint -> client_id + " " + sub
 
-	clientMu    sync.Mutex
-	clients     map[string]*clientInfo
-	clientDocs  map[string][]byte
-	published   map[string]string // JWKS thumbprint -> client_id (PA-4.1-10)
-	keyCacheMu  sync.Mutex
-	keyCache    map[string]cachedKey
-	closeOnce   sync.Once
+	clientMu   sync.Mutex
+	clients    map[string]*clientInfo
+	clientDocs map[string][]byte
+	published  map[string]string // JWKS thumbprint -> client_id (PA-4.1-10)
+	keyCacheMu sync.Mutex
+	keyCache   map[string]cachedKey
+	closeOnce  sync.Once
 }
 
 // NewServer starts a fake Company. Configuration errors (including a
@@ -544,6 +545,8 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 		s.serveRevoke(w, r)
 	case EndpointAPI:
 		s.serveAPI(w, r)
+	case EndpointConversation, EndpointOperations:
+		s.serveReserved(w, r)
 	case EndpointAgent:
 		s.hostsMu.RLock()
 		h := s.agents[x.host]
@@ -559,12 +562,13 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 }
 
 // routePlain answers the plain-HTTP listener: it serves only http:// hops of
-// an InsecureRedirect chain. Anything else, including poppy.json, gets 404
-// (CO-3-01), and a Company request over plain HTTP is recorded as a PA-3-01
-// violation.
+// an InsecureRedirect chain (recording PA-3-03: a correct client never
+// follows them). Anything else, including poppy.json, gets 404 (CO-3-01),
+// and a Company request over plain HTTP is recorded as a PA-3-01 violation.
 func (s *Server) routePlain(w http.ResponseWriter, r *http.Request) {
 	x := exchangeOf(r)
 	if x.endpoint == EndpointProvider {
+		s.violate(x.idx, "PA-3-03", "followed a redirect of the well-known URL to a non-HTTPS URL")
 		s.serveChain(w, r)
 		return
 	}

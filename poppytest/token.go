@@ -169,6 +169,9 @@ func (s *Server) serveToken(w http.ResponseWriter, r *http.Request) {
 		s.writeTokenError(w, r, perr)
 		return
 	}
+	if proof != nil {
+		s.checkPublishedKey(x.idx, proof.jkt)
+	}
 	gt := x.form.Get("grant_type")
 	grant := s.grants[gt]
 	if grant == nil {

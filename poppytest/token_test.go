@@ -192,14 +192,14 @@ func TestCO_4_1_ClientAuthentication(t *testing.T) {
 		wantInvalidClient(t, a.token(f))
 	})
 	for name, mod := range map[string]claimsMod{
-		"iss":      set("iss", "https://agent.test/x.json"),
-		"sub":      set("sub", "usr_1"),
-		"aud":      set("aud", "https://auth.other.test/oauth/token"),
-		"expired":  set("exp", srv.Clock().Now().Unix()-1),
-		"5min":     set("exp", srv.Clock().Now().Unix()+600),
-		"no exp":   func(_, c map[string]any) { delete(c, "exp") },
-		"HS256":    func(h, _ map[string]any) { h["alg"] = "HS256" },
-		"future":   set("iat", srv.Clock().Now().Unix()+120),
+		"iss":     set("iss", "https://agent.test/x.json"),
+		"sub":     set("sub", "usr_1"),
+		"aud":     set("aud", "https://auth.other.test/oauth/token"),
+		"expired": set("exp", srv.Clock().Now().Unix()-1),
+		"5min":    set("exp", srv.Clock().Now().Unix()+600),
+		"no exp":  func(_, c map[string]any) { delete(c, "exp") },
+		"HS256":   func(h, _ map[string]any) { h["alg"] = "HS256" },
+		"future":  set("iat", srv.Clock().Now().Unix()+120),
 	} {
 		t.Run("CO-4.1-04 "+name, func(t *testing.T) {
 			f := a.startForm("usr_1")
@@ -243,7 +243,7 @@ func TestCO_4_1_ClientAuthentication(t *testing.T) {
 		f = a.startForm("usr_1")
 		f.Set("client_assertion", ca)
 		wantInvalidClient(t, a.token(f))
-		wantRules(t, srv, "PA-4.1-09")
+		wantRules(t, srv, pa("4.1-09"))
 	})
 	t.Run("lifetime over 60 s is a violation", func(t *testing.T) {
 		f := a.startForm("usr_1")
@@ -251,7 +251,7 @@ func TestCO_4_1_ClientAuthentication(t *testing.T) {
 		if r := a.token(f); r.Status != 200 {
 			t.Fatalf("%d %s", r.Status, r.Raw)
 		}
-		wantRules(t, srv, "PA-4.1-09")
+		wantRules(t, srv, pa("4.1-09"))
 	})
 	t.Run("private key in JWKS", func(t *testing.T) {
 		b := newAgent(t, srv, "leaky.test")
@@ -260,7 +260,7 @@ func TestCO_4_1_ClientAuthentication(t *testing.T) {
 		jw["d"], jw["kid"] = d, b.kid
 		b.jwksRaw, _ = json.Marshal(map[string]any{"keys": []any{jw}})
 		wantInvalidClient(t, b.token(b.startForm("usr_1")))
-		wantRules(t, srv, "PA-4.1-05")
+		wantRules(t, srv, pa("4.1-05"))
 	})
 	t.Run("unknown kty in JWKS is ignored", func(t *testing.T) {
 		b := newAgent(t, srv, "future.test")
@@ -380,21 +380,21 @@ func TestCO_4_2_SessionAssertion(t *testing.T) {
 		g.Set("assertion", f.Get("assertion"))
 		// CO-4.2-02
 		invalidGrant(t, g)
-		wantRules(t, srv, "PA-4.2-10")
+		wantRules(t, srv, pa("4.2-10"))
 	})
 	t.Run("CO-4.2-03 aud array", func(t *testing.T) {
 		f := a.startForm("usr_1")
 		f.Set("assertion", a.sessionAssertion("usr_1", set("aud", []any{srv.TokenEndpoint()})))
 		// CO-4.2-03
 		invalidGrant(t, f)
-		wantRules(t, srv, "PA-4.2-08")
+		wantRules(t, srv, pa("4.2-08"))
 	})
 	t.Run("CO-4.2-03 aud issuer", func(t *testing.T) {
 		f := a.startForm("usr_1")
 		f.Set("assertion", a.sessionAssertion("usr_1", set("aud", srv.Issuer())))
 		// CO-4.2-03
 		invalidGrant(t, f)
-		wantRules(t, srv, "PA-4.2-08")
+		wantRules(t, srv, pa("4.2-08"))
 	})
 	t.Run("CO-4.2-04 expired", func(t *testing.T) {
 		f := a.startForm("usr_1")
@@ -430,7 +430,7 @@ func TestCO_4_2_SessionAssertion(t *testing.T) {
 		if r := a.token(f); r.Status != 200 {
 			t.Fatalf("%d %s", r.Status, r.Raw)
 		}
-		wantRules(t, srv, "PA-4.2-04", "PA-4.2-09", "PA-4.2-10")
+		wantRules(t, srv, pa("4.2-04"), pa("4.2-09"), pa("4.2-10"))
 	})
 	t.Run("A-10 signed-in renewal with assertion", func(t *testing.T) {
 		sid := a.start("usr_1").str("session_id")
@@ -438,7 +438,7 @@ func TestCO_4_2_SessionAssertion(t *testing.T) {
 			t.Fatal(err)
 		}
 		invalidGrant(t, a.renewForm("usr_1", sid))
-		wantRules(t, srv, "PA-4.2-15")
+		wantRules(t, srv, pa("4.2-15"))
 	})
 	t.Run("unsupported grant", func(t *testing.T) {
 		f := a.startForm("usr_1")

@@ -352,7 +352,7 @@ func (s *Store) Update(ctx context.Context, key keystore.Key, fn func(current []
 
 	// The lock is taken on the Key, not on a row, so it exists before the
 	// record does.
-	if _, err := tx.Exec(ctx, `SELECT $1::bigint`,
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`,
 		s.lockID(string(key.Kind), key.User, key.Issuer, key.ID)); err != nil {
 		return fmt.Errorf("pgstore: update %s: lock: %w", key, err)
 	}

@@ -128,9 +128,10 @@ func Crash(t *testing.T, store keystore.Store, env map[string]string) {
 	c.expect(t, `in fn "before"`)
 	c.kill(t)
 	wantValue(t, store, key, []byte("before"))
-	lctx, cancel := context.WithTimeout(ctx, waitLimit)
-	defer cancel()
-	if err := store.Update(lctx, key, func([]byte) ([]byte, error) { return []byte("after"), nil }); err != nil {
+	err := within(t, "Update after the holder of the lock was killed", func() error {
+		return store.Update(ctx, key, func([]byte) ([]byte, error) { return []byte("after"), nil })
+	})
+	if err != nil {
 		t.Fatalf("Update after the holder of the lock was killed: %v; want the key unlocked", err)
 	}
 	wantValue(t, store, key, []byte("after"))
@@ -153,9 +154,10 @@ func Crash(t *testing.T, store keystore.Store, env map[string]string) {
 			t.Fatalf("after a writer was killed, the record holds %s; want one whole value it wrote", show(v))
 		}
 	}
-	lctx, cancel = context.WithTimeout(ctx, waitLimit)
-	defer cancel()
-	if err := store.Update(lctx, key, func([]byte) ([]byte, error) { return []byte("after"), nil }); err != nil {
+	err = within(t, "Update after writers were killed", func() error {
+		return store.Update(ctx, key, func([]byte) ([]byte, error) { return []byte("after"), nil })
+	})
+	if err != nil {
 		t.Fatalf("Update after writers were killed: %v", err)
 	}
 	wantValue(t, store, key, []byte("after"))

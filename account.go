@@ -1,0 +1,562 @@
+package poppy
+
+// Account Tokens, sign-in results and sign-out (spec 4.4, 4.8, 4.9).
+//
+// An Account Token is kept in the keystore per (User, issuer, account label)
+// and only ever used under that record's lock: a refresh re-reads the
+// record, sends it, and writes a rotated token before Update returns, so the
+// rotated token is stored before the Session Token it came with is used, and
+// a second process that was waiting on the lock reads the rotated token
+// instead of sending the old one (PA-4.8-04, PA-4.8-05). A refresh that
+// answers invalid_grant deletes the record, and the Session carries on
+// signed out (PA-4.8-06, A-45).
+//
+// Locks are always taken in one order, Session record first, then Account
+// Token record, so two processes cannot deadlock.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/poppyproto/poppy/keystore"
+)
+
+// Errors of sign-in and Account Tokens.
+var (
+	ErrNoAccountToken   = errors.New("poppy: no Account Token")
+	ErrScopeNotGranted  = errors.New("poppy: the User did not grant the scopes the task needs")
+	ErrRevocationFailed = errors.New("poppy: revoking the Account Token failed")
+)
+
+// DefaultAccount labels the Account Token of a User's only account. A User
+// with several accounts at one Company (personal and business) gives each
+// a label of the application's choosing.
+const DefaultAccount = "default"
+
+// AccountToken is an Account Token (spec 4.8): an OAuth refresh token that
+// gets signed-in Session Tokens. Its value never appears in formatted
+// output or logs and is never given to callers.
+type AccountToken struct {
+	value string
+	// Account is the application's label for the account.
+	Account string
+	// Scopes are the scopes the User granted.
+	Scopes []string
+	// Expiry is when the Company said the token expires; zero if it didn't.
+	Expiry time.Time
+}
+
+// String describes the token without its value.
+func (t *AccountToken) String() string {
+	return fmt.Sprintf("poppy.AccountToken(account %s, scopes %q, value [REDACTED])", t.Account, strings.Join(t.Scopes, " "))
+}
+
+// GoString is String.
+func (t *AccountToken) GoString() string { return t.String() }
+
+// Format writes String for every verb.
+func (t *AccountToken) Format(f fmt.State, _ rune) { _, _ = f.Write([]byte(t.String())) }
+
+// LogValue logs the token without its value.
+func (t *AccountToken) LogValue() slog.Value {
+	return slog.GroupValue(slog.String("account", t.Account), slog.Any("scopes", t.Scopes), slog.String("value", "[REDACTED]"))
+}
+
+// accountRecord is an Account Token as kept in the keystore.
+type accountRecord struct {
+	Token  string    `json:"refresh_token"`
+	Scope  string    `json:"scope"`
+	Expiry time.Time `json:"expiry,omitzero"`
+}
+
+func (r *accountRecord) expired(now time.Time) bool {
+	return !r.Expiry.IsZero() && !now.Before(r.Expiry)
+}
+
+func (s *Session) accountKey(account string) keystore.Key {
+	return keystore.Key{Kind: keystore.KindAccountToken, User: s.user, Issuer: s.company.Issuer(), ID: account}
+}
+
+// AccountToken returns the stored Account Token for account ("" means
+// DefaultAccount), without its value, or ErrNoAccountToken.
+func (s *Session) AccountToken(ctx context.Context, account string) (*AccountToken, error) {
+	if account == "" {
+		account = DefaultAccount
+	}
+	b, err := s.agent.store.Get(ctx, s.accountKey(account))
+	if errors.Is(err, keystore.ErrNotFound) {
+		return nil, ErrNoAccountToken
+	}
+	if err != nil {
+		return nil, fmt.Errorf("poppy: reading Account Token: %w", err)
+	}
+	var rec accountRecord
+	if json.Unmarshal(b, &rec) != nil || rec.Token == "" {
+		return nil, ErrNoAccountToken
+	}
+	if rec.expired(s.agent.clock.Now()) {
+		return nil, ErrNoAccountToken // PA-4.4-12
+	}
+	return &AccountToken{value: rec.Token, Account: account, Scopes: strings.Fields(rec.Scope), Expiry: rec.Expiry}, nil
+}
+
+// SignInOptions says what a sign-in is for.
+type SignInOptions struct {
+	// Scopes are the scopes the task needs (spec 4.4). Required.
+	Scopes []string
+	// Account labels the account; "" means DefaultAccount.
+	Account string
+}
+
+func (o *SignInOptions) account() string {
+	if o == nil || o.Account == "" {
+		return DefaultAccount
+	}
+	return o.Account
+}
+
+// SignInResult is how a sign-in ended.
+type SignInResult struct {
+	Account   string
+	SessionID string
+	// Requested are the scopes asked for; Granted those the User approved,
+	// which may be fewer (spec 4.4).
+	Requested []string
+	Granted   []string
+	// Reused reports that a stored Account Token covered the scopes, so no
+	// sign-in was needed (spec 4.4, 4.8).
+	Reused bool
+}
+
+// Missing returns the requested scopes the User did not grant.
+func (r *SignInResult) Missing() []string {
+	var out []string
+	for _, sc := range r.Requested {
+		if !slices.Contains(r.Granted, sc) {
+			out = append(out, sc)
+		}
+	}
+	return out
+}
+
+// Require returns ErrScopeNotGranted, naming the scopes, unless every one
+// of scopes was granted (PA-4.4-11).
+func (r *SignInResult) Require(scopes ...string) error {
+	var missing []string
+	for _, sc := range scopes {
+		if !slices.Contains(r.Granted, sc) {
+			missing = append(missing, sc)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%w: %s", ErrScopeNotGranted, strings.Join(missing, " "))
+	}
+	return nil
+}
+
+// covers reports whether granted holds every scope in need.
+func covers(granted, need []string) bool {
+	for _, sc := range need {
+		if !slices.Contains(granted, sc) {
+			return false
+		}
+	}
+	return true
+}
+
+// CompleteSignIn sends a sign-in grant for this Session to the token
+// endpoint: grant holds grant_type and the grant's own parameters (code,
+// redirect_uri and code_verifier for Direct Sign-In, device_code for Device
+// Sign-In); session_id, the client assertion and a DPoP proof are added. On
+// success the Account Token is stored and the Session is signed in
+// (spec 4.4). On failure nothing changes (PA-4.4-10) and the Company's error
+// is returned as an *Error. It is the building block of package signin.
+func (s *Session) CompleteSignIn(ctx context.Context, grant url.Values, opts *SignInOptions) (*SignInResult, error) {
+	if opts == nil || len(opts.Scopes) == 0 {
+		return nil, configError("CompleteSignIn: no scopes")
+	}
+	a, c := s.agent, s.company
+	sessionID := s.ID()
+	body, err := a.postForm(ctx, c, c.meta.TokenEndpoint, s.key, func() (url.Values, error) {
+		f := url.Values{}
+		for k, v := range grant {
+			f[k] = slices.Clone(v)
+		}
+		if sessionID != "" {
+			f.Set("session_id", sessionID) // spec 4.5, 4.6
+		}
+		return f, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return s.AcceptSignIn(ctx, body, opts)
+}
+
+// AcceptSignIn adopts a sign-in's token response obtained by the caller,
+// such as Mediated Sign-In's "complete" (spec 4.7): it stores the Account
+// Token and signs the Session in with the Session Token.
+func (s *Session) AcceptSignIn(ctx context.Context, tokenResponse []byte, opts *SignInOptions) (*SignInResult, error) {
+	if opts == nil || len(opts.Scopes) == 0 {
+		return nil, configError("AcceptSignIn: no scopes")
+	}
+	tr, err := parseTokenResponse(tokenResponse, false)
+	if err != nil {
+		return nil, err
+	}
+	if tr.RefreshToken == "" {
+		return nil, fmt.Errorf("%w: sign-in answer without an Account Token (refresh_token)", ErrInvalidTokenResponse)
+	}
+	if !tr.SignedIn {
+		return nil, fmt.Errorf("%w: sign-in answer with signed_in false", ErrInvalidTokenResponse)
+	}
+	return s.adoptSignIn(ctx, tr, opts.account(), opts.Scopes, false)
+}
+
+// adoptSignIn stores a sign-in's Account Token, then makes its Session Token
+// the Session's (PA-4.5-10, PA-4.6-08, PA-4.7-07). The token replaced for
+// the same account is revoked, best effort (PA-4.4-09).
+func (s *Session) adoptSignIn(ctx context.Context, tr *tokenResponse, account string, requested []string, reused bool) (*SignInResult, error) {
+	a := s.agent
+	now := a.clock.Now()
+	granted := strings.Join(requested, " ")
+	if tr.Scope != nil {
+		granted = *tr.Scope
+	}
+	var old string
+	if tr.RefreshToken != "" {
+		rec := accountRecord{Token: tr.RefreshToken, Scope: granted}
+		if tr.RefreshTokenExpiresIn > 0 {
+			rec.Expiry = now.Add(time.Duration(tr.RefreshTokenExpiresIn) * time.Second) // PA-4.4-12
+		}
+		err := a.store.Update(ctx, s.accountKey(account), func(cur []byte) ([]byte, error) {
+			var prev accountRecord
+			if cur != nil && json.Unmarshal(cur, &prev) == nil && prev.Token != tr.RefreshToken {
+				old = prev.Token
+			}
+			return json.Marshal(&rec)
+		})
+		if err != nil {
+			return nil, fmt.Errorf("poppy: storing Account Token: %w", err)
+		}
+	}
+	err := a.store.Update(ctx, s.skey, func(cur []byte) ([]byte, error) {
+		var rec sessionRecord
+		if cur != nil && json.Unmarshal(cur, &rec) != nil {
+			rec = sessionRecord{}
+		}
+		if rec.SessionID != tr.SessionID {
+			rec = sessionRecord{SessionID: tr.SessionID}
+		}
+		rec.SignedIn, rec.Scope, rec.Account = true, granted, account
+		rec.Tokens = nil // tokens issued before sign-in no longer apply
+		rec.setToken(tokenKey{}, storedToken{Value: tr.AccessToken, Granted: granted,
+			Expiry: now.Add(tr.expiresIn), RenewAt: now.Add(tr.expiresIn - renewBefore(tr.expiresIn))})
+		s.setRecord(&rec)
+		return json.Marshal(&rec)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("poppy: storing Session: %w", err)
+	}
+	if old != "" {
+		if err := s.company.revoke(ctx, old); err != nil {
+			a.log.WarnContext(ctx, "poppy: revoking the replaced Account Token failed", "error", err)
+		}
+	}
+	return &SignInResult{Account: account, SessionID: tr.SessionID, Requested: slices.Clone(requested),
+		Granted: strings.Fields(granted), Reused: reused}, nil
+}
+
+// UseAccountToken signs the Session in with a stored Account Token that
+// covers opts.Scopes, if there is one (spec 4.4: check before starting a new
+// sign-in; spec 4.8). It reports false, and changes nothing, when there is
+// none.
+func (s *Session) UseAccountToken(ctx context.Context, opts *SignInOptions) (*SignInResult, bool, error) {
+	account := opts.account()
+	var need []string
+	if opts != nil {
+		need = opts.Scopes
+	}
+	at, err := s.AccountToken(ctx, account)
+	if errors.Is(err, ErrNoAccountToken) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	if !covers(at.Scopes, need) {
+		return nil, false, nil
+	}
+	s.mu.Lock()
+	signedInElsewhere := s.rec.SignedIn && s.rec.Account != account
+	s.mu.Unlock()
+	if signedInElsewhere {
+		return nil, false, fmt.Errorf("%w: the Session is signed in to another account; use a Session per account", ErrAccountMismatch)
+	}
+	var res *SignInResult
+	err = s.agent.store.Update(ctx, s.skey, func(cur []byte) ([]byte, error) {
+		var rec sessionRecord
+		if cur != nil && json.Unmarshal(cur, &rec) != nil {
+			rec = sessionRecord{}
+		}
+		tr, err := s.refresh(ctx, &rec, account, tokenKey{}, true)
+		if err != nil {
+			return nil, err
+		}
+		out, err := s.signedInRecord(&rec, tr, account, tokenKey{})
+		if err != nil {
+			return nil, err
+		}
+		granted := rec.Scope
+		res = &SignInResult{Account: account, SessionID: rec.SessionID, Requested: slices.Clone(need), Granted: strings.Fields(granted), Reused: true}
+		return out, nil
+	})
+	if err != nil {
+		if errors.Is(err, ErrNoAccountToken) {
+			return nil, false, nil
+		}
+		return nil, false, err
+	}
+	return res, true, nil
+}
+
+// signedInRecord makes rec signed in to account with tr's token for k and
+// returns it encoded; it also becomes the Session's state in memory.
+func (s *Session) signedInRecord(rec *sessionRecord, tr *tokenResponse, account string, k tokenKey) ([]byte, error) {
+	now := s.agent.clock.Now()
+	granted := k.scope
+	if tr.Scope != nil {
+		granted = *tr.Scope
+	}
+	if rec.SessionID != tr.SessionID || !rec.SignedIn {
+		rec.Tokens = nil
+	}
+	rec.SessionID = tr.SessionID
+	rec.SignedIn, rec.Account = true, account
+	if k == (tokenKey{}) {
+		rec.Scope = granted
+	}
+	rec.setToken(k, storedToken{Value: tr.AccessToken, Granted: granted,
+		Expiry: now.Add(tr.expiresIn), RenewAt: now.Add(tr.expiresIn - renewBefore(tr.expiresIn))})
+	s.setRecord(rec)
+	return json.Marshal(rec)
+}
+
+// refresh sends the Account Token grant for rec (spec 4.8) under the
+// Account Token's lock, storing a rotated token before returning. With
+// withSession false (or no session_id yet) it starts a new signed-in
+// Session. On invalid_grant it deletes the Account Token and returns an
+// error matching ErrInvalidGrant and ErrNoAccountToken.
+func (s *Session) refresh(ctx context.Context, rec *sessionRecord, account string, k tokenKey, withSession bool) (*tokenResponse, error) {
+	a, c := s.agent, s.company
+	var tr *tokenResponse
+	var grantErr error
+	err := a.store.Update(ctx, s.accountKey(account), func(cur []byte) ([]byte, error) {
+		var ar accountRecord
+		if cur == nil || json.Unmarshal(cur, &ar) != nil || ar.Token == "" {
+			grantErr = ErrNoAccountToken
+			return cur, nil
+		}
+		if ar.expired(a.clock.Now()) {
+			grantErr = fmt.Errorf("%w: it has expired", ErrNoAccountToken) // PA-4.4-12
+			return nil, nil
+		}
+		sessionID := ""
+		if withSession {
+			sessionID = rec.SessionID
+		}
+		key := s.key
+		if k.bearer {
+			key = nil
+		}
+		body, err := a.postForm(ctx, c, c.meta.TokenEndpoint, key, func() (url.Values, error) {
+			f := url.Values{}
+			f.Set("grant_type", grantRefreshToken) // PA-4.8-01
+			f.Set("refresh_token", ar.Token)
+			if sessionID != "" {
+				f.Set("session_id", sessionID) // PA-4.8-02
+			}
+			if k.scope != "" {
+				f.Set("scope", k.scope) // PA-4.8-03
+			}
+			if k.resource != "" {
+				f.Set("resource", k.resource)
+			}
+			return f, nil
+		})
+		if errors.Is(err, ErrInvalidGrant) {
+			// PA-4.8-06: expired, revoked or disconnected (A-45).
+			a.log.InfoContext(ctx, "poppy: Account Token refused; deleting it", "account", account)
+			grantErr = fmt.Errorf("%w (%w)", ErrNoAccountToken, err)
+			return nil, nil
+		}
+		if err != nil {
+			grantErr = err
+			return cur, nil
+		}
+		tr, grantErr = parseTokenResponse(body, k.bearer)
+		if grantErr != nil {
+			return cur, nil
+		}
+		if tr.RefreshToken != "" && tr.RefreshToken != ar.Token {
+			// PA-4.8-04: rotated; stored before the Session Token is used.
+			ar.Token = tr.RefreshToken
+			if tr.RefreshTokenExpiresIn > 0 {
+				ar.Expiry = a.clock.Now().Add(time.Duration(tr.RefreshTokenExpiresIn) * time.Second)
+			}
+			return json.Marshal(&ar)
+		}
+		return cur, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("poppy: Account Token: %w", err)
+	}
+	return tr, grantErr
+}
+
+// renewSignedIn renews a signed-in Session's token for k with its Account
+// Token (PA-4.2-15). If the Account Token is gone or refused, the Session
+// carries on signed out (PA-4.8-06); account_mismatch starts a new Session
+// (PA-4.2-18).
+func (s *Session) renewSignedIn(ctx context.Context, rec *sessionRecord, k tokenKey) (*tokenResponse, bool, error) {
+	tr, err := s.refresh(ctx, rec, rec.Account, k, true)
+	switch {
+	case err == nil:
+		return tr, true, nil
+	case errors.Is(err, ErrAccountMismatch), errors.Is(err, ErrInvalidSession):
+		// A new signed-in Session (PA-4.2-18, PA-4.9-03).
+		tr, err = s.refresh(ctx, rec, rec.Account, k, false)
+		return tr, err == nil, err
+	case errors.Is(err, ErrNoAccountToken):
+		*rec = sessionRecord{SessionID: rec.SessionID}
+		return nil, false, nil
+	}
+	return nil, false, err
+}
+
+// SignOut revokes the Account Token for account ("" means DefaultAccount)
+// at the revocation endpoint (spec 4.9), deletes it from the keystore even
+// if revocation fails (PA-4.9-04, A-17: the failure is reported with
+// ErrRevocationFailed), and signs out the User's Sessions at the Company
+// that used it, so that they renew signed out (PA-4.9-02).
+func (s *Session) SignOut(ctx context.Context, account string) error {
+	if account == "" {
+		account = DefaultAccount
+	}
+	a := s.agent
+	var token string
+	err := a.store.Update(ctx, s.accountKey(account), func(cur []byte) ([]byte, error) {
+		var rec accountRecord
+		if cur != nil && json.Unmarshal(cur, &rec) == nil {
+			token = rec.Token
+		}
+		return nil, nil
+	})
+	if err != nil {
+		return fmt.Errorf("poppy: deleting Account Token: %w", err)
+	}
+	if err := s.company.signOutSessions(ctx, s.user, account); err != nil {
+		return err
+	}
+	if token == "" {
+		return ErrNoAccountToken
+	}
+	if err := s.company.revoke(ctx, token); err != nil {
+		return fmt.Errorf("%w: %w", ErrRevocationFailed, err)
+	}
+	return nil
+}
+
+// signOutSessions marks every Session of user signed in with account as
+// signed out, in memory and in the keystore.
+func (c *Company) signOutSessions(ctx context.Context, user, account string) error {
+	a := c.agent
+	keys, err := a.store.List(ctx, keystore.KindSession, user, c.Issuer())
+	if err != nil {
+		return fmt.Errorf("poppy: listing Sessions: %w", err)
+	}
+	for _, k := range keys {
+		err := a.store.Update(ctx, k, func(cur []byte) ([]byte, error) {
+			var rec sessionRecord
+			if cur == nil || json.Unmarshal(cur, &rec) != nil || !rec.SignedIn || rec.Account != account {
+				return cur, nil
+			}
+			rec = sessionRecord{SessionID: rec.SessionID}
+			return json.Marshal(&rec)
+		})
+		if err != nil {
+			return fmt.Errorf("poppy: signing out Session: %w", err)
+		}
+	}
+	c.st.mu.Lock()
+	var live []*Session
+	for key, s := range c.st.sessions {
+		if key[0] == user {
+			live = append(live, s)
+		}
+	}
+	c.st.mu.Unlock()
+	for _, s := range live {
+		s.mu.Lock()
+		if s.rec.SignedIn && s.rec.Account == account {
+			s.rec = sessionRecord{SessionID: s.rec.SessionID}
+			clear(s.tokens)
+		}
+		s.mu.Unlock()
+	}
+	return nil
+}
+
+// revoke revokes an Account Token (RFC 7009, PA-4.9-01): the client
+// assertion, no proof (A-06).
+func (c *Company) revoke(ctx context.Context, token string) error {
+	_, err := c.agent.postForm(ctx, c, c.meta.RevocationEndpoint, nil, func() (url.Values, error) {
+		f := url.Values{}
+		f.Set("token", token)
+		f.Set("token_type_hint", "refresh_token")
+		return f, nil
+	})
+	return err
+}
+
+// PostClientAuthenticated POSTs form to endpoint with the agent's client
+// assertion and no DPoP proof, as Device Sign-In's device authorization
+// request needs (spec 4.6, A-06). It returns the 200 body, or the Company's
+// error as an *Error. The endpoint must be one of the Company's.
+func (c *Company) PostClientAuthenticated(ctx context.Context, endpoint string, form url.Values) ([]byte, error) {
+	if c.meta == nil {
+		return nil, ErrNoAuth
+	}
+	u, err := c.agent.parseURL(endpoint)
+	if err != nil {
+		return nil, err
+	}
+	if !c.ownsHost(u.Hostname()) {
+		return nil, fmt.Errorf("%w: %s", ErrForeignHost, u.Hostname())
+	}
+	return c.agent.postForm(ctx, c, endpoint, nil, func() (url.Values, error) {
+		f := url.Values{}
+		for k, v := range form {
+			f[k] = slices.Clone(v)
+		}
+		return f, nil
+	})
+}
+
+// Close forgets the Session in this process. It revokes nothing: the
+// Session simply stops being used, and the Account Token stays (PA-4.9-05).
+func (s *Session) Close() {
+	st := s.company.st
+	st.mu.Lock()
+	if st.sessions[[2]string{s.user, s.name}] == s {
+		delete(st.sessions, [2]string{s.user, s.name})
+	}
+	st.mu.Unlock()
+}

@@ -1,0 +1,140 @@
+package poppy_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+
+	"github.com/poppyproto/poppy"
+	"github.com/poppyproto/poppy/keystore"
+	"github.com/poppyproto/poppy/poppytest"
+)
+
+// exampleAgent returns an agent for examples, wired to a fake Company.
+func exampleAgent(company *poppytest.Server, opts *poppy.AgentOptions) *poppy.Agent {
+	key, err := poppy.GenerateSigningKey()
+	if err != nil {
+		log.Fatal(err)
+	}
+	identity, err := poppy.NewIdentity(poppy.IdentityConfig{
+		ClientID:     "https://agent.test/agent.json",
+		ClientName:   "Example Agent",
+		JWKSURI:      "https://agent.test/jwks.json",
+		RedirectURIs: []string{"https://agent.test/oauth/callback"},
+		Keys:         []*poppy.SigningKey{key},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	company.HandleAgent("agent.test", identity.Handler(nil))
+	var o poppy.AgentOptions
+	if opts != nil {
+		o = *opts
+	}
+	o.HTTPClient = company.Client()
+	o.Clock = company.Clock()
+	agent, err := poppy.NewAgent(identity, &o)
+	if err != nil {
+		log.Fatal(err)
+	}
+	return agent
+}
+
+func ExampleNewIdentity() {
+	key, err := poppy.GenerateSigningKey()
+	if err != nil {
+		log.Fatal(err)
+	}
+	identity, err := poppy.NewIdentity(poppy.IdentityConfig{
+		ClientID:     "https://agent.example/agent.json",
+		ClientName:   "Example Agent",
+		RedirectURIs: []string{"https://agent.example/oauth/callback"},
+		Keys:         []*poppy.SigningKey{key},
+		Extensions:   map[string]string{"operations": "1"},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(identity.ClientID())
+	fmt.Println(identity.JWKSURI())
+	// Serve identity.Handler(nil) on agent.example so Companies can fetch both.
+	// Output:
+	// https://agent.example/agent.json
+	// https://agent.example/jwks.json
+}
+
+func ExampleAgent_Company() {
+	company := poppytest.NewServer(nil, nil)
+	defer company.Close()
+	agent := exampleAgent(company, nil)
+
+	c, err := agent.Company(context.Background(), "example.test")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(c.Name())
+	fmt.Println(c.Issuer())
+	fmt.Println(c.SignInTypes())
+	// Output:
+	// Example Company
+	// https://auth.example.test
+	// [direct device mediated]
+}
+
+func ExampleCompany_Session() {
+	company := poppytest.NewServer(nil, nil)
+	defer company.Close()
+	agent := exampleAgent(company, &poppy.AgentOptions{Store: keystore.NewMemory()})
+	ctx := context.Background()
+
+	c, err := agent.Company(ctx, "example.test")
+	if err != nil {
+		log.Fatal(err)
+	}
+	sess, err := c.Session(ctx, "local-user-42", nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("signed in:", sess.SignedIn())
+	// Output:
+	// signed in: false
+}
+
+func ExampleSession_HTTPClient() {
+	company := poppytest.NewServer(nil, nil)
+	defer company.Close()
+	agent := exampleAgent(company, nil)
+	ctx := context.Background()
+
+	c, _ := agent.Company(ctx, "example.test")
+	sess, _ := c.Session(ctx, "local-user-42", nil)
+
+	// Every request carries the Session Token and a fresh DPoP proof.
+	resp, err := sess.HTTPClient().Get("https://api.example.test/products")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	fmt.Println(resp.Status)
+	// Output:
+	// 200 OK
+}
+
+func ExampleError() {
+	company := poppytest.NewServer(nil, &poppytest.Options{RequireRegistration: true})
+	defer company.Close()
+	agent := exampleAgent(company, nil)
+	ctx := context.Background()
+
+	c, _ := agent.Company(ctx, "example.test")
+	_, err := c.Session(ctx, "local-user-42", nil)
+	var perr *poppy.Error
+	if errors.As(err, &perr) {
+		fmt.Println(perr.Code, perr.Status, errors.Is(err, poppy.ErrInvalidClient))
+	}
+	// Output:
+	// invalid_client 401 true
+}

@@ -1,0 +1,27 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+)
+
+// The quickstart the README gives runs end to end and the fake Company
+// records no rule violation.
+func TestQuickstart(t *testing.T) {
+	var out bytes.Buffer
+	if err := run(context.Background(), &out); err != nil {
+		t.Fatalf("quickstart: %v\n%s", err, out.String())
+	}
+	for _, want := range []string{
+		"discovered \"Example Company\"",
+		"started Session ses_",
+		"GET https://api.example.test/products → 200 OK",
+		"0 rule violations",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
