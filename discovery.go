@@ -640,3 +640,6 @@ func (c *Company) EligibleSignInTypes(scopes []string) []string {
 	}
 	return out
 }
+
+// Agent returns the Agent that resolved the Company.
+func (c *Company) Agent() *Agent { return c.agent }

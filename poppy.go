@@ -96,7 +96,7 @@ func (realClock) Sleep(ctx context.Context, d time.Duration) error {
 type AgentOptions struct {
 	// Store keeps User IDs, DPoP keys, Sessions and Account Tokens. Nil means
 	// a fresh in-memory store, which forgets everything when the process
-	// ends; use keystore.OpenSQLite to keep state on disk.
+	// ends; use package keystore/sqlitestore to keep state on disk.
 	Store keystore.Store
 	// HTTPClient sends every request. Nil means a client with dial, TLS and
 	// idle timeouts that reuses connections. The SDK copies it and adds a

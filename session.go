@@ -526,3 +526,6 @@ func (s *Session) reload(ctx context.Context) error {
 	s.setRecord(&rec)
 	return nil
 }
+
+// Name returns the Session's name (SessionOptions.Name).
+func (s *Session) Name() string { return s.name }

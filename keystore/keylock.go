@@ -5,26 +5,28 @@ import (
 	"sync"
 )
 
-// keyLocks is a set of exclusive locks, one for each Key, shared by the
-// goroutines of one process. A lock exists only while some goroutine holds or
+// KeyLocks is a set of exclusive locks, one for each Key, shared by the
+// goroutines of one process: what a Store implementation needs to serialise
+// Updates of one key in-process before taking whatever lock holds across
+// processes. The zero value is ready to use. A lock exists only while some goroutine holds or
 // waits for it, so the set is as small as the number of keys in use.
 //
 // Waiting is a send on a one-slot channel, so it can be abandoned when ctx is
 // done, and Go queues blocked senders in order, so waiters are served first
 // come, first served.
-type keyLocks struct {
+type KeyLocks struct {
 	mu    sync.Mutex
 	locks map[Key]*keyLock
 }
 
 type keyLock struct {
 	sem  chan struct{} // holds one token while the lock is held
-	refs int           // holders and waiters; guarded by keyLocks.mu
+	refs int           // holders and waiters; guarded by KeyLocks.mu
 }
 
-// lock waits until it holds the lock for key, or ctx is done. The caller
+// Lock waits until it holds the lock for key, or ctx is done. The caller
 // calls unlock exactly once when it got the lock.
-func (l *keyLocks) lock(ctx context.Context, key Key) (unlock func(), err error) {
+func (l *KeyLocks) Lock(ctx context.Context, key Key) (unlock func(), err error) {
 	// A ctx that is already done wins even if the lock is free, so that a
 	// cancelled caller never goes on to call fn.
 	if err := ctx.Err(); err != nil {
@@ -54,7 +56,7 @@ func (l *keyLocks) lock(ctx context.Context, key Key) (unlock func(), err error)
 	}
 }
 
-func (l *keyLocks) release(key Key, kl *keyLock) {
+func (l *KeyLocks) release(key Key, kl *keyLock) {
 	l.mu.Lock()
 	kl.refs--
 	if kl.refs == 0 {
@@ -63,8 +65,8 @@ func (l *keyLocks) release(key Key, kl *keyLock) {
 	l.mu.Unlock()
 }
 
-// size returns the number of locks held or waited for (for tests).
-func (l *keyLocks) size() int {
+// Size returns the number of locks held or waited for.
+func (l *KeyLocks) Size() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return len(l.locks)

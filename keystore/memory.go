@@ -21,7 +21,7 @@ import (
 //
 // The zero Memory is not ready for use; call [NewMemory].
 type Memory struct {
-	locks keyLocks // one lock per key, held while fn runs
+	locks KeyLocks // one lock per key, held while fn runs
 
 	mu      sync.RWMutex // guards records, held only to read or write a map
 	records map[group]map[string][]byte
@@ -73,7 +73,7 @@ func (m *Memory) Update(ctx context.Context, key Key, fn func(current []byte) ([
 	if fn == nil {
 		return errors.New("keystore: Update needs a function")
 	}
-	unlock, err := m.locks.lock(ctx, key)
+	unlock, err := m.locks.Lock(ctx, key)
 	if err != nil {
 		return fmt.Errorf("keystore: waiting to update %s: %w", key, err)
 	}

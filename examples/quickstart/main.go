@@ -56,7 +56,7 @@ func run(ctx context.Context, out io.Writer) error {
 	company.HandleAgent("agent.test", identity.Handler(nil))
 	step("agent identity %s serves its metadata and JWKS (key %s)", identity.ClientID(), key.KeyID())
 
-	// A persistent keystore would be keystore.OpenSQLite(path, nil).
+	// A persistent keystore would be sqlitestore.Open(path, nil).
 	agent, err := poppy.NewAgent(identity, &poppy.AgentOptions{
 		Store:      keystore.NewMemory(),
 		HTTPClient: company.Client(),

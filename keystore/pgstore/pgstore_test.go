@@ -282,6 +282,21 @@ func TestKeysThePostgresTextTypeCannotHold(t *testing.T) {
 	}
 }
 
+// gate is a channel closed once, by Release or when the test ends, so that
+// a failing test leaves no Update waiting in fn (and its transaction open).
+type gate struct {
+	C    chan struct{}
+	once sync.Once
+}
+
+func releaser(t *testing.T) *gate {
+	g := &gate{C: make(chan struct{})}
+	t.Cleanup(g.Release)
+	return g
+}
+
+func (g *gate) Release() { g.once.Do(func() { close(g.C) }) }
+
 // waitForLockWaiter waits until some session waits for an advisory lock,
 // failing if stop is closed first.
 func waitForLockWaiter(t *testing.T, pool *pgxpool.Pool, stop <-chan struct{}) {
@@ -312,12 +327,12 @@ func TestUpdateLocksAKeyWithNoRecordYet(t *testing.T) {
 	a := newStore(t, pool, &pgstore.Options{Table: table})
 	b := newStore(t, pool, &pgstore.Options{Table: table}) // another replica
 	ctx := context.Background()
-	entered, release := make(chan struct{}), make(chan struct{})
+	entered, release := make(chan struct{}), releaser(t)
 	firstDone := make(chan error, 1)
 	go func() {
 		firstDone <- a.Update(ctx, testKey, func(cur []byte) ([]byte, error) {
 			close(entered)
-			<-release
+			<-release.C
 			return []byte("first"), nil
 		})
 	}()
@@ -333,7 +348,7 @@ func TestUpdateLocksAKeyWithNoRecordYet(t *testing.T) {
 		})
 	}()
 	waitForLockWaiter(t, pool, secondCalled)
-	close(release)
+	release.Release()
 	if err := <-firstDone; err != nil {
 		t.Fatal(err)
 	}
@@ -353,12 +368,12 @@ func TestUpdateStopsWaitingWhenCtxIsDone(t *testing.T) {
 	pool := testPool(t)
 	s := newStore(t, pool, &pgstore.Options{Table: testTable(t, pool)})
 	ctx := context.Background()
-	entered, release := make(chan struct{}), make(chan struct{})
+	entered, release := make(chan struct{}), releaser(t)
 	firstDone := make(chan error, 1)
 	go func() {
 		firstDone <- s.Update(ctx, testKey, func([]byte) ([]byte, error) {
 			close(entered)
-			<-release
+			<-release.C
 			return []byte("first"), nil
 		})
 	}()
@@ -372,7 +387,7 @@ func TestUpdateStopsWaitingWhenCtxIsDone(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Update waiting past its deadline: err = %v, want context.DeadlineExceeded", err)
 	}
-	close(release)
+	release.Release()
 	if err := <-firstDone; err != nil {
 		t.Fatal(err)
 	}

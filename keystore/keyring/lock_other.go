@@ -1,6 +1,6 @@
 //go:build !(darwin || dragonfly || freebsd || linux || netbsd || openbsd || windows)
 
-package keystore
+package keyring
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 type fileLock struct{}
 
 func lockFile(ctx context.Context, path string) (*fileLock, error) {
-	return nil, errors.New("keystore: file locks are not supported on this platform")
+	return nil, errors.New("keyring: file locks are not supported on this platform")
 }
 
-func (l *fileLock) unlock(remove bool) error { return nil }
+func (l *fileLock) unlock(remove bool) {}

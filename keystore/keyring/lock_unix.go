@@ -1,6 +1,6 @@
 //go:build darwin || dragonfly || freebsd || linux || netbsd || openbsd
 
-package keystore
+package keyring
 
 import (
 	"context"
@@ -10,16 +10,18 @@ import (
 	"syscall"
 )
 
-// fileLock is an exclusive flock(2) lock on one lock file. flock locks belong
-// to the open file description, so two goroutines of one process that open
-// the file separately exclude each other like two processes do.
+// fileLock is an exclusive flock(2) lock on a lock file. flock locks belong
+// to the open file description, so two opens of the file in one process
+// exclude each other as two processes do, and the kernel drops the lock when
+// its holder exits or is killed.
 type fileLock struct {
 	f    *os.File
 	path string
 }
 
-// lockFile waits until it holds an exclusive lock on the file at path,
-// creating the file with mode 0600 if needed, or until ctx is done.
+// lockFile waits until it holds the lock on the file at path, creating the
+// file with mode 0600 if needed, or until ctx is done. It polls with
+// LOCK_NB so that no goroutine is left blocked in the kernel when ctx ends.
 func lockFile(ctx context.Context, path string) (*fileLock, error) {
 	for {
 		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
@@ -30,9 +32,9 @@ func lockFile(ctx context.Context, path string) (*fileLock, error) {
 			f.Close()
 			return nil, err
 		}
-		// The holder before us may have removed the file on its way out
-		// (unlock with remove). A lock on a removed file excludes nobody, so
-		// start again on the file now at path.
+		// The holder before us may have removed the file as it unlocked;
+		// a lock on a removed file excludes nobody, so start again on the
+		// file now at path.
 		locked, err := f.Stat()
 		if err != nil {
 			f.Close()
@@ -65,13 +67,10 @@ func flock(ctx context.Context, f *os.File) error {
 	}
 }
 
-// unlock releases the lock. With remove, it first removes the lock file, so
-// that deleted records leave no lock files behind; lockFile notices when the
-// file it locked was removed.
-func (l *fileLock) unlock(remove bool) error {
-	var err error
+// unlock releases the lock, first removing the lock file if remove is set.
+func (l *fileLock) unlock(remove bool) {
 	if remove {
-		err = os.Remove(l.path)
+		os.Remove(l.path)
 	}
-	return errors.Join(err, l.f.Close())
+	l.f.Close()
 }

@@ -1,6 +1,6 @@
 //go:build unix
 
-package keystore_test
+package sqlitestore_test
 
 import (
 	"io/fs"

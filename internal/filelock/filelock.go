@@ -1,4 +1,6 @@
-package keystore
+// Package filelock gives a lock per key that holds across the processes of
+// one machine: an exclusive lock on an empty file per key.
+package filelock
 
 import (
 	"context"
@@ -10,10 +12,10 @@ import (
 	"time"
 )
 
-// File locks give the SQLite store a lock per key that holds across
-// processes. SQLite itself only locks the whole database, and holding that
-// lock while fn does network I/O would stall every other key in every process
-// for as long as one Company takes to answer.
+// The SQLite keystore uses it for its per-key locks: SQLite itself only
+// locks the whole database, and holding that lock while an Update's fn does
+// network I/O would stall every other key in every process for as long as
+// one Company takes to answer.
 //
 // Each key has an empty lock file in a directory next to the database, named
 // by a hash of the key (so no User name appears in a file name). The lock is
@@ -22,12 +24,12 @@ import (
 // Both are taken without blocking and retried after a short sleep, so waiting
 // ends as soon as ctx is done and no goroutine is left blocked in the kernel.
 
-// lockFileName returns the name of the lock file for key: the first 128 bits
-// of a SHA-256 of its fields, each prefixed with its length so that no two
-// keys share a name.
-func lockFileName(dir string, key Key) string {
+// Name returns the name of the lock file in dir for a key made of parts:
+// the first 128 bits of a SHA-256 of the parts, each prefixed with its
+// length so that no two keys share a name.
+func Name(dir string, parts ...string) string {
 	h := sha256.New()
-	for _, s := range []string{string(key.Kind), key.User, key.Issuer, key.ID} {
+	for _, s := range parts {
 		var n [8]byte
 		binary.BigEndian.PutUint64(n[:], uint64(len(s)))
 		h.Write(n[:])

@@ -1,4 +1,4 @@
-package keystore_test
+package sqlitestore_test
 
 import (
 	"bufio"
@@ -20,13 +20,14 @@ import (
 	"time"
 
 	"github.com/poppyproto/poppy/keystore"
+	"github.com/poppyproto/poppy/keystore/sqlitestore"
 	"github.com/poppyproto/poppy/keystore/storetest"
 )
 
 // openSQLite opens the store at path and closes it when the test ends.
-func openSQLite(t testing.TB, path string) *keystore.SQLite {
+func openSQLite(t testing.TB, path string) *sqlitestore.Store {
 	t.Helper()
-	s, err := keystore.OpenSQLite(path, nil)
+	s, err := sqlitestore.Open(path, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,11 +75,11 @@ func TestSQLiteContractSharedFile(t *testing.T) {
 // SQLite file in turn. The handles share no in-process lock, so the suite's
 // lock tests run against the lock files, as between two processes.
 type twoHandles struct {
-	h [2]*keystore.SQLite
+	h [2]*sqlitestore.Store
 	n atomic.Uint32
 }
 
-func (s *twoHandles) next() *keystore.SQLite { return s.h[s.n.Add(1)%2] }
+func (s *twoHandles) next() *sqlitestore.Store { return s.h[s.n.Add(1)%2] }
 func (s *twoHandles) Get(ctx context.Context, key keystore.Key) ([]byte, error) {
 	return s.next().Get(ctx, key)
 }
@@ -92,7 +93,7 @@ func (s *twoHandles) List(ctx context.Context, kind keystore.Kind, user, issuer 
 func TestSQLiteContractTwoHandles(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) keystore.Store {
 		path := filepath.Join(t.TempDir(), "keystore.db")
-		return &twoHandles{h: [2]*keystore.SQLite{openSQLite(t, path), openSQLite(t, path)}}
+		return &twoHandles{h: [2]*sqlitestore.Store{openSQLite(t, path), openSQLite(t, path)}}
 	})
 }
 
@@ -173,7 +174,7 @@ func TestSQLiteConcurrentOpenGoroutines(t *testing.T) {
 	for range n {
 		wg.Go(func() {
 			<-start
-			s, err := keystore.OpenSQLite(path, nil)
+			s, err := sqlitestore.Open(path, nil)
 			if err != nil {
 				t.Error(err)
 				return
@@ -223,7 +224,7 @@ func execRaw(t *testing.T, path, stmt string) {
 
 func TestSQLiteReopenKeepsRecords(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "keystore.db")
-	s, err := keystore.OpenSQLite(path, nil)
+	s, err := sqlitestore.Open(path, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,8 +242,8 @@ func TestSQLiteRefusesNewerSchema(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "keystore.db")
 	openSQLite(t, path)
 	execRaw(t, path, "PRAGMA user_version = 2")
-	_, err := keystore.OpenSQLite(path, nil)
-	if err == nil || !strings.Contains(err.Error(), "newer") || !strings.HasPrefix(err.Error(), "keystore: ") {
+	_, err := sqlitestore.Open(path, nil)
+	if err == nil || !strings.Contains(err.Error(), "newer") || !strings.HasPrefix(err.Error(), "sqlitestore: ") {
 		t.Fatalf("OpenSQLite of a version 2 schema = %v; want an error saying it is newer", err)
 	}
 }
@@ -250,7 +251,7 @@ func TestSQLiteRefusesNewerSchema(t *testing.T) {
 func TestSQLiteRefusesOtherDatabases(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "other.db")
 	execRaw(t, path, "PRAGMA application_id = 42")
-	_, err := keystore.OpenSQLite(path, nil)
+	_, err := sqlitestore.Open(path, nil)
 	if err == nil || !strings.Contains(err.Error(), "not a keystore") {
 		t.Fatalf("OpenSQLite of another program's database = %v; want an error", err)
 	}
@@ -297,7 +298,7 @@ func TestSQLiteRemovesLockFiles(t *testing.T) {
 
 // Errors never hold a value: here the write fails after fn returned a secret.
 func TestSQLiteErrorsHoldNoValues(t *testing.T) {
-	s, err := keystore.OpenSQLite(filepath.Join(t.TempDir(), "keystore.db"), nil)
+	s, err := sqlitestore.Open(filepath.Join(t.TempDir(), "keystore.db"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,10 +310,10 @@ func TestSQLiteErrorsHoldNoValues(t *testing.T) {
 	if err == nil {
 		t.Fatal("Update on a closed store succeeded")
 	}
-	if strings.Contains(err.Error(), secret) || !strings.HasPrefix(err.Error(), "keystore: ") {
-		t.Fatalf("error %q; want it to start with keystore: and hold no value", err)
+	if strings.Contains(err.Error(), secret) || !strings.HasPrefix(err.Error(), "sqlitestore: ") {
+		t.Fatalf("error %q; want it to start with sqlitestore: and hold no value", err)
 	}
-	if _, err := s.Get(t.Context(), dana); err == nil || !strings.HasPrefix(err.Error(), "keystore: ") {
+	if _, err := s.Get(t.Context(), dana); err == nil || !strings.HasPrefix(err.Error(), "sqlitestore: ") {
 		t.Fatalf("Get on a closed store = %v; want an error starting with keystore:", err)
 	}
 }
@@ -322,21 +323,21 @@ func TestDefaultPath(t *testing.T) {
 	if err != nil {
 		t.Skipf("no user config directory: %v", err)
 	}
-	got, err := keystore.DefaultPath()
+	got, err := sqlitestore.DefaultPath()
 	if want := filepath.Join(dir, "poppy", "keystore.db"); err != nil || got != want {
 		t.Fatalf("DefaultPath() = %q, %v; want %q", got, err, want)
 	}
 }
 
-func ExampleOpenSQLite() {
+func ExampleOpen() {
 	dir, err := os.MkdirTemp("", "keystore-example")
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
 
-	// Programs usually open keystore.DefaultPath().
-	store, err := keystore.OpenSQLite(filepath.Join(dir, "keystore.db"), nil)
+	// Programs usually open sqlitestore.DefaultPath().
+	store, err := sqlitestore.Open(filepath.Join(dir, "keystore.db"), nil)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -394,7 +395,7 @@ func runSQLiteChild(part, path string) error {
 	defer cancel()
 	switch part {
 	case "crash-before-commit":
-		s, err := keystore.OpenSQLite(path, nil)
+		s, err := sqlitestore.Open(path, nil)
 		if err != nil {
 			return err
 		}
@@ -409,7 +410,7 @@ func runSQLiteChild(part, path string) error {
 		if line, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil || line != "go\n" {
 			return fmt.Errorf("waiting for go: %q, %v", line, err)
 		}
-		s, err := keystore.OpenSQLite(path, nil)
+		s, err := sqlitestore.Open(path, nil)
 		if err != nil {
 			return err
 		}

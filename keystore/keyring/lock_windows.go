@@ -1,6 +1,6 @@
 //go:build windows
 
-package keystore
+package keyring
 
 import (
 	"context"
@@ -10,15 +10,19 @@ import (
 	"golang.org/x/sys/windows"
 )
 
-// fileLock is an exclusive LockFileEx lock on the first byte of one lock
-// file. Such locks belong to the file handle, so two goroutines of one process
-// that open the file separately exclude each other like two processes do.
+// fileLock is an exclusive LockFileEx lock on the first byte of a lock file.
+// Such locks belong to the file handle, so two opens of the file in one
+// process exclude each other as two processes do, and Windows drops the lock
+// when its holder exits or is killed. Windows can't remove a file another
+// process holds open, so lock files stay (they are empty).
 type fileLock struct {
 	f *os.File
 }
 
-// lockFile waits until it holds an exclusive lock on the file at path,
-// creating the file if needed, or until ctx is done.
+// lockFile waits until it holds the lock on the file at path, creating the
+// file if needed, or until ctx is done. It polls with
+// LOCKFILE_FAIL_IMMEDIATELY so that no goroutine is left blocked in the
+// kernel when ctx ends.
 func lockFile(ctx context.Context, path string) (*fileLock, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
@@ -41,8 +45,5 @@ func lockFile(ctx context.Context, path string) (*fileLock, error) {
 	}
 }
 
-// unlock releases the lock. Windows can't remove a file that other processes
-// hold open, so lock files stay even with remove; they are empty.
-func (l *fileLock) unlock(remove bool) error {
-	return l.f.Close()
-}
+// unlock releases the lock; the file stays.
+func (l *fileLock) unlock(remove bool) { l.f.Close() }

@@ -1,4 +1,8 @@
-package keystore
+// Package sqlitestore is the embedded default keystore: every record in one
+// SQLite database file, through a pure-Go driver (no cgo), shared safely by
+// the processes of one machine. It lives in its own package so that
+// importing the SDK does not bring in the SQLite driver.
+package sqlitestore
 
 // Design of the SQLite store.
 //
@@ -14,7 +18,7 @@ package keystore
 // whole database, so one slow token renewal would stall every write of every
 // other key in every process (and make them fail with SQLITE_BUSY once the
 // busy timeout passes). So the lock on a key is a lock file instead
-// (filelock.go), taken before the read and released after the commit:
+// (package internal/filelock), taken before the read and released after the commit:
 //
 //	lock key (in-process, then lock file) → read → fn → write transaction → unlock
 //
@@ -31,6 +35,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/poppyproto/poppy/internal/filelock"
+	"github.com/poppyproto/poppy/keystore"
 	"io/fs"
 	"net/url"
 	"os"
@@ -51,13 +57,13 @@ const (
 	// database ("PPY1"), so that a file of another program isn't taken for
 	// one.
 	sqliteApplicationID = 0x50505931
-	// defaultBusyTimeout is the default of SQLiteOptions.BusyTimeout.
+	// defaultBusyTimeout is the default of Options.BusyTimeout.
 	defaultBusyTimeout = 5 * time.Second
 )
 
-// SQLite is a [Store] kept in one SQLite database file, which several
+// Store is a [keystore.Store] kept in one SQLite database file, which several
 // processes may share: the poppy command, scripts and a long-running agent
-// can all use one file at once. Open one with [OpenSQLite]; [DefaultPath]
+// can all use one file at once. Open one with [Open]; [DefaultPath]
 // names the usual file. It is safe for concurrent use.
 //
 // Update takes an exclusive lock on its key that holds across goroutines and
@@ -72,18 +78,18 @@ const (
 // Account Tokens are not sealed (a later version adds an AEAD option). What
 // protects them is the file mode: the database and its -wal and -shm files are
 // created with mode 0600, and if they exist with permissions for group or
-// others, OpenSQLite removes those. Anyone who can read the file, or a copy or back-up of
+// others, Open removes those. Anyone who can read the file, or a copy or back-up of
 // it, can read every record.
 //
-// Next to the database, OpenSQLite makes a directory, the file name followed
+// Next to the database, Open makes a directory, the file name followed
 // by "-locks" (mode 0700), that holds an empty lock file for each key being
 // updated.
-type SQLite struct {
+type Store struct {
 	db      *sql.DB
 	stmts   sqliteStmts
 	lockDir string
-	locks   keyLocks   // in-process lock for each key, taken before its lock file
-	writeMu sync.Mutex // this process's write transactions take turns
+	locks   keystore.KeyLocks // in-process lock for each key, taken before its lock file
+	writeMu sync.Mutex        // this process's write transactions take turns
 
 	beforeCommit func() // test hook, called after the write statement and before COMMIT
 }
@@ -94,9 +100,9 @@ type sqliteStmts struct {
 	get, list, put, del *sql.Stmt
 }
 
-// SQLiteOptions configures [OpenSQLite]. A nil *SQLiteOptions means the
+// Options configures [Open]. A nil *Options means the
 // defaults.
-type SQLiteOptions struct {
+type Options struct {
 	// BusyTimeout bounds how long one statement waits for another
 	// process's write transaction on the database to end. Those
 	// transactions are short (one statement each); waiting for the lock on a
@@ -111,18 +117,18 @@ type SQLiteOptions struct {
 func DefaultPath() (string, error) {
 	dir, err := os.UserConfigDir()
 	if err != nil {
-		return "", fmt.Errorf("keystore: no default path: %w", err)
+		return "", fmt.Errorf("sqlitestore: no default path: %w", err)
 	}
 	return filepath.Join(dir, "poppy", "keystore.db"), nil
 }
 
-// OpenSQLite opens the SQLite keystore at path, creating the file (mode 0600)
+// Open opens the SQLite keystore at path, creating the file (mode 0600)
 // and its directory (mode 0700) if they don't exist. It is safe for several
 // processes to open one new file at once: each creates the schema only if no
 // other has. It fails if the file holds a schema newer than this SDK knows, or
 // belongs to another program. The store must be closed with [SQLite.Close].
-func OpenSQLite(path string, opts *SQLiteOptions) (*SQLite, error) {
-	var o SQLiteOptions
+func Open(path string, opts *Options) (*Store, error) {
+	var o Options
 	if opts != nil {
 		o = *opts
 	}
@@ -130,21 +136,21 @@ func OpenSQLite(path string, opts *SQLiteOptions) (*SQLite, error) {
 		o.BusyTimeout = defaultBusyTimeout
 	}
 	if path == "" {
-		return nil, errors.New("keystore: no SQLite path")
+		return nil, errors.New("sqlitestore: no SQLite path")
 	}
 	path, err := filepath.Abs(path)
 	if err != nil {
-		return nil, fmt.Errorf("keystore: %w", err)
+		return nil, fmt.Errorf("sqlitestore: %w", err)
 	}
 	lockDir := path + "-locks"
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return nil, fmt.Errorf("keystore: %w", err)
+		return nil, fmt.Errorf("sqlitestore: %w", err)
 	}
 	if err := createPrivate(path); err != nil {
-		return nil, fmt.Errorf("keystore: creating %s: %w", path, err)
+		return nil, fmt.Errorf("sqlitestore: creating %s: %w", path, err)
 	}
 	if err := os.Mkdir(lockDir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
-		return nil, fmt.Errorf("keystore: %w", err)
+		return nil, fmt.Errorf("sqlitestore: %w", err)
 	}
 	if err := tightenModes(path); err != nil {
 		return nil, err
@@ -152,19 +158,19 @@ func OpenSQLite(path string, opts *SQLiteOptions) (*SQLite, error) {
 
 	db, err := sql.Open("sqlite", sqliteDSN(path, o.BusyTimeout))
 	if err != nil {
-		return nil, fmt.Errorf("keystore: opening %s: %w", path, err)
+		return nil, fmt.Errorf("sqlitestore: opening %s: %w", path, err)
 	}
 	// A few connections let Gets run side by side; writes take turns anyway.
 	db.SetMaxOpenConns(8)
 	db.SetMaxIdleConns(8)
-	s := &SQLite{db: db, lockDir: lockDir}
+	s := &Store{db: db, lockDir: lockDir}
 	if err := s.init(); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("keystore: opening %s: %w", path, err)
+		return nil, fmt.Errorf("sqlitestore: opening %s: %w", path, err)
 	}
 	if err := s.prepare(); err != nil {
 		s.Close()
-		return nil, fmt.Errorf("keystore: opening %s: %w", path, err)
+		return nil, fmt.Errorf("sqlitestore: opening %s: %w", path, err)
 	}
 	// Switching to WAL mode created the -wal and -shm files. SQLite gives
 	// them the mode of the database, but check: they may be left over from a
@@ -240,11 +246,11 @@ func tightenModes(path string) error {
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("keystore: %w", err)
+			return fmt.Errorf("sqlitestore: %w", err)
 		}
 		if perm := fi.Mode().Perm(); perm&0o077 != 0 {
 			if err := os.Chmod(p, perm&^0o077); err != nil {
-				return fmt.Errorf("keystore: %s has mode %v and can't be made private: %w", p, perm, err)
+				return fmt.Errorf("sqlitestore: %s has mode %v and can't be made private: %w", p, perm, err)
 			}
 		}
 	}
@@ -255,8 +261,8 @@ func tightenModes(path string) error {
 // there yet. Two processes may do this at once on a new file: the schema is
 // created in a BEGIN IMMEDIATE transaction that first reads user_version, so
 // the second process waits for the first and then finds the schema in place.
-func (s *SQLite) init() error {
-	// OpenSQLite takes no ctx (like sql.Open); every step here is bounded by
+func (s *Store) init() error {
+	// Open takes no ctx (like sql.Open); every step here is bounded by
 	// the busy timeout.
 	ctx := context.Background()
 	var mode string
@@ -289,7 +295,7 @@ func (s *SQLite) init() error {
 		return fmt.Errorf("keystore schema version %d is newer than this SDK supports (%d)", version, sqliteSchemaVersion)
 	}
 	for _, stmt := range []string{
-		// Each column holds one field of Key; value holds the record.
+		// Each column holds one field of keystore.Key; value holds the record.
 		`CREATE TABLE IF NOT EXISTS records (
 			kind       TEXT NOT NULL,
 			local_user TEXT NOT NULL,
@@ -308,7 +314,7 @@ func (s *SQLite) init() error {
 	return tx.Commit()
 }
 
-func (s *SQLite) prepare() error {
+func (s *Store) prepare() error {
 	for _, st := range []struct {
 		stmt **sql.Stmt
 		sql  string
@@ -328,8 +334,8 @@ func (s *SQLite) prepare() error {
 	return nil
 }
 
-// Get returns the record for key, or an error matching [ErrNotFound].
-func (s *SQLite) Get(ctx context.Context, key Key) ([]byte, error) {
+// Get returns the record for key, or an error matching [keystore.ErrNotFound].
+func (s *Store) Get(ctx context.Context, key keystore.Key) ([]byte, error) {
 	if err := key.Validate(); err != nil {
 		return nil, err
 	}
@@ -338,20 +344,20 @@ func (s *SQLite) Get(ctx context.Context, key Key) ([]byte, error) {
 		return nil, err
 	}
 	if !ok {
-		return nil, fmt.Errorf("%w: %s", ErrNotFound, key)
+		return nil, fmt.Errorf("%w: %s", keystore.ErrNotFound, key)
 	}
 	return v, nil
 }
 
 // read returns the record for key and whether there is one.
-func (s *SQLite) read(ctx context.Context, key Key) ([]byte, bool, error) {
+func (s *Store) read(ctx context.Context, key keystore.Key) ([]byte, bool, error) {
 	var v []byte
 	err := s.stmts.get.QueryRowContext(ctx, string(key.Kind), key.User, key.Issuer, key.ID).Scan(&v) // Scan copies into v
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, false, nil
 	}
 	if err != nil {
-		return nil, false, fmt.Errorf("keystore: reading %s: %w", key, err)
+		return nil, false, fmt.Errorf("sqlitestore: reading %s: %w", key, err)
 	}
 	if v == nil {
 		v = []byte{} // an empty record exists; only a missing one is nil
@@ -364,18 +370,18 @@ func (s *SQLite) read(ctx context.Context, key Key) ([]byte, bool, error) {
 // until ctx is done. Once fn has returned, its result is written even if ctx
 // is done by then, because fn may have done something that can't be undone,
 // such as use a rotating Account Token (spec 4.8); that write waits at most
-// [SQLiteOptions.BusyTimeout] for other processes. fn must not update key
+// [Options.BusyTimeout] for other processes. fn must not update key
 // itself: it would wait for its own lock until ctx is done.
-func (s *SQLite) Update(ctx context.Context, key Key, fn func(current []byte) ([]byte, error)) error {
+func (s *Store) Update(ctx context.Context, key keystore.Key, fn func(current []byte) ([]byte, error)) error {
 	if err := key.Validate(); err != nil {
 		return err
 	}
 	if fn == nil {
-		return errors.New("keystore: Update needs a function")
+		return errors.New("sqlitestore: Update needs a function")
 	}
 	unlock, err := s.lock(ctx, key)
 	if err != nil {
-		return fmt.Errorf("keystore: waiting to update %s: %w", key, err)
+		return fmt.Errorf("sqlitestore: waiting to update %s: %w", key, err)
 	}
 	deleted := false
 	defer func() { unlock(deleted) }() // deferred so that a panicking fn does not leave the key locked
@@ -400,17 +406,17 @@ func (s *SQLite) Update(ctx context.Context, key Key, fn func(current []byte) ([
 
 // lock takes the in-process lock on key, then its lock file. unlock releases
 // both; with deleted, it also removes the lock file.
-func (s *SQLite) lock(ctx context.Context, key Key) (unlock func(deleted bool), err error) {
-	unlockKey, err := s.locks.lock(ctx, key)
+func (s *Store) lock(ctx context.Context, key keystore.Key) (unlock func(deleted bool), err error) {
+	unlockKey, err := s.locks.Lock(ctx, key)
 	if err != nil {
 		return nil, err
 	}
-	name := lockFileName(s.lockDir, key)
-	fl, err := lockFile(ctx, name)
+	name := filelock.Name(s.lockDir, string(key.Kind), key.User, key.Issuer, key.ID)
+	fl, err := filelock.Acquire(ctx, name)
 	if errors.Is(err, fs.ErrNotExist) {
 		// Someone removed the lock directory; make it again.
 		if err = os.MkdirAll(s.lockDir, 0o700); err == nil {
-			fl, err = lockFile(ctx, name)
+			fl, err = filelock.Acquire(ctx, name)
 		}
 	}
 	if err != nil {
@@ -420,19 +426,19 @@ func (s *SQLite) lock(ctx context.Context, key Key) (unlock func(deleted bool), 
 	return func(deleted bool) {
 		// An error here leaves nothing locked: closing the file releases
 		// the lock, and a lock file left behind is harmless.
-		_ = fl.unlock(deleted)
+		_ = fl.Unlock(deleted)
 		unlockKey()
 	}, nil
 }
 
 // write stores v for key, or deletes the record when v is nil, in one
 // transaction.
-func (s *SQLite) write(ctx context.Context, key Key, v []byte) error {
+func (s *Store) write(ctx context.Context, key keystore.Key, v []byte) error {
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
 	tx, err := s.db.BeginTx(ctx, nil) // BEGIN IMMEDIATE (see sqliteDSN)
 	if err != nil {
-		return fmt.Errorf("keystore: writing %s: %w", key, err)
+		return fmt.Errorf("sqlitestore: writing %s: %w", key, err)
 	}
 	defer tx.Rollback()
 	args := []any{string(key.Kind), key.User, key.Issuer, key.ID}
@@ -442,52 +448,52 @@ func (s *SQLite) write(ctx context.Context, key Key, v []byte) error {
 		_, err = tx.StmtContext(ctx, s.stmts.put).ExecContext(ctx, append(args, v)...)
 	}
 	if err != nil {
-		return fmt.Errorf("keystore: writing %s: %w", key, err)
+		return fmt.Errorf("sqlitestore: writing %s: %w", key, err)
 	}
 	if s.beforeCommit != nil {
 		s.beforeCommit()
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("keystore: writing %s: %w", key, err)
+		return fmt.Errorf("sqlitestore: writing %s: %w", key, err)
 	}
 	return nil
 }
 
 // List returns the keys of every record of kind for user at issuer, in
 // ascending byte order of ID.
-func (s *SQLite) List(ctx context.Context, kind Kind, user, issuer string) ([]Key, error) {
-	if err := (Key{Kind: kind, User: user, Issuer: issuer}).Validate(); err != nil {
+func (s *Store) List(ctx context.Context, kind keystore.Kind, user, issuer string) ([]keystore.Key, error) {
+	if err := (keystore.Key{Kind: kind, User: user, Issuer: issuer}).Validate(); err != nil {
 		return nil, err
 	}
 	rows, err := s.stmts.list.QueryContext(ctx, string(kind), user, issuer)
 	if err != nil {
-		return nil, fmt.Errorf("keystore: listing %s for %s@%s: %w", kind, user, issuer, err)
+		return nil, fmt.Errorf("sqlitestore: listing %s for %s@%s: %w", kind, user, issuer, err)
 	}
 	defer rows.Close()
-	var keys []Key
+	var keys []keystore.Key
 	for rows.Next() {
 		var id string
 		if err := rows.Scan(&id); err != nil {
-			return nil, fmt.Errorf("keystore: listing %s for %s@%s: %w", kind, user, issuer, err)
+			return nil, fmt.Errorf("sqlitestore: listing %s for %s@%s: %w", kind, user, issuer, err)
 		}
-		keys = append(keys, Key{Kind: kind, User: user, Issuer: issuer, ID: id})
+		keys = append(keys, keystore.Key{Kind: kind, User: user, Issuer: issuer, ID: id})
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("keystore: listing %s for %s@%s: %w", kind, user, issuer, err)
+		return nil, fmt.Errorf("sqlitestore: listing %s for %s@%s: %w", kind, user, issuer, err)
 	}
 	return keys, nil
 }
 
 // Close closes the database. Operations in progress may fail, and the store
 // can't be used afterwards.
-func (s *SQLite) Close() error {
+func (s *Store) Close() error {
 	for _, stmt := range []*sql.Stmt{s.stmts.get, s.stmts.list, s.stmts.put, s.stmts.del} {
 		if stmt != nil {
 			stmt.Close()
 		}
 	}
 	if err := s.db.Close(); err != nil {
-		return fmt.Errorf("keystore: closing: %w", err)
+		return fmt.Errorf("sqlitestore: closing: %w", err)
 	}
 	return nil
 }

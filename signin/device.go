@@ -1,0 +1,114 @@
+package signin
+
+// Device Sign-In (spec 4.6, RFC 8628).
+//
+// The device authorization request carries the client assertion and no
+// proof (A-06). The User sees the verification URI and user code; the
+// device code stays inside this function (PA-4.6-03). Polls carry
+// session_id, the client assertion and a proof (through
+// poppy.Session.CompleteSignIn), every interval seconds: 5 by default, and
+// 5 more after each slow_down (RFC 8628 section 3.5).
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"time"
+
+	"github.com/poppyproto/poppy"
+)
+
+const (
+	defaultInterval = 5 * time.Second
+	slowDownStep    = 5 * time.Second
+	grantDeviceCode = "urn:ietf:params:oauth:grant-type:device_code"
+)
+
+type deviceAuthorization struct {
+	DeviceCode              string          `json:"device_code"`
+	UserCode                string          `json:"user_code"`
+	VerificationURI         string          `json:"verification_uri"`
+	VerificationURIComplete string          `json:"verification_uri_complete"`
+	ExpiresIn               int64           `json:"expires_in"`
+	Interval                json.RawMessage `json:"interval"`
+}
+
+// Device signs the Session in with Device Sign-In: it shows the User a link
+// and a code through p, then polls until the User approves or declines, the
+// code expires, or ctx ends. A stored Account Token that covers the scopes
+// is used instead, without asking the User.
+func Device(ctx context.Context, sess *poppy.Session, opts *poppy.SignInOptions, p UserPrompter) (*poppy.SignInResult, error) {
+	if res, err := prepare(ctx, sess, "device", opts); res != nil || err != nil {
+		return res, err
+	}
+	c := sess.Company()
+	clock := c.Agent().Clock()
+	// PA-4.6-01
+	form := url.Values{"scope": {scopeString(opts.Scopes)}}
+	body, err := c.PostClientAuthenticated(ctx, c.Metadata().DeviceAuthorizationEndpoint, form)
+	if err != nil {
+		return nil, err
+	}
+	var da deviceAuthorization
+	if err := json.Unmarshal(body, &da); err != nil || da.DeviceCode == "" || da.UserCode == "" || da.VerificationURI == "" {
+		return nil, errors.New("signin: invalid device authorization response")
+	}
+	for _, raw := range []string{da.VerificationURI, da.VerificationURIComplete} {
+		if raw == "" {
+			continue
+		}
+		if u, err := url.Parse(raw); err != nil || u.Scheme != "https" {
+			return nil, errors.New("signin: verification URI is not an HTTPS URL")
+		}
+	}
+	interval := defaultInterval // PA-4.6-05
+	var secs int64
+	if json.Unmarshal(da.Interval, &secs) == nil && secs > 0 {
+		interval = time.Duration(secs) * time.Second
+	}
+	start := clock.Now()
+	expires := time.Time{}
+	if da.ExpiresIn > 0 {
+		expires = start.Add(time.Duration(da.ExpiresIn) * time.Second)
+	}
+	// PA-4.6-02: exactly what the Company returned; never the device code.
+	if err := p.ShowCode(ctx, &CodePrompt{
+		Company: c.Name(), VerificationURI: da.VerificationURI, UserCode: da.UserCode,
+		VerificationURIComplete: da.VerificationURIComplete, Expires: expires, Scopes: describe(c, opts.Scopes),
+	}); err != nil {
+		return nil, err
+	}
+	grant := url.Values{"grant_type": {grantDeviceCode}, "device_code": {da.DeviceCode}}
+	for {
+		// PA-4.6-11: stop at expires_in, whatever the Company says.
+		if !expires.IsZero() && !clock.Now().Add(interval).Before(expires.Add(time.Nanosecond)) {
+			return nil, ErrDeviceCodeExpired
+		}
+		// PA-4.6-04: never sooner than interval after the previous poll.
+		if err := clock.Sleep(ctx, interval); err != nil {
+			return nil, err
+		}
+		res, err := sess.CompleteSignIn(ctx, grant, opts)
+		if err == nil {
+			return res, nil // PA-4.6-08
+		}
+		var pe *poppy.Error
+		if !errors.As(err, &pe) {
+			return nil, err
+		}
+		switch pe.Code {
+		case "authorization_pending": // PA-4.6-06
+		case "slow_down": // PA-4.6-07
+			interval += slowDownStep
+		case "access_denied": // PA-4.6-09
+			return nil, fmt.Errorf("%w: %w", ErrAccessDenied, err)
+		case "expired_token": // PA-4.6-10
+			return nil, fmt.Errorf("%w: %w", ErrDeviceCodeExpired, err)
+		default:
+			return nil, err
+		}
+		logger(sess).DebugContext(ctx, "signin: device sign-in pending", "response", pe.Code, "interval", interval)
+	}
+}
