@@ -14,7 +14,10 @@ if [ -z "$poppy_pg_bin" ] || [ ! -x "$poppy_pg_bin/initdb" ]; then
   return 1
 fi
 
-poppy_pg_dir=$(mktemp -d "${TMPDIR:-/tmp}/poppy-pg.XXXXXX")
+# As root the directory must be one the postgres user can reach: /tmp, not
+# a TMPDIR that may be under /root.
+if [ "$(id -u)" = 0 ]; then poppy_pg_base=/tmp; else poppy_pg_base=${TMPDIR:-/tmp}; fi
+poppy_pg_dir=$(mktemp -d "$poppy_pg_base/poppy-pg.XXXXXX")
 poppy_pg_data="$poppy_pg_dir/data"
 poppy_pg_log="$poppy_pg_dir/postgres.log"
 

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log"
 	"log/slog"
 	"strings"
 	"testing"
@@ -197,4 +198,33 @@ func TestSealerRedacts(t *testing.T) {
 			t.Errorf("printed sealer %q does not name its key ID", out)
 		}
 	}
+}
+
+// Keys are rotated by putting the new key first: it seals, and the old one
+// still opens what it sealed.
+func ExampleNewAESGCMSealer() {
+	oldKey := bytes.Repeat([]byte{1}, 32) // in real use: from a secret manager
+	newKey := bytes.Repeat([]byte{2}, 32)
+	before, err := keystore.NewAESGCMSealer(oldKey)
+	if err != nil {
+		log.Fatal(err)
+	}
+	after, err := keystore.NewAESGCMSealer(newKey, oldKey)
+	if err != nil {
+		log.Fatal(err)
+	}
+	key := keystore.Key{Kind: keystore.KindAccountToken, User: "alice", Issuer: "https://auth.example.com"}
+
+	stored, _ := keystore.SealValue(before, key, []byte("account token"))
+	value, err := keystore.OpenValue(after, key, stored)
+	fmt.Printf("%s %v\n", value, err)
+
+	stored, _ = keystore.SealValue(after, key, value)
+	_, err = keystore.OpenValue(before, key, stored)
+	fmt.Println(errors.Is(err, keystore.ErrCannotOpen))
+	fmt.Println(after) // key IDs, never keys
+	// Output:
+	// account token <nil>
+	// true
+	// keystore.AESGCMSealer(keys [1735c9e18cd29146 11c4c775fd56e34b])
 }

@@ -82,21 +82,14 @@ func (s *Server) authenticateClient(r *http.Request, form url.Values, endpoint s
 	}
 	// Company policy (CO-4.1-05, -06, -07).
 	o := &s.opts
+	if why := s.clientRefused(id); why != "" {
+		return fail("%s", why)
+	}
 	s.mu.Lock()
-	revoked := s.revoked[id]
 	known := s.accepted[id]
 	full := o.MaxNewClients > 0 && len(s.accepted) >= o.MaxNewClients
 	s.mu.Unlock()
-	switch {
-	case revoked:
-		return fail("client_id has been revoked")
-	case slices.Contains(o.Blocklist, id):
-		return fail("client_id is blocked")
-	case o.Allowlist != nil && !slices.Contains(o.Allowlist, id):
-		return fail("client_id is not on the allowlist")
-	case o.RequireRegistration && !slices.Contains(o.Registered, id):
-		return fail("client_id is not registered")
-	case !known && full:
+	if !known && full {
 		return fail("the Company accepts no new client_id values") // CO-4.1-09, A-48
 	}
 
@@ -176,6 +169,26 @@ func (s *Server) authenticateClient(r *http.Request, form url.Values, endpoint s
 	s.accepted[id] = true
 	s.mu.Unlock()
 	return ci, nil
+}
+
+// clientRefused says why Company policy refuses client_id id (CO-4.1-05,
+// -06, -07), or "" when it doesn't.
+func (s *Server) clientRefused(id string) string {
+	o := &s.opts
+	s.mu.Lock()
+	revoked := s.revoked[id]
+	s.mu.Unlock()
+	switch {
+	case revoked:
+		return "client_id has been revoked"
+	case slices.Contains(o.Blocklist, id):
+		return "client_id is blocked"
+	case o.Allowlist != nil && !slices.Contains(o.Allowlist, id):
+		return "client_id is not on the allowlist"
+	case o.RequireRegistration && !slices.Contains(o.Registered, id):
+		return "client_id is not registered"
+	}
+	return ""
 }
 
 // audienceMatch names what an aud value matched.

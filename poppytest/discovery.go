@@ -105,25 +105,21 @@ func (s *Server) document(domain string) map[string]any {
 			issuer = o.IssuerInDocument
 		}
 		auth := map[string]any{"issuer": issuer}
-		custom := make([]string, 0, len(o.CustomScopes))
-		for k := range o.CustomScopes {
-			custom = append(custom, k)
+		if s.signInOffered("direct") {
+			auth["direct"] = map[string]any{"scopes": slices.Clone(s.signin.scopes["direct"])}
 		}
-		slices.Sort(custom)
-		if !slices.Contains(o.DisableSignIn, "direct") {
-			auth["direct"] = map[string]any{"scopes": append([]string{"poppy:read", "poppy:write"}, custom...)}
+		if s.signInOffered("device") {
+			auth["device"] = map[string]any{"scopes": slices.Clone(s.signin.scopes["device"])}
 		}
-		if !slices.Contains(o.DisableSignIn, "device") {
-			auth["device"] = map[string]any{"scopes": []string{"poppy:read", "poppy:write"}}
-		}
-		if !slices.Contains(o.DisableSignIn, "mediated") {
+		if s.signInOffered("mediated") {
+			fields := make([]any, 0, len(o.MediatedFields))
+			for _, f := range o.MediatedFields {
+				fields = append(fields, map[string]any{"name": f.Name, "label": f.Label, "secret": f.Secret})
+			}
 			auth["mediated"] = map[string]any{
-				"endpoint": s.authBase + "/poppy/sign-in",
-				"fields": []any{
-					map[string]any{"name": "email", "label": "Email", "secret": false},
-					map[string]any{"name": "password", "label": "Password", "secret": true},
-				},
-				"scopes": []string{"poppy:read"},
+				"endpoint": s.MediatedEndpoint(),
+				"fields":   fields,
+				"scopes":   slices.Clone(s.signin.scopes["mediated"]),
 			}
 		}
 		if len(o.CustomScopes) > 0 {
@@ -215,13 +211,10 @@ func (s *Server) metadataDoc() map[string]any {
 	return m
 }
 
+// allScopes returns every scope the Company defines: the protocol scopes
+// (unless NarrowScopesOnly) and then the custom ones, sorted.
 func (s *Server) allScopes() []string {
-	out := []string{"poppy:read", "poppy:write"}
-	for k := range s.opts.CustomScopes {
-		out = append(out, k)
-	}
-	slices.Sort(out[2:])
-	return out
+	return slices.Clone(s.signin.known)
 }
 
 // metadataPath is the RFC 8414 location for an issuer on the auth host

@@ -22,6 +22,10 @@
 //	https://auth.example.test/.well-known/oauth-authorization-server
 //	https://auth.example.test/oauth/token               token endpoint
 //	https://auth.example.test/oauth/revoke              revocation endpoint
+//	https://auth.example.test/oauth/authorize           authorization endpoint and consent page (Direct Sign-In)
+//	https://auth.example.test/oauth/device              device authorization endpoint (Device Sign-In)
+//	https://auth.example.test/device                    verification_uri, the Device Sign-In page
+//	https://auth.example.test/poppy/sign-in[/{id}]      auth.mediated.endpoint and its code URLs (Mediated Sign-In)
 //	https://api.example.test/…                          the OpenAPI resource server
 //	https://mcp.example.test/mcp                        the MCP server (reserved)
 //	https://provider.test/…                             hops of RedirectWellKnown
@@ -46,6 +50,69 @@
 //	DELETE /orders/{id}             always 403 {"error":"forbidden"} without WWW-Authenticate (CO-4-01)
 //	POST   /echo                    echoes the JSON body verbatim
 //
+// With NarrowScopesOnly the API requires orders:read and orders:write
+// instead (CO-4.4-05). A signed-in token acts signed in only while its
+// Session is still signed in to that account (CO-4.9-03), unless
+// NoLiveSignInCheck.
+//
+// # Signing in
+//
+// The Company has Options.Accounts (default one, "acct_1", with email
+// "user@example.test" and password "correct horse") and offers the three
+// sign-in types with the scopes of Options.SignInScopes (default: direct
+// poppy:read, poppy:write and the custom scopes; device poppy:read and
+// poppy:write; mediated poppy:read). Every type ends with an Account Token
+// as refresh_token and a signed-in Session Token for the Session the
+// request named (spec 4.4).
+//
+// The User is programmable. Direct and Device Sign-In show a consent page
+// naming the agent (client_name, logo_uri) and the requested scopes;
+// opening it decides nothing. A test plays the User's browser with
+// [Server.Browse], which opens the page, asks the programmable User, and
+// submits the decision. The User approves every requested scope for the
+// first account unless the test programs it with [Server.SetUser] (a
+// func(ConsentRequest) Consent), [Server.ApproveAll],
+// [Server.ApproveScopes], [Server.Deny] or [Server.NeverAnswer];
+// [Server.Consents] lists what it saw. In an SDK test:
+//
+//   - Direct: the prompter gets the authorization URL; the test calls
+//     loc, err := srv.Browse(ctx, authURL) and hands loc, the agent's
+//     redirect_uri with code, state and iss (or error=access_denied),
+//     back to the agent as its callback. Browse doesn't follow it.
+//   - Device: the prompter gets verification_uri_complete (or
+//     verification_uri and user_code); the test calls
+//     srv.Browse(ctx, verificationURIComplete), or Browse of
+//     verification_uri + "?user_code=" + code, which returns "" once the
+//     User decided; the agent's polls see the decision.
+//     [Server.HoldDevicePolls] and [Server.ScriptDevicePolls] make polls
+//     answer authorization_pending or slow_down first.
+//   - Mediated: when the agent asks for the one-time code
+//     (code_required, with Options.RequireCode, Account.RequireCode or
+//     UnusualOnNewKey), the test answers [Server.LastCode], the code the
+//     fake "texted" the User; [Server.Outbox] lists them all.
+//
+// [Server.AccountToken] shows the record behind an Account Token,
+// [Server.RevokeAccountToken] revokes one on the Company's side, and
+// [Server.Disconnect] plays the User disconnecting the agents from an
+// account (spec 4.9).
+//
+// # Knobs
+//
+// Options set the Company's behaviour for the whole test; methods change
+// it at run time. At run time: [Server.RateLimit] and [Server.ForceError]
+// inject answers on any [Endpoint] (a failing revocation is
+// ForceError(EndpointRevoke, 503, "", 1)); [Server.SetTokenType] and
+// [Server.SetExpiresIn] bend token responses; [Server.EndSession],
+// [Server.RevokeClient], [Server.SignInSession], [Server.SignOutSession],
+// [Server.RevokeAccountToken] and [Server.Disconnect] change Company
+// state; [Server.NewNonce] rotates a DPoP nonce; the User knobs above
+// decide consent pages; HoldDevicePolls and ScriptDevicePolls script
+// Device Sign-In polls. Sign-in options: Accounts, MediatedFields,
+// SignInScopes, NarrowScopesOnly, AccountTokenTTL, RotateAccountTokens,
+// RotationGrace, DeviceCodeTTL, DeviceInterval, OmitInterval,
+// RequireCode, UnusualOnNewKey, CodeTTL, CodeAttempts,
+// MediatedFailuresPerMinute, EndSessionsOnSignOut and NoLiveSignInCheck.
+//
 // # Decisions on ambiguities
 //
 // The specification leaves some behaviour open (AMBIGUITIES.md). The fake
@@ -69,8 +136,9 @@
 //   - the metadata is served at the RFC 8414 location derived from
 //     the issuer (path inserted, trailing slash removed), also for the
 //     MetadataIssuer and IssuerInDocument variants on the issuer's host.
-//   - revocation requests need client authentication and no DPoP
-//     proof; a proof there is ignored.
+//   - revocation and device authorization requests need client
+//     authentication and no DPoP proof; a proof there is ignored. Their
+//     client assertion's aud may also be the URL they are sent to.
 //   - DPoP failures at resources are 401 with WWW-Authenticate: DPoP
 //     error="invalid_dpop_proof" (or "use_dpop_nonce" with a DPoP-Nonce
 //     header); at the token endpoint they are 400 with the same header. A
@@ -89,11 +157,62 @@
 //     refused with invalid_grant and recorded as a PA-4.2-15 violation; a
 //     signed-in Session is renewed with its Account Token.
 //   - the token response always carries scope ("" when signed out).
+//   - an authorization code's exchange takes the User ID for the
+//     Account Token from the Session it signs in, which must belong to
+//     the same client_id (invalid_session). An exchange without
+//     session_id is refused with invalid_request (a PA-4.5-09 violation):
+//     MCP's own sign-in flow isn't modelled. PKCE plain, or no method, is
+//     refused (redirect with error=invalid_request) and recorded as a
+//     PA-4.5-02 violation; the metadata lists only S256. Direct and Device
+//     completion with a Session signed in to another account is
+//     account_mismatch. invalid_session and account_mismatch leave the
+//     code usable, so the agent can start a new Session and exchange it
+//     there; a wrong redirect_uri or code_verifier uses it up; reusing a
+//     spent code revokes the Account Token it issued (RFC 6749 4.1.2).
+//   - redirects always carry iss, and the metadata says
+//     authorization_response_iss_parameter_supported.
+//   - interval defaults to 5 s and slow_down adds 5 s to the polled
+//     request's interval (RFC 8628). The fake answers slow_down to a poll
+//     sooner than interval after the previous one while the User hasn't
+//     decided; a second such poll right after a slow_down is a PA-4.6-07
+//     violation. A poll naming an ended or foreign Session gets
+//     invalid_session and leaves the device request as it is.
+//   - Mediated Sign-In answers every status with HTTP 200 and a
+//     "status" member: complete (with the spec 4.4 fields, including
+//     refresh_token_expires_in), code_required, failed, expired. Errors
+//     are JSON {"error": …}: 400 invalid_request (not JSON, a field
+//     missing or extra), 400 invalid_scope, 400 account_mismatch, 404
+//     sign_in_not_found (unknown, finished, or another Session's sign-in:
+//     the same answer, and the sign-in goes on), 429 rate_limited with
+//     Retry-After once MediatedFailuresPerMinute failures (wrong
+//     credentials or codes, per client_id and account) happened in a
+//     minute, and the token errors of any DPoP resource. The code URL is
+//     {endpoint}/{sign_in_id}; codes are six digits, live CodeTTL, and
+//     CodeAttempts wrong ones end the sign-in with failed.
+//   - with RotateAccountTokens the old value dies at once unless
+//     RotationGrace keeps it working a little longer (a use then returns
+//     the current value without rotating again). A rotated token keeps
+//     the sign-in's expiry: refresh_token_expires_in is the remaining
+//     lifetime. Using a replaced value afterwards is a PA-4.8-04
+//     violation.
+//   - a revocation failure is injected with ForceError. Revocation
+//     signs out the Sessions signed in with that Account Token at once
+//     (their tokens then get sign_in_required), or ends them with
+//     EndSessionsOnSignOut. Revoking another client's Account Token is
+//     400 unauthorized_client and revokes nothing; an unknown token is
+//     200 (RFC 7009).
 //   - insufficient_scope names the full set of scopes the action
 //     requires: DPoP error="insufficient_scope", scope="poppy:read poppy:write".
 //   - RateLimit answers {"error":"rate_limited"} on any endpoint, with
 //     the given Retry-After or none.
-//   - Session Tokens last TokenTTL, 1 hour by default.
+//   - Session Tokens last TokenTTL, 1 hour by default (5 minutes,
+//     and at most that, with NoLiveSignInCheck).
+//   - the refresh grant answers invalid_grant for an unknown,
+//     expired, revoked or rotated-away Account Token and for one issued
+//     to another client alike; only error_description differs.
+//   - Account Tokens are bound to the client, not to a DPoP key: a
+//     refresh may carry a proof by any key, to which the new Session
+//     Token is bound, or, with resource set to the MCP url, none.
 //   - DPoP proofs must be ES256 (the metadata says so); assertions may
 //     use ES256/384/512, RS256/384/512, PS256/384/512 or EdDSA.
 //   - a client beyond MaxNewClients gets 401 invalid_client.
@@ -121,8 +240,29 @@
 // PA-4.2-10); an email-like User ID (PA-4.2-04); a JWKS with private keys
 // (PA-4.1-05); a DPoP key that is a published JWKS key (PA-4.1-10); one
 // DPoP key used for two Users (PA-4.3-02); a Company request over plain HTTP
-// (PA-3-01); following an http:// redirect of the well-known URL (PA-3-03). Missing or stale nonces, expired tokens and rate limits are
-// ordinary protocol flow and never violations.
+// (PA-3-01); following an http:// redirect of the well-known URL
+// (PA-3-03). For sign-in: a sign-in page (authorization endpoint,
+// verification page) requested by anything but Browse (PA-4.4-02); a
+// redirect_uri that doesn't exactly match (PA-4.5-04); a missing, short
+// (under 22 characters) or reused state (PA-4.5-01); PKCE other than
+// S256 (PA-4.5-02); a scope not single-space separated (PA-4.4-06); an
+// exchange or poll without session_id (PA-4.5-09, PA-4.6-04); ignoring
+// slow_down (PA-4.6-07); polling after access_denied or expired_token
+// (PA-4.6-09, PA-4.6-10); a device_code in a URL (PA-4.6-03); a mediated
+// request missing a listed field (PA-4.7-01) or not JSON (PA-4.7-02);
+// any configured credential value of 4 or more characters (as a whole
+// token, e.g. not inside a base64 string) in a URL, a header or a body other than that of the POST
+// to auth.mediated.endpoint (PA-4.7-05 for secret fields, PA-4.7-06 for
+// the others); a code submitted with the credentials or from another
+// Session (PA-4.7-09); an Account Token in a URL (PA-4.8-11) or anywhere
+// but the token and revocation endpoints (PA-4.8-01); one account's
+// Account Token sent with a Session of another account (PA-4.4-13); an
+// Account Token used more than 5 s after it expired (PA-4.4-12) or after
+// a rotation replaced it (PA-4.8-04); revoking one without
+// token_type_hint=refresh_token (PA-4.9-01). Missing or stale nonces,
+// expired tokens, early polls answered with slow_down, wrong passwords,
+// wrong codes, declined consents and rate limits are ordinary protocol
+// flow and never violations.
 //
 // Errors the fake itself returns never contain a token, proof or
 // assertion; the request log does, because it is for tests.

@@ -1,8 +1,18 @@
 package poppytest_test
 
 import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/url"
+
+	"github.com/lestrrat-go/jwx/v3/jwk"
 
 	"github.com/poppyproto/poppy/poppytest"
 )
@@ -48,4 +58,65 @@ func Example() {
 	// GET https://example.test/.well-known/poppy.json 200 poppy.json
 	// GET https://auth.example.test/.well-known/oauth-authorization-server 200 metadata
 	// violations: 0
+}
+
+// ExampleServer_Browse plays the User's browser in Direct Sign-In. The
+// agent under test hands its authorization URL to the User (in an SDK
+// test, its prompter callback gets it); the test passes it to Browse,
+// the programmable User decides on the consent page, and Browse returns
+// the callback URL the browser would go to, for the test to hand back to
+// the agent. Device Sign-In works the same with verification_uri_complete
+// (Browse then returns ""), and Mediated Sign-In's one-time code is
+// LastCode.
+func ExampleServer_Browse() {
+	srv := poppytest.NewServer(nil, nil) // in a test: poppytest.NewServer(t, nil)
+	defer srv.Close()
+
+	// The agent's client metadata document and key set (spec 4.1), which
+	// the authorization endpoint fetches.
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	pub, _ := jwk.Import(key.Public())
+	jwks, _ := json.Marshal(map[string]any{"keys": []any{pub}})
+	srv.HandleAgent("agent.test", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/agent.json":
+			json.NewEncoder(w).Encode(map[string]any{
+				"client_id":                  "https://agent.test/agent.json",
+				"client_name":                "Example Agent",
+				"jwks_uri":                   "https://agent.test/jwks.json",
+				"redirect_uris":              []string{"https://agent.test/oauth/callback"},
+				"token_endpoint_auth_method": "private_key_jwt",
+			})
+		case "/jwks.json":
+			w.Write(jwks)
+		}
+	}))
+
+	// The User approves read access only.
+	srv.ApproveScopes("acct_1", "poppy:read")
+
+	verifier := "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk"
+	sum := sha256.Sum256([]byte(verifier))
+	authURL := srv.AuthorizationEndpoint() + "?" + url.Values{
+		"response_type":         {"code"},
+		"client_id":             {"https://agent.test/agent.json"},
+		"redirect_uri":          {"https://agent.test/oauth/callback"},
+		"scope":                 {"poppy:read poppy:write"},
+		"state":                 {"Xq81vR-a-fresh-random-state"},
+		"code_challenge":        {base64.RawURLEncoding.EncodeToString(sum[:])},
+		"code_challenge_method": {"S256"},
+	}.Encode()
+
+	loc, err := srv.Browse(context.Background(), authURL)
+	if err != nil {
+		panic(err)
+	}
+	callback, _ := url.Parse(loc)
+	q := callback.Query()
+	fmt.Println(callback.Host+callback.Path, q.Get("state"), q.Get("iss"), q.Get("code") != "")
+	c := srv.Consents()[0]
+	fmt.Println(c.ClientName, c.Scopes)
+	// Output:
+	// agent.test/oauth/callback Xq81vR-a-fresh-random-state https://auth.example.test true
+	// Example Agent [poppy:read poppy:write]
 }

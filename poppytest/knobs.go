@@ -23,8 +23,12 @@ func (s *Server) RateLimit(ep Endpoint, n int, retryAfter string) {
 }
 
 // ForceError answers the next n requests to ep with that error code and
-// status (0 picks the protocol status for code). At the token and
-// revocation endpoints it is an OAuth JSON error; at resources a token or
+// status (0 picks the protocol status for code). At the token, revocation
+// and device authorization endpoints it is an OAuth JSON error; at the
+// authorization endpoint, once client_id and redirect_uri check out, a
+// redirect to redirect_uri with error=code, state and iss (a status-only
+// fault, code "", or a rate limit answers there with a page instead); at
+// resources and the mediated endpoint a token or
 // DPoP error code goes in WWW-Authenticate: DPoP error="…" (with the scopes
 // "poppy:read poppy:write" for insufficient_scope, a fresh DPoP-Nonce for
 // use_dpop_nonce) and in a JSON body; other codes only in the body, with
@@ -46,19 +50,35 @@ func (s *Server) queueFault(ep Endpoint, f *fault) {
 // applyFaults answers r with the next queued fault of its endpoint, if
 // any, and reports whether it did.
 func (s *Server) applyFaults(w http.ResponseWriter, r *http.Request, x *exchange) bool {
-	s.mu.Lock()
-	q := s.faults[x.endpoint]
-	if len(q) == 0 {
-		s.mu.Unlock()
+	if x.endpoint == EndpointAuthorize {
+		return false // serveAuthorize takes its faults once the redirect_uri is known
+	}
+	f, ok := s.takeFault(x.endpoint)
+	if !ok {
 		return false
+	}
+	s.writeFault(w, r, x, f)
+	return true
+}
+
+// takeFault dequeues the next fault of ep.
+func (s *Server) takeFault(ep Endpoint) (fault, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q := s.faults[ep]
+	if len(q) == 0 {
+		return fault{}, false
 	}
 	f := *q[0]
 	q[0].n--
 	if q[0].n <= 0 {
-		s.faults[x.endpoint] = q[1:]
+		s.faults[ep] = q[1:]
 	}
-	s.mu.Unlock()
+	return f, true
+}
 
+// writeFault answers r with the injected fault f.
+func (s *Server) writeFault(w http.ResponseWriter, r *http.Request, x *exchange, f fault) {
 	e := &protoError{status: f.status, code: f.code, retryAfter: f.retryAfter, desc: "injected by poppytest", extension: "operations"}
 	if f.code == "" {
 		x.errorCode = ""
@@ -66,18 +86,18 @@ func (s *Server) applyFaults(w http.ResponseWriter, r *http.Request, x *exchange
 			w.Header().Set("Retry-After", f.retryAfter)
 		}
 		s.writeJSON(w, r, f.status, map[string]any{})
-		return true
+		return
 	}
 	switch x.endpoint {
-	case EndpointToken, EndpointRevoke:
+	case EndpointToken, EndpointRevoke, EndpointDevice:
 		e.nonce = f.code == "use_dpop_nonce"
 		s.writeTokenError(w, r, e)
-	case EndpointAPI, EndpointConversation, EndpointOperations, EndpointMCP:
+	case EndpointAPI, EndpointConversation, EndpointOperations, EndpointMCP, EndpointSignIn:
 		if isChallengeError(f.code) {
 			e.challenge = true
 			e.nonce = f.code == "use_dpop_nonce"
 			if f.code == "insufficient_scope" {
-				e.scope = "poppy:read poppy:write"
+				e.scope = s.signin.read + " " + s.signin.write
 			}
 		}
 		s.writeResourceError(w, r, e)
@@ -91,7 +111,6 @@ func (s *Server) applyFaults(w http.ResponseWriter, r *http.Request, x *exchange
 		}
 		s.writeJSON(w, r, e.status, oauthError(f.code, e.desc))
 	}
-	return true
 }
 
 // SetTokenType answers the next token request that issues a token with

@@ -25,6 +25,10 @@ const (
 	EndpointMetadata     Endpoint = "metadata"     // RFC 8414 metadata on the issuer host
 	EndpointToken        Endpoint = "token"        // token_endpoint
 	EndpointRevoke       Endpoint = "revoke"       // revocation_endpoint
+	EndpointAuthorize    Endpoint = "authorize"    // authorization_endpoint and its consent form (Direct Sign-In)
+	EndpointDevice       Endpoint = "device"       // device_authorization_endpoint (Device Sign-In)
+	EndpointVerification Endpoint = "verification" // verification_uri, the Device Sign-In page
+	EndpointSignIn       Endpoint = "sign-in"      // auth.mediated.endpoint and {endpoint}/{sign_in_id}
 	EndpointAPI          Endpoint = "api"          // the OpenAPI resource server (api.{domain})
 	EndpointMCP          Endpoint = "mcp"          // reserved: the MCP server (mcp.{domain})
 	EndpointConversation Endpoint = "conversation" // reserved: the poppy conversation endpoint
@@ -55,6 +59,9 @@ type Request struct {
 	// Internal marks the fake's own outbound fetches (client metadata and
 	// JWKS); they carry User-Agent [InternalUserAgent].
 	Internal bool
+	// Browser marks the requests of the User's browser, sent by
+	// [Server.Browse] with User-Agent [BrowserUserAgent].
+	Browser bool
 
 	AuthScheme  string // scheme of the Authorization header as sent ("DPoP", "Bearer", …)
 	AccessToken string // the token in the Authorization header
@@ -211,6 +218,7 @@ func (s *Server) record(scheme string, next http.Handler) http.Handler {
 			Endpoint: ep,
 			Header:   r.Header.Clone(),
 			Internal: r.Header.Get("User-Agent") == InternalUserAgent,
+			Browser:  r.Header.Get("User-Agent") == BrowserUserAgent,
 		}
 		if len(body) > 0 {
 			rec.Body = bytes.Clone(body[:min(len(body), maxLogBody)])
@@ -242,6 +250,7 @@ func (s *Server) record(scheme string, next http.Handler) http.Handler {
 		sw.Header().Set("Date", s.clock.Now().UTC().Format(http.TimeFormat))
 		if !rec.Internal {
 			s.scanURLForTokens(x.idx, r)
+			s.scanForCredentials(x.idx, r, x)
 		}
 		r = r.WithContext(context.WithValue(r.Context(), exchangeKey{}, x))
 		switch {
@@ -309,15 +318,23 @@ func (s *Server) scanURLForTokens(idx int, r *http.Request) {
 	}
 	split(r.URL.RawQuery)
 	s.mu.Lock()
-	found := ""
+	found, rule := "", "PA-4.3-26"
 	for _, p := range pieces {
 		if t, ok := s.tokens[p]; ok {
 			found = t.typ + " Session Token"
 			break
 		}
+		if _, ok := s.signin.acctTokens[p]; ok {
+			found, rule = "Account Token", "PA-4.8-11"
+			break
+		}
+		if _, ok := s.signin.devices[p]; ok {
+			found, rule = "device_code", "PA-4.6-03"
+			break
+		}
 	}
 	s.mu.Unlock()
 	if found != "" {
-		s.violate(idx, "PA-4.3-26", "a %s the fake issued was sent in the URL", found)
+		s.violate(idx, rule, "a %s the fake issued was sent in the URL", found)
 	}
 }

@@ -97,6 +97,7 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, accepts fu
 	s.mu.Lock()
 	var sess session
 	if t != nil && s.sessions[tc.sessionID] != nil {
+		s.lapseLocked(s.sessions[tc.sessionID], now)
 		sess = *s.sessions[tc.sessionID]
 	}
 	s.mu.Unlock()
@@ -120,7 +121,9 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, accepts fu
 		return invalidToken("the token was not issued for this resource")
 	}
 	a := &auth{tok: &tc}
-	if tc.signedIn && sess.signedIn && sess.account == tc.account {
+	// CO-4.9-03: a signed-in token acts signed in only while its Session is
+	// still signed in to that account, unless NoLiveSignInCheck.
+	if tc.signedIn && (s.opts.NoLiveSignInCheck || (sess.signedIn && sess.account == tc.account)) {
 		a.signedIn, a.scopes, a.account = true, tc.scopes, tc.account
 	}
 	return a, true
@@ -173,14 +176,14 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 			map[string]any{"sku": "stormline-insulated-m", "name": "Stormline Insulated Jacket", "price": 190},
 		}})
 	case r.Method == http.MethodGet && path == "/orders":
-		if !s.require(w, r, a, "poppy:read") {
+		if !s.require(w, r, a, s.signin.read) {
 			return
 		}
 		s.writeJSON(w, r, http.StatusOK, map[string]any{"orders": []any{
 			map[string]any{"id": "ord_7Hk2", "number": "1042", "status": "delivered", "account": a.account},
 		}})
 	case r.Method == http.MethodPost && len(seg) == 3 && seg[0] == "orders" && seg[2] == "exchanges":
-		if !s.require(w, r, a, "poppy:read", "poppy:write") {
+		if !s.require(w, r, a, s.signin.read, s.signin.write) {
 			return
 		}
 		var req map[string]any
@@ -226,8 +229,9 @@ func (s *Server) serveReserved(w http.ResponseWriter, r *http.Request) {
 	s.writeJSON(w, r, http.StatusNotImplemented, oauthError("not_implemented", "this poppytest version does not implement this endpoint yet"))
 }
 
-// openAPIDocument describes the fake API (CO-6-02).
-func openAPIDocument(origin string) []byte {
+// openAPIDocument describes the fake API (CO-6-02); read and write are the
+// scopes it requires (poppy:read and poppy:write, or the narrow ones).
+func openAPIDocument(origin, read, write string) []byte {
 	errResp := map[string]any{"description": "Token error; see WWW-Authenticate"}
 	doc := map[string]any{
 		"openapi": "3.1.0",
@@ -243,7 +247,7 @@ func openAPIDocument(origin string) []byte {
 				"responses": map[string]any{"200": map[string]any{"description": "Products"}, "401": errResp},
 			}},
 			"/orders": map[string]any{"get": map[string]any{
-				"operationId": "listOrders", "summary": "List the account's orders (poppy:read)",
+				"operationId": "listOrders", "summary": "List the account's orders (" + read + ")",
 				"responses": map[string]any{"200": map[string]any{"description": "Orders"}, "401": errResp, "403": errResp},
 			}},
 			"/orders/{id}": map[string]any{"delete": map[string]any{
@@ -252,7 +256,7 @@ func openAPIDocument(origin string) []byte {
 				"responses":  map[string]any{"403": map[string]any{"description": "Denied by policy"}},
 			}},
 			"/orders/{id}/exchanges": map[string]any{"post": map[string]any{
-				"operationId": "exchangeItem", "summary": "Exchange an item (poppy:read poppy:write)",
+				"operationId": "exchangeItem", "summary": "Exchange an item (" + read + " " + write + ")",
 				"parameters":  []any{map[string]any{"name": "id", "in": "path", "required": true, "schema": map[string]any{"type": "string"}}},
 				"requestBody": map[string]any{"content": map[string]any{"application/json": map[string]any{"schema": map[string]any{"type": "object"}}}},
 				"responses":   map[string]any{"201": map[string]any{"description": "Exchange requested"}, "401": errResp, "403": errResp},

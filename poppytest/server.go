@@ -148,6 +148,76 @@ type Options struct {
 	// a member the protocol defines turns the validator off for the
 	// document: the test owns its validity.
 	DocumentFields map[string]any
+
+	// Sign-in (spec 4.4–4.9; see signin.go and the package doc).
+
+	// Accounts are the Company's accounts that Users sign in to. Default:
+	// one account "acct_1" whose credentials are "user@example.test"
+	// (email), "correct horse" (password), "4071" (pin) and
+	// "{name}-acct_1" for any other field of MediatedFields. While
+	// Mediated Sign-In is offered, each account must have a value for
+	// every field of MediatedFields.
+	Accounts []Account
+	// MediatedFields are auth.mediated.fields, the credentials Mediated
+	// Sign-In takes. Default email (Email) and password (Password,
+	// secret).
+	MediatedFields []MediatedField
+	// SignInScopes replaces the scopes a sign-in type lists, keyed by
+	// "direct", "device" or "mediated". Defaults: direct poppy:read,
+	// poppy:write and every custom scope; device poppy:read and
+	// poppy:write; mediated poppy:read. Each must be a protocol scope or
+	// a custom scope (CO-3-11).
+	SignInScopes map[string][]string
+	// NarrowScopesOnly offers only the Company's own narrow scopes
+	// orders:read and orders:write instead of poppy:read and poppy:write
+	// (CO-4.4-05): they become custom scopes (added to CustomScopes, which
+	// then defaults to none), every type lists them (mediated only
+	// orders:read), and the API requires them where it would require the
+	// broad ones.
+	NarrowScopesOnly bool
+	// AccountTokenTTL is the lifetime of Account Tokens, sent as
+	// refresh_token_expires_in. Default 30 days; negative: no lifetime,
+	// and refresh_token_expires_in is left out.
+	AccountTokenTTL time.Duration
+	// RotateAccountTokens returns a new Account Token on every use of one
+	// (CO-4.8-09). The old token stops working at once, unless
+	// RotationGrace is set: it then keeps working for that long after the
+	// rotation, and a use within the grace returns the current token
+	// without rotating again.
+	RotateAccountTokens bool
+	RotationGrace       time.Duration
+	// DeviceCodeTTL is expires_in of Device Sign-In requests. Default
+	// 10 min. DeviceInterval is their interval. Default 5 s; OmitInterval
+	// leaves interval out of the response, and the fake then expects the
+	// RFC 8628 default of 5 s (PA-4.6-05).
+	DeviceCodeTTL  time.Duration
+	DeviceInterval time.Duration
+	OmitInterval   bool
+	// RequireCode makes every Mediated Sign-In ask for a one-time code
+	// (CO-4.7-02); Account.RequireCode does it for one account, and
+	// UnusualOnNewKey for the first sign-in of an account with a DPoP key
+	// it hasn't seen complete one (CO-4.7-08).
+	RequireCode     bool
+	UnusualOnNewKey bool
+	// CodeTTL is how long a Mediated Sign-In waits for its one-time code
+	// (expires_at). Default 5 min. CodeAttempts is how many wrong codes
+	// end it with failed. Default 3.
+	CodeTTL      time.Duration
+	CodeAttempts int
+	// MediatedFailuresPerMinute limits failed Mediated Sign-In attempts
+	// (wrong credentials or wrong codes) per client_id and account per
+	// minute of Clock time: once reached, further attempts get 429
+	// rate_limited with Retry-After until the oldest failure is a minute
+	// old (CO-4.7-06). Default 5; negative: no limit (negative test).
+	MediatedFailuresPerMinute int
+	// EndSessionsOnSignOut ends, instead of signing out, the Sessions a
+	// revocation or Disconnect signs out (CO-4.9-02): their tokens stop
+	// working and renewal returns invalid_session.
+	EndSessionsOnSignOut bool
+	// NoLiveSignInCheck makes a signed-in Session Token act signed in
+	// until it expires, even after its Session is signed out; TokenTTL
+	// then defaults to, and may not exceed, 5 minutes (CO-4.9-04).
+	NoLiveSignInCheck bool
 }
 
 // Server is a strict in-process fake Company. See the package doc.
@@ -205,6 +275,7 @@ type Server struct {
 	clientJTIs   map[string]time.Time
 	nonces       map[string]*nonceState
 	jktOwner     map[string]string // DPoP key thumbprint -> client_id + " " + sub
+	signin       signinState       // sign-in records and knobs (signin.go)
 
 	clientMu   sync.Mutex
 	clients    map[string]*clientInfo
@@ -288,6 +359,12 @@ func (s *Server) configure() error {
 	}
 	if o.TokenTTL == 0 {
 		o.TokenTTL = time.Hour
+		if o.NoLiveSignInCheck {
+			o.TokenTTL = noLiveCheckTTL
+		}
+	}
+	if o.NoLiveSignInCheck && o.TokenTTL > noLiveCheckTTL {
+		return fmt.Errorf("poppytest: TokenTTL %v with NoLiveSignInCheck: a Company that doesn't check sign-in live uses Session Tokens of a few minutes, at most %v (CO-4.9-04)", o.TokenTTL, noLiveCheckTTL)
 	}
 	if o.TokenTTL < time.Second {
 		return fmt.Errorf("poppytest: TokenTTL %v is under 1 s: expires_in would be 0 (CO-4.2-06)", o.TokenTTL)
@@ -298,7 +375,7 @@ func (s *Server) configure() error {
 	if o.MetadataCacheControl == "" {
 		o.MetadataCacheControl = "max-age=600"
 	}
-	if o.CustomScopes == nil {
+	if o.CustomScopes == nil && !o.NarrowScopesOnly {
 		o.CustomScopes = map[string]string{"addresses": "Manage saved shipping addresses"}
 	}
 	if o.MaxNewClients < 0 || o.SessionStartsPerMinute < 0 {
@@ -334,12 +411,18 @@ func (s *Server) configure() error {
 	if err := s.configureChain(); err != nil {
 		return err
 	}
+	if err := s.configureSignIn(); err != nil {
+		return err
+	}
 	if err := s.buildDiscovery(); err != nil {
 		return err
 	}
-	s.openapi = openAPIDocument(s.apiOrigin)
+	s.openapi = openAPIDocument(s.apiOrigin, s.signin.read, s.signin.write)
 	s.grants = map[string]grantFunc{
-		grantJWTBearer: (*Server).grantJWTBearer,
+		grantJWTBearer:    (*Server).grantJWTBearer,
+		grantAuthCode:     (*Server).grantAuthorizationCode,
+		grantRefreshToken: (*Server).grantRefreshToken,
+		grantDeviceCode:   (*Server).grantDeviceCode,
 	}
 	c, err := newTokenCrypter()
 	if err != nil {
@@ -389,7 +472,7 @@ func (s *Server) start() error {
 	s.transport = newTransport(tm.pool, ln.Addr().String(), plain.Addr().String(), s.knownHost)
 	s.client = &http.Client{Transport: s.transport}
 	s.internal = &http.Client{
-		Transport: userAgentTransport{s.transport},
+		Transport: userAgentTransport{s.transport, InternalUserAgent},
 		Timeout:   10 * time.Second,
 		CheckRedirect: func(*http.Request, []*http.Request) error {
 			return http.ErrUseLastResponse
@@ -501,6 +584,9 @@ func (s *Server) classify(scheme, host, path string) Endpoint {
 		case path == strings.TrimPrefix(s.RevocationEndpoint(), "https://"+s.authHost):
 			return EndpointRevoke
 		}
+		if ep := s.classifySignIn(path); ep != "" {
+			return ep
+		}
 	}
 	switch host {
 	case s.apiHost:
@@ -543,6 +629,14 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 		s.serveToken(w, r)
 	case EndpointRevoke:
 		s.serveRevoke(w, r)
+	case EndpointAuthorize:
+		s.serveAuthorize(w, r)
+	case EndpointDevice:
+		s.serveDeviceAuthorization(w, r)
+	case EndpointVerification:
+		s.serveVerification(w, r)
+	case EndpointSignIn:
+		s.serveMediated(w, r)
 	case EndpointAPI:
 		s.serveAPI(w, r)
 	case EndpointConversation, EndpointOperations:
@@ -607,10 +701,13 @@ type cachedKey struct {
 	jkt string
 }
 
-type userAgentTransport struct{ base http.RoundTripper }
+type userAgentTransport struct {
+	base http.RoundTripper
+	ua   string
+}
 
 func (t userAgentTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
-	r.Header.Set("User-Agent", InternalUserAgent)
+	r.Header.Set("User-Agent", t.ua)
 	return t.base.RoundTrip(r)
 }

@@ -9,8 +9,9 @@ package poppytest
 // authentication; then the grant's handler from s.grants, keyed by
 // grant_type. Grant handlers validate everything, including the requested
 // scope and resource (issueSpec), before they change any state, and then
-// issue with issueToken. Later changes add refresh_token,
-// authorization_code and device_code handlers to s.grants.
+// issue with issueToken. The sign-in grants (authorization_code in
+// direct.go, device_code in device.go, refresh_token in refresh.go) sign
+// the Session in with completeSignIn (signin.go).
 
 import (
 	"errors"
@@ -22,7 +23,12 @@ import (
 	"time"
 )
 
-const grantJWTBearer = "urn:ietf:params:oauth:grant-type:jwt-bearer"
+const (
+	grantJWTBearer    = "urn:ietf:params:oauth:grant-type:jwt-bearer"
+	grantAuthCode     = "authorization_code"
+	grantRefreshToken = "refresh_token"
+	grantDeviceCode   = "urn:ietf:params:oauth:grant-type:device_code"
+)
 
 // session is the Company's record of a Session (spec 4.4 "How sign-in is
 // remembered").
@@ -33,6 +39,7 @@ type session struct {
 	signedIn          bool
 	account           string   // the account it is or was signed in to
 	scopes            []string // granted account scopes while signed in
+	family            string   // the Account Token (family) it is signed in with, "" for none
 	lastJKT           string   // key of its latest DPoP token
 }
 
@@ -62,6 +69,11 @@ type SessionInfo struct {
 	SignedIn bool
 	Account  string   // the account it is (or was last) signed in to
 	Scopes   []string // granted scopes while signed in
+	// AccountToken is the current value of the Account Token the Session
+	// is signed in with: the one its sign-in or refresh issued or used
+	// (after a rotation, the newest). "" when signed out, or signed in by
+	// SignInSession.
+	AccountToken string
 }
 
 // TokenInfo describes a Session Token, for tests.
@@ -88,8 +100,13 @@ func (s *Server) Session(id string) (SessionInfo, bool) {
 	if ss == nil {
 		return SessionInfo{}, false
 	}
-	return SessionInfo{ID: ss.id, ClientID: ss.clientID, UserID: ss.sub, Created: ss.created, Ended: ss.ended,
-		SignedIn: ss.signedIn, Account: ss.account, Scopes: slices.Clone(ss.scopes)}, true
+	s.lapseLocked(ss, s.clock.Now())
+	info := SessionInfo{ID: ss.id, ClientID: ss.clientID, UserID: ss.sub, Created: ss.created, Ended: ss.ended,
+		SignedIn: ss.signedIn, Account: ss.account, Scopes: slices.Clone(ss.scopes)}
+	if f := s.signin.families[ss.family]; f != nil && ss.signedIn {
+		info.AccountToken = f.current
+	}
+	return info, true
 }
 
 // Sessions returns every Session, in no particular order.
@@ -264,6 +281,7 @@ func (s *Server) grantJWTBearer(g *grantRequest) (map[string]any, *protoError) {
 	if sid != "" {
 		s.mu.Lock()
 		sess = s.sessions[sid]
+		s.lapseLocked(sess, s.clock.Now())
 		var state session
 		if sess != nil {
 			state = *sess
@@ -485,7 +503,7 @@ func (s *Server) SignInSession(sessionID, account string, scopes ...string) (str
 		s.mu.Unlock()
 		return "", errors.New("poppytest: SignInSession: the Session has no DPoP token to take the key from")
 	}
-	sess.signedIn, sess.account = true, account
+	sess.signedIn, sess.account, sess.family = true, account, ""
 	sc := slices.Clone(scopes)
 	slices.Sort(sc)
 	sess.scopes = slices.Compact(sc)
@@ -504,41 +522,7 @@ func (s *Server) SignInSession(sessionID, account string, scopes ...string) (str
 func (s *Server) SignOutSession(sessionID string) {
 	s.mu.Lock()
 	if sess := s.sessions[sessionID]; sess != nil {
-		sess.signedIn, sess.scopes = false, nil
+		sess.signedIn, sess.scopes, sess.family = false, nil, ""
 	}
 	s.mu.Unlock()
-}
-
-// serveRevoke handles POST revocation_endpoint (RFC 7009). It needs client
-// authentication and no DPoP proof (A-06); a Session Token of the client is
-// revoked, anything else is ignored, and the answer is 200 either way.
-func (s *Server) serveRevoke(w http.ResponseWriter, r *http.Request) {
-	x := exchangeOf(r)
-	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", "POST")
-		s.writeTokenError(w, r, &protoError{status: http.StatusMethodNotAllowed, code: "invalid_request", desc: "the revocation endpoint takes POST"})
-		return
-	}
-	if x.form == nil || r.URL.RawQuery != "" {
-		s.writeTokenError(w, r, &protoError{code: "invalid_request", desc: "the body must be application/x-www-form-urlencoded, with no URL parameters"})
-		return
-	}
-	client, perr := s.authenticateClient(r, x.form, s.RevocationEndpoint())
-	if perr != nil {
-		s.writeTokenError(w, r, perr)
-		return
-	}
-	tok := x.form.Get("token")
-	if tok == "" {
-		s.writeTokenError(w, r, &protoError{code: "invalid_request", desc: "token is missing"})
-		return
-	}
-	s.mu.Lock()
-	if t := s.tokens[tok]; t != nil && t.clientID == client.id {
-		t.revoked = true
-		x.sessionID = t.sessionID
-	}
-	s.mu.Unlock()
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(http.StatusOK)
 }

@@ -1,6 +1,6 @@
 // Package keyring is a [keystore.Store] in the operating system's keyring:
-// the Secret Service on Linux and the BSDs (GNOME Keyring, KeePassXC, KWallet
-// 5.97+), the Keychain on macOS and the Credential Manager on Windows, through
+// the Secret Service on Linux and the BSDs (GNOME Keyring, or another
+// provider such as KeePassXC), the Keychain on macOS and the Credential Manager on Windows, through
 // github.com/zalando/go-keyring. It suits desktop agents and the poppy
 // command, where private keys and tokens belong with the User's other
 // secrets, protected by their login, rather than in a file.
@@ -33,7 +33,11 @@
 // The kernel releases either when its holder exits or is killed, so a
 // crashed process never leaves a key locked. Every process sharing a keyring
 // must use the same lock directory, which the default (under
-// os.UserCacheDir) ensures for one OS user.
+// os.UserCacheDir) ensures for one OS user. Lock files are empty and named by
+// a hash, so they reveal no User; a record's lock file is removed with the
+// record, except on Windows, which can't remove a file another process holds
+// open. Platforms with neither lock (Plan 9, WebAssembly) can't use the
+// store; go-keyring does not support them either.
 //
 // A write puts the new chunks in items that the current value does not use,
 // then replaces the record's item (one keyring call, which keyrings do
@@ -71,6 +75,7 @@ import (
 
 	gokeyring "github.com/zalando/go-keyring"
 
+	"github.com/poppyproto/poppy/internal/filelock"
 	"github.com/poppyproto/poppy/keystore"
 )
 
@@ -255,11 +260,13 @@ func hexSum(v []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// readConsistent reads the item at account without a lock and, if a
-// concurrent write tore the read, again under the lock.
+// readConsistent reads the item at account without a lock and, if that
+// fails, again under the lock: a concurrent write may have changed or
+// removed chunks between the keyring's lookup of an item and its read of
+// the secret, which some keyrings report as an error of their own.
 func (s *Store) readConsistent(ctx context.Context, account string) ([]byte, header, error) {
 	v, h, err := s.read(ctx, account)
-	if !errors.Is(err, errTorn) {
+	if err == nil || ctx.Err() != nil {
 		return v, h, err
 	}
 	unlock, err := s.locks.lock(ctx, s.lockPath(account))
@@ -378,6 +385,10 @@ func (s *Store) Update(ctx context.Context, key keystore.Key, fn func(current []
 	switch {
 	case next == nil && !old.exists:
 		return nil
+	case next != nil && old.exists && bytes.Equal(next, current):
+		// Unchanged, as when fn finds a token another process renewed:
+		// keyring writes are slow, and this one would change nothing.
+		return nil
 	case next == nil:
 		if err := s.remove(account, old); err != nil {
 			return fmt.Errorf("keyring: update %s: delete: %w", key, err)
@@ -481,11 +492,10 @@ func (s *Store) List(ctx context.Context, kind keystore.Kind, user, issuer strin
 	return keys, nil
 }
 
-// lockPath returns the lock file of the item at account: a SHA-256 of the
-// service and account, so that no User name appears in a file name.
+// lockPath returns the lock file of the item at account, named by a hash of
+// the service and account so that no User name appears in a file name.
 func (s *Store) lockPath(account string) string {
-	sum := sha256.Sum256(bytes.Join([][]byte{[]byte(s.service), []byte(account)}, []byte{0}))
-	return filepath.Join(s.lockDir, hex.EncodeToString(sum[:16])+".lock")
+	return filelock.Name(s.lockDir, s.service, account)
 }
 
 // limit returns the longest value a keyring item of the store's service can

@@ -2,14 +2,16 @@ package keyring
 
 import (
 	"context"
-	"math/rand/v2"
 	"sync"
-	"time"
+
+	"github.com/poppyproto/poppy/internal/filelock"
 )
 
 // keyLocks are the locks of one store, one for each item: an in-process lock
-// that goroutines queue for in order, then a file lock that excludes other
-// processes. Only one goroutine per process at a time polls for a file lock.
+// that goroutines queue for in order, then a lock file (package
+// internal/filelock: flock(2) on Unix, LockFileEx on Windows) that excludes
+// other processes. Only one goroutine per process at a time polls for a lock
+// file.
 type keyLocks struct {
 	mu    sync.Mutex
 	locks map[string]*keyLock // by lock file path
@@ -47,14 +49,14 @@ func (l *keyLocks) lock(ctx context.Context, path string) (unlock func(remove bo
 		l.release(path, kl)
 		return nil, ctx.Err()
 	}
-	f, err := lockFile(ctx, path)
+	f, err := filelock.Acquire(ctx, path)
 	if err != nil {
 		<-kl.sem
 		l.release(path, kl)
 		return nil, err
 	}
 	return func(remove bool) {
-		f.unlock(remove)
+		f.Unlock(remove)
 		<-kl.sem
 		l.release(path, kl)
 	}, nil
@@ -67,24 +69,4 @@ func (l *keyLocks) release(path string, kl *keyLock) {
 		delete(l.locks, path)
 	}
 	l.mu.Unlock()
-}
-
-// retryDelay returns how long to sleep before trying again to take a file
-// lock another process holds: 0.5 ms doubling to 8 ms, with jitter so that
-// two waiters do not keep colliding.
-func retryDelay(attempt int) time.Duration {
-	d := 500 * time.Microsecond << min(attempt, 4)
-	return d/2 + rand.N(d)
-}
-
-// sleepCtx sleeps for d or until ctx is done.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

@@ -74,7 +74,7 @@ func TestContractStorePerSubtest(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(s.Close)
+		t.Cleanup(func() { s.Close() })
 		return s
 	})
 }

@@ -20,9 +20,16 @@
 // advisory lock derived from the table and the record's Key. The lock exists
 // whether or not the row does, so two replicas creating the same record queue
 // up like two replicas renewing it. fn runs once under that lock, on a
-// connection held from the pool until the transaction ends: size the pool for
-// the number of updates that may wait on the network at once, and don't call
-// the store from inside fn on a pool that could be exhausted.
+// connection held from the pool until the transaction ends: size the pool
+// (pool_max_conns in the connection string; pgxpool's default is 4 or the
+// number of CPUs) for the number of updates that may wait on the network at
+// once, and don't call the store from inside fn on a pool that could be
+// exhausted.
+//
+// The role the store connects as needs SELECT, INSERT, UPDATE and DELETE on
+// the records table and SELECT on the version table; creating or migrating
+// the schema also needs CREATE on the schema, so a deployment may migrate
+// once with a privileged role and run with a restricted one.
 //
 // # Secrets at rest
 //
@@ -45,6 +52,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/poppyproto/poppy/keystore"
@@ -71,8 +79,9 @@ type Options struct {
 	// 55 bytes so that the version table's name fits PostgreSQL's limit.
 	Table string
 
-	// Schema is the schema holding the tables. If empty, tables are created
-	// in the first schema of the connection's search_path.
+	// Schema is the schema holding the tables, which must exist. If empty,
+	// tables are created in the first schema of the connection's
+	// search_path.
 	Schema string
 
 	// Sealer, if not nil, seals the values of secret records before they are
@@ -99,6 +108,7 @@ type Store struct {
 // queries holds the SQL, with quoted table names, built once.
 type queries struct {
 	get, list, upsert, delete  string
+	versionTable               string // quoted, for to_regclass
 	createVersion, readVersion string
 	writeVersion               string
 	migrations                 []string // migrations[i] takes the schema to version i+1
@@ -189,7 +199,8 @@ func buildQueries(table, version string) queries {
 			ON CONFLICT (kind, local_user, issuer, record_id)
 			DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at`,
 		delete:        `DELETE FROM ` + table + where,
-		createVersion: `CREATE TABLE IF NOT EXISTS ` + version + ` (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`,
+		versionTable:  version,
+		createVersion: `CREATE TABLE ` + version + ` (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`,
 		readVersion:   `SELECT coalesce(max(version), 0) FROM ` + version,
 		writeVersion:  `INSERT INTO ` + version + ` (version) VALUES ($1)`,
 		migrations: []string{
@@ -209,12 +220,14 @@ func buildQueries(table, version string) queries {
 	}
 }
 
-// Close closes the connection pool if [Open] created it; a store from [New]
-// leaves its pool open.
-func (s *Store) Close() {
+// Close closes the connection pool if [Open] created it, waiting for
+// connections in use to be returned; a store from [New] leaves its pool
+// open. It returns nil: the error is there so that a Store is an io.Closer.
+func (s *Store) Close() error {
 	if s.ownsPool {
 		s.pool.Close()
 	}
+	return nil
 }
 
 // SchemaVersion is the version of the schema this package creates.
@@ -242,8 +255,17 @@ func (s *Store) migrateTx(ctx context.Context, tx pgx.Tx) error {
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, s.lockID("migrate")); err != nil {
 		return err
 	}
-	if _, err := tx.Exec(ctx, s.q.createVersion); err != nil {
+	// Look before creating: a role without the CREATE privilege can use a
+	// schema that is already current (CREATE TABLE IF NOT EXISTS would
+	// still need the privilege).
+	var exists bool
+	if err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, s.q.versionTable).Scan(&exists); err != nil {
 		return err
+	}
+	if !exists {
+		if _, err := tx.Exec(ctx, s.q.createVersion); err != nil {
+			return err
+		}
 	}
 	var v int
 	if err := tx.QueryRow(ctx, s.q.readVersion).Scan(&v); err != nil {
@@ -325,7 +347,7 @@ func (s *Store) Get(ctx context.Context, key keystore.Key) ([]byte, error) {
 // by then, within 30 seconds: fn may have renewed a rotating Account Token,
 // and dropping the rotated token because a deadline passed during the
 // renewal would lose it for good (spec 4.8).
-func (s *Store) Update(ctx context.Context, key keystore.Key, fn func(current []byte) ([]byte, error)) (err error) {
+func (s *Store) Update(ctx context.Context, key keystore.Key, fn func(current []byte) ([]byte, error)) error {
 	if err := checkKey(key); err != nil {
 		return err
 	}
@@ -335,36 +357,55 @@ func (s *Store) Update(ctx context.Context, key keystore.Key, fn func(current []
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	tx, err := s.pool.Begin(ctx)
+	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("pgstore: update %s: %w", key, err)
 	}
-	committed := false
+	// A connection released inside a transaction is closed by the pool,
+	// which ends the transaction and its lock whatever happened.
+	defer conn.Release()
+	inTx := false
 	defer func() {
-		if !committed {
-			// Rollback must run even when ctx is done, or the lock would
-			// stay held until the connection is reset.
+		if inTx {
+			// Even when ctx is done, or the lock would stay held until
+			// the pool notices.
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
-			tx.Rollback(rctx)
+			conn.Exec(rctx, "ROLLBACK")
 			cancel()
 		}
 	}()
 
-	// The lock is taken on the Key, not on a row, so it exists before the
-	// record does.
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`,
-		s.lockID(string(key.Kind), key.User, key.Issuer, key.ID)); err != nil {
-		return fmt.Errorf("pgstore: update %s: lock: %w", key, err)
-	}
-	var current, stored []byte
+	// One round trip: begin, lock, read. The lock is taken on the Key, not
+	// on a row, so it exists before the record does; the read is a
+	// statement of its own, so its snapshot is taken once the lock is held
+	// and sees what the previous holder committed.
+	args := []any{string(key.Kind), key.User, key.Issuer, key.ID}
+	var b pgx.Batch
+	b.Queue("BEGIN")
+	b.Queue(`SELECT pg_advisory_xact_lock($1)`, s.lockID(args[0].(string), key.User, key.Issuer, key.ID))
+	b.Queue(s.q.get, args...)
+	inTx = true
+	br := conn.SendBatch(ctx, &b)
+	var stored []byte
 	existed := true
-	err = tx.QueryRow(ctx, s.q.get, string(key.Kind), key.User, key.Issuer, key.ID).Scan(&stored)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		existed = false
-	case err != nil:
-		return fmt.Errorf("pgstore: update %s: read: %w", key, err)
-	default:
+	_, err = br.Exec()
+	if err == nil {
+		_, err = br.Exec()
+	}
+	if err == nil {
+		err = br.QueryRow().Scan(&stored)
+		if errors.Is(err, pgx.ErrNoRows) {
+			existed, err = false, nil
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("pgstore: update %s: lock and read: %w", key, err)
+	}
+	var current []byte
+	if existed {
 		if current, err = keystore.OpenValue(s.sealer, key, stored); err != nil {
 			return fmt.Errorf("pgstore: update: %w", err)
 		}
@@ -375,28 +416,43 @@ func (s *Store) Update(ctx context.Context, key keystore.Key, fn func(current []
 		return err // unchanged, as the contract says
 	}
 
+	// One round trip: write, commit.
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
 	defer cancel()
+	b = pgx.Batch{}
 	switch {
 	case next == nil && !existed:
-		// Nothing to delete; commit releases the lock.
+		// Nothing to write; commit releases the lock.
 	case next == nil:
-		if _, err := tx.Exec(wctx, s.q.delete, string(key.Kind), key.User, key.Issuer, key.ID); err != nil {
-			return fmt.Errorf("pgstore: update %s: delete: %w", key, err)
-		}
+		b.Queue(s.q.delete, args...)
 	default:
 		sealed, err := keystore.SealValue(s.sealer, key, next)
 		if err != nil {
 			return fmt.Errorf("pgstore: update %s: seal: %w", key, err)
 		}
-		if _, err := tx.Exec(wctx, s.q.upsert, string(key.Kind), key.User, key.Issuer, key.ID, sealed); err != nil {
-			return fmt.Errorf("pgstore: update %s: write: %w", key, err)
+		b.Queue(s.q.upsert, append(args, sealed)...)
+	}
+	b.Queue("COMMIT")
+	br = conn.SendBatch(wctx, &b)
+	for range b.Len() - 1 {
+		if _, err = br.Exec(); err != nil {
+			break
 		}
 	}
-	if err := tx.Commit(wctx); err != nil {
-		return fmt.Errorf("pgstore: update %s: commit: %w", key, err)
+	if err == nil {
+		var tag pgconn.CommandTag
+		// A failed transaction answers COMMIT with ROLLBACK, not an error.
+		if tag, err = br.Exec(); err == nil && tag.String() != "COMMIT" {
+			err = errors.New("transaction rolled back")
+		}
 	}
-	committed = true
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("pgstore: update %s: write: %w", key, err)
+	}
+	inTx = false
 	return nil
 }
 

@@ -683,3 +683,74 @@ func TestSealedValueCannotMove(t *testing.T) {
 		t.Fatalf("original: Get = %q, %v", got, err)
 	}
 }
+
+// An Update whose fn fails rolls back and returns its connection to the
+// pool in a usable state, rather than making the pool reconnect.
+func TestFailedUpdateKeepsItsConnection(t *testing.T) {
+	pool := testPool(t)
+	s := newStore(t, pool, &pgstore.Options{Table: testTable(t, pool)})
+	put(t, s, testKey, []byte("v"))
+	before := pool.Stat().NewConnsCount()
+	errFn := errors.New("fn failed")
+	for range 20 {
+		err := s.Update(context.Background(), testKey, func([]byte) ([]byte, error) { return nil, errFn })
+		if !errors.Is(err, errFn) {
+			t.Fatalf("Update = %v; want fn's error", err)
+		}
+	}
+	if n := pool.Stat().NewConnsCount() - before; n > 1 {
+		t.Fatalf("20 failed Updates opened %d new connections; want them to reuse one", n)
+	}
+}
+
+// A role that may not create tables can use a schema that is already
+// current, as when a privileged role migrated it at deployment.
+func TestRestrictedRoleUsesCurrentSchema(t *testing.T) {
+	pool := testPool(t)
+	ctx := context.Background()
+	schema := "poppy_restricted_" + randomHex(4)
+	role := "poppy_role_" + randomHex(4)
+	for _, q := range []string{
+		`CREATE SCHEMA ` + schema,
+		`CREATE ROLE ` + role + ` LOGIN`,
+		`GRANT USAGE ON SCHEMA ` + schema + ` TO ` + role,
+	} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		pool.Exec(context.Background(), `DROP SCHEMA `+schema+` CASCADE`)
+		pool.Exec(context.Background(), `DROP ROLE `+role)
+	})
+	opts := &pgstore.Options{Schema: schema}
+	put(t, newStore(t, pool, opts), testKey, []byte("migrated by the owner"))
+	for _, q := range []string{
+		`GRANT SELECT, INSERT, UPDATE, DELETE ON ` + schema + `.poppy_keystore TO ` + role,
+		`GRANT SELECT ON ` + schema + `.poppy_keystore_version TO ` + role,
+	} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg, err := pgxpool.ParseConfig(testURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.User = role
+	restricted, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer restricted.Close()
+	s := newStore(t, restricted, opts)
+	if got, err := s.Get(ctx, testKey); err != nil || string(got) != "migrated by the owner" {
+		t.Fatalf("restricted role: Get = %q, %v", got, err)
+	}
+	put(t, s, testKey, []byte("written by the restricted role"))
+	// Without the privilege, creating a schema fails with a clear error.
+	empty := newStore(t, restricted, &pgstore.Options{Schema: schema, Table: "other"})
+	if _, err := empty.Get(ctx, testKey); err == nil || !strings.HasPrefix(err.Error(), "pgstore: migrate schema") {
+		t.Fatalf("restricted role creating a table: err = %v, want a pgstore migrate error", err)
+	}
+}
