@@ -47,7 +47,11 @@ var ErrCannotOpen = errors.New("keystore: cannot open sealed record")
 // Open returns an error matching [ErrCannotOpen] when the value can't be
 // opened, and never includes the value in an error.
 type Sealer interface {
+	// Seal returns plaintext encrypted and authenticated for the record
+	// key.
 	Seal(key Key, plaintext []byte) ([]byte, error)
+	// Open returns the plaintext of a value Seal returned for the same
+	// key, or an error matching ErrCannotOpen.
 	Open(key Key, sealed []byte) ([]byte, error)
 }
 
