@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/poppyproto/poppy/internal/testenv"
 	"github.com/poppyproto/poppy/keystore"
 	"github.com/poppyproto/poppy/keystore/pgstore"
 	"github.com/poppyproto/poppy/keystore/storetest"
@@ -22,6 +23,9 @@ const (
 
 func TestMain(m *testing.M) {
 	storetest.ChildMain(openChildStore)
+	testenv.RotationChildMain(func(table string) (keystore.Store, error) {
+		return pgstore.Open(context.Background(), os.Getenv(urlEnv), &pgstore.Options{Table: table})
+	})
 	benchChildMain()
 	goleak.VerifyTestMain(m)
 }
@@ -95,4 +99,12 @@ func TestMultiProcessSealed(t *testing.T) {
 func TestCrash(t *testing.T) {
 	s, env := sharedStore(t, false)
 	storetest.Crash(t, s, env)
+}
+
+// Two OS processes sharing one PostgreSQL store renew Sessions with one
+// Account Token that the fake Company rotates on every use, 200 times each:
+// no Account Token is lost and no refresh is refused (spec 4.8).
+func TestTwoProcessesRotatingAccountToken(t *testing.T) {
+	s, env := sharedStore(t, false)
+	testenv.RotationRace(t, s, env[envTable], 200)
 }

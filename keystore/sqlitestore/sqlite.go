@@ -74,9 +74,9 @@ const (
 // other keys go ahead. The database runs in WAL mode with synchronous=FULL, so
 // a committed write also survives a power cut.
 //
-// Values are stored as they are: secrets such as DPoP private keys and
-// Account Tokens are not sealed (a later version adds an AEAD option). What
-// protects them is the file mode: the database and its -wal and -shm files are
+// Without a Sealer in [Options], values are stored as they are: secrets
+// such as DPoP private keys and Account Tokens are then protected only by
+// the file mode: the database and its -wal and -shm files are
 // created with mode 0600, and if they exist with permissions for group or
 // others, Open removes those. Anyone who can read the file, or a copy or back-up of
 // it, can read every record.
@@ -89,7 +89,8 @@ type Store struct {
 	stmts   sqliteStmts
 	lockDir string
 	locks   keystore.KeyLocks // in-process lock for each key, taken before its lock file
-	writeMu sync.Mutex        // this process's write transactions take turns
+	sealer  keystore.Sealer
+	writeMu sync.Mutex // this process's write transactions take turns
 
 	beforeCommit func() // test hook, called after the write statement and before COMMIT
 }
@@ -109,6 +110,13 @@ type Options struct {
 	// key, which may be held while a token is renewed over the network, is
 	// bounded by the ctx passed to Update instead. Zero means 5 seconds.
 	BusyTimeout time.Duration
+	// Sealer, if not nil, seals the values of secret records (private keys,
+	// Session and Account Tokens, pending sign-ins; see keystore.Kind.Secret)
+	// before they are written and opens them after they are read. Without
+	// one, values are stored as they are. A store with a Sealer refuses to
+	// read an unsealed secret record, and one without refuses a sealed one,
+	// with an error matching keystore.ErrCannotOpen.
+	Sealer keystore.Sealer
 }
 
 // DefaultPath returns the usual place of the keystore of the current OS
@@ -163,7 +171,7 @@ func Open(path string, opts *Options) (*Store, error) {
 	// A few connections let Gets run side by side; writes take turns anyway.
 	db.SetMaxOpenConns(8)
 	db.SetMaxIdleConns(8)
-	s := &Store{db: db, lockDir: lockDir}
+	s := &Store{db: db, lockDir: lockDir, sealer: o.Sealer}
 	if err := s.init(); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("sqlitestore: opening %s: %w", path, err)
@@ -362,6 +370,10 @@ func (s *Store) read(ctx context.Context, key keystore.Key) ([]byte, bool, error
 	if v == nil {
 		v = []byte{} // an empty record exists; only a missing one is nil
 	}
+	v, err = keystore.OpenValue(s.sealer, key, v)
+	if err != nil {
+		return nil, false, err
+	}
 	return v, true, nil
 }
 
@@ -396,6 +408,11 @@ func (s *Store) Update(ctx context.Context, key keystore.Key, fn func(current []
 	}
 	if next == nil && !exists {
 		return nil
+	}
+	if next != nil {
+		if next, err = keystore.SealValue(s.sealer, key, next); err != nil {
+			return err
+		}
 	}
 	if err := s.write(context.WithoutCancel(ctx), key, next); err != nil {
 		return err
