@@ -529,3 +529,22 @@ func (s *Session) reload(ctx context.Context) error {
 
 // Name returns the Session's name (SessionOptions.Name).
 func (s *Session) Name() string { return s.name }
+
+// String describes the Session without any token.
+func (s *Session) String() string {
+	if s == nil {
+		return "poppy.Session(nil)"
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return fmt.Sprintf("poppy.Session(%s, user %s at %s, signed in %v)", s.rec.SessionID, s.user, s.company.Issuer(), s.rec.SignedIn)
+}
+
+// GoString is String, so %#v shows no token either.
+func (s *Session) GoString() string { return s.String() }
+
+// Format writes String for every verb.
+func (s *Session) Format(f fmt.State, _ rune) { _, _ = f.Write([]byte(s.String())) }
+
+// LogValue logs the Session without any token.
+func (s *Session) LogValue() slog.Value { return slog.StringValue(s.String()) }

@@ -1,6 +1,8 @@
 // Command quickstart runs the main job of the Poppy Go SDK against the
 // embedded fake Company from package poppytest, printing each step:
-// discovery, a Session, and a DPoP-bound API call.
+// discovery, a Session, a DPoP-bound API call, a Device Sign-In answered by
+// the fake Company's programmable User, and an account call that needs
+// poppy:read.
 //
 //	go run ./examples/quickstart
 //
@@ -22,6 +24,7 @@ import (
 	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/keystore"
 	"github.com/poppyproto/poppy/poppytest"
+	"github.com/poppyproto/poppy/signin"
 )
 
 func main() {
@@ -97,16 +100,53 @@ func run(ctx context.Context, out io.Writer) error {
 	step("GET %s/products → %s", company.APIURL(), resp.Status)
 	step("  %s", strings.TrimSpace(string(body)))
 
+	// Device Sign-In (spec 4.6): the agent shows the User a link and a code;
+	// here the fake Company's programmable User opens it and approves.
+	prompter := signin.PrompterFuncs{ShowCodeFunc: func(ctx context.Context, p *signin.CodePrompt) error {
+		step("sign-in: the User is asked to open %s and enter %s", p.VerificationURI, p.UserCode)
+		_, err := company.Browse(ctx, p.VerificationURIComplete)
+		return err
+	}}
+	res, err := signin.Device(ctx, sess, &poppy.SignInOptions{Scopes: []string{"poppy:read"}}, prompter)
+	if err != nil {
+		return err
+	}
+	if err := res.Require("poppy:read"); err != nil {
+		return err
+	}
+	step("signed in: granted %s; the Account Token is in the keystore", strings.Join(res.Granted, " "))
+
+	resp, err = sess.HTTPClient().Get(company.APIURL() + "/orders")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, err = io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return err
+	}
+	step("GET %s/orders → %s", company.APIURL(), resp.Status)
+	step("  %s", strings.TrimSpace(string(body)))
+
 	reqs := company.Requests()
 	step("the fake Company saw %d requests and %d rule violations", len(reqs), len(company.Violations()))
 	for _, r := range reqs {
 		if r.Internal {
 			continue
 		}
-		step("  %s %s → %d", r.Method, r.URL, r.Status)
+		step("  %s %s → %d", r.Method, redact(r.URL), r.Status)
 	}
 	if v := company.Violations(); len(v) > 0 {
 		return fmt.Errorf("the fake Company recorded violations: %v", v)
 	}
 	return nil
+}
+
+// redact keeps a logged URL's path and drops its query, which may carry a
+// one-time code or state.
+func redact(raw string) string {
+	if i := strings.IndexByte(raw, '?'); i >= 0 {
+		return raw[:i] + "?…"
+	}
+	return raw
 }

@@ -18,6 +18,8 @@ func TestQuickstart(t *testing.T) {
 		"discovered \"Example Company\"",
 		"started Session ses_",
 		"GET https://api.example.test/products → 200 OK",
+		"signed in: granted poppy:read",
+		"GET https://api.example.test/orders → 200 OK",
 		"0 rule violations",
 	} {
 		if !strings.Contains(out.String(), want) {
