@@ -485,6 +485,7 @@ func (c *docCache) fetch(ctx context.Context, a *Agent, rawURL, what string, sta
 	}
 	client := *a.client
 	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	rateRetries := 0
 	for hop := 0; ; hop++ {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 		if err != nil {
@@ -519,6 +520,16 @@ func (c *docCache) fetch(ctx context.Context, a *Agent, rawURL, what string, sta
 				return nil, fmt.Errorf("%w: %s redirected to %s://%s", ErrInsecureRedirect, what, next.Scheme, next.Host)
 			}
 			u = next
+			continue
+		case resp.StatusCode == http.StatusTooManyRequests:
+			// Spec 4.3: wait at least Retry-After, then ask again (a GET).
+			perr := a.responseError(u, resp, nil)
+			resp.Body.Close()
+			if err := a.waitRateLimit(ctx, perr, rateRetries); err != nil {
+				return nil, err
+			}
+			rateRetries++
+			hop--
 			continue
 		case resp.StatusCode != http.StatusOK:
 			resp.Body.Close()

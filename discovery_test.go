@@ -372,3 +372,15 @@ func TestPA_3_3_05_NoiseEverywhere(t *testing.T) {
 	}
 	_ = json.Unmarshal(nil, &doc)
 }
+
+// A 429 on a discovery document is waited out too (spec 4.3: any endpoint).
+func TestDiscoveryRateLimited(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	e.srv.RateLimit(poppytest.EndpointPoppyJSON, 1, "3")
+	e.company("example.test")
+	docs := sdkRequests(e.srv, poppytest.EndpointPoppyJSON)
+	// PA-4.3-27
+	if len(docs) != 2 || docs[0].Status != 429 || docs[1].Time.Sub(docs[0].Time) < 3*time.Second {
+		t.Fatalf("%d requests", len(docs))
+	}
+}

@@ -172,7 +172,7 @@ func Open(path string, opts *Options) (*Store, error) {
 	db.SetMaxOpenConns(8)
 	db.SetMaxIdleConns(8)
 	s := &Store{db: db, lockDir: lockDir, sealer: o.Sealer}
-	if err := s.init(); err != nil {
+	if err := s.initRetrying(o.BusyTimeout); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("sqlitestore: opening %s: %w", path, err)
 	}
@@ -269,6 +269,31 @@ func tightenModes(path string) error {
 // there yet. Two processes may do this at once on a new file: the schema is
 // created in a BEGIN IMMEDIATE transaction that first reads user_version, so
 // the second process waits for the first and then finds the schema in place.
+// initRetrying runs init, again after a short sleep while SQLite answers
+// SQLITE_BUSY, for at most busy. Several processes opening a new file at once
+// contend for the switch to WAL mode and for the WAL index's first set-up,
+// where SQLite may return SQLITE_BUSY without waiting in its busy handler.
+func (s *Store) initRetrying(busy time.Duration) error {
+	deadline := time.Now().Add(busy)
+	for attempt := 0; ; attempt++ {
+		err := s.init()
+		if err == nil || !isBusy(err) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(time.Duration(1+attempt%8) * 5 * time.Millisecond)
+	}
+}
+
+// isBusy reports whether err is SQLite's SQLITE_BUSY or SQLITE_LOCKED.
+func isBusy(err error) bool {
+	var se interface{ Code() int }
+	if errors.As(err, &se) {
+		c := se.Code() & 0xff
+		return c == 5 || c == 6
+	}
+	return strings.Contains(err.Error(), "SQLITE_BUSY") || strings.Contains(err.Error(), "database is locked")
+}
+
 func (s *Store) init() error {
 	// Open takes no ctx (like sql.Open); every step here is bounded by
 	// the busy timeout.
