@@ -42,12 +42,24 @@
 //     same way, whatever the status.
 //   - A-08 (one token per Session): tokens are kept per (Session, token type,
 //     resource, scope); a new token replaces only the one with the same key.
+//   - A-10 (renewing a signed-in Session): always with its Account Token;
+//     only when the Account Token is gone or refused does the Session renew
+//     signed out, with the assertion.
 //   - A-11 (token_type): compared case-insensitively; DPoP is required for a
 //     request sent with a proof, Bearer for one sent without.
+//   - A-16 (rotation): refreshes of one Account Token are serialised across
+//     processes by the keystore lock, and a rotated token is stored before
+//     the Session Token that came with it is used.
+//   - A-17 (failed revocation): the Account Token is deleted locally all the
+//     same, and SignOut reports ErrRevocationFailed.
+//   - A-21 (insufficient_scope): Error.Scope holds what the Company named;
+//     Error.SignInTypes lists the types whose scopes cover all of it.
 //   - A-33 (extension version): a string ("1") or a number (1) is accepted.
 //   - A-40 (429 without Retry-After): up to three retries 1 s, 2 s and 4 s
 //     apart, then ErrRateLimited; with Retry-After, the wait is at least that
 //     long and no wait is longer than AgentOptions.MaxRetryWait.
+//   - A-45 (invalid_grant on a refresh): the Account Token is deleted and
+//     the Session carries on signed out.
 //   - A-44 (User ID format): "usr_" followed by 128 random bits, base64url.
 //   - A-46 (algorithms): every signature the SDK makes is ES256.
 package poppy
