@@ -177,6 +177,9 @@ type Company struct {
 
 	hostsOnce sync.Once
 	hosts     map[string]bool
+
+	endpointsOnce sync.Once
+	eps           []endpoint
 }
 
 // Domain returns the domain the Company was resolved from.

@@ -261,7 +261,13 @@ type endpoint struct {
 	mcp           bool
 }
 
+// endpoints returns the services the Company lists, computed once.
 func (c *Company) endpoints() []endpoint {
+	c.endpointsOnce.Do(func() { c.eps = c.listEndpoints() })
+	return c.eps
+}
+
+func (c *Company) listEndpoints() []endpoint {
 	var out []endpoint
 	if c.doc.Agent != nil {
 		for _, p := range c.doc.Agent.Protocols {
