@@ -224,3 +224,37 @@ func BenchmarkFloorECDSASign(b *testing.B) {
 		}
 	}
 }
+
+// Discovery documents and token responses come from untrusted Companies:
+// no input makes the parsers panic.
+func FuzzDocument(f *testing.F) {
+	f.Add([]byte(`{"protocol_version":"0.1","organization":{"name":"E","domain":"example.test"},"auth":{"issuer":"https://auth.example.test","custom_scopes":{"a":"b","x":{}}},"extensions":{"operations":{"version":1},"bad":"x"}}`))
+	f.Add([]byte(`{"protocol_version":"7.x","apis":[{"type":"mcp"}]}`))
+	f.Add([]byte(`[]`))
+	a := &Agent{opts: AgentOptions{}}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var d Document
+		if json.Unmarshal(b, &d) != nil {
+			return
+		}
+		_ = a.checkDocument("example.test", &d)
+		c := &Company{doc: &d}
+		if d.Organization != nil {
+			_ = c.ownsHost("api.example.test")
+		}
+		u, _ := url.Parse("https://api.example.test/orders")
+		_ = c.resourceFor(u)
+	})
+}
+
+func FuzzTokenResponse(f *testing.F) {
+	f.Add([]byte(`{"access_token":"a","token_type":"DPoP","expires_in":3600,"scope":"","session_id":"s"}`), false)
+	f.Add([]byte(`{"access_token":"a","token_type":"bearer","expires_in":1.5}`), true)
+	f.Add([]byte(`{"expires_in":"3600"}`), false)
+	f.Fuzz(func(t *testing.T, b []byte, bearer bool) {
+		tr, err := parseTokenResponse(b, bearer)
+		if err == nil && (tr.AccessToken == "" || tr.expiresIn <= 0 || tr.SessionID == "") {
+			t.Fatalf("accepted an unusable token response: %s", b)
+		}
+	})
+}

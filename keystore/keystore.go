@@ -19,8 +19,17 @@
 //     exactly once, it may do network I/O: that is how a rotating Account
 //     Token is renewed by one process while another waits and then re-reads
 //     the rotated token instead of losing it (spec 4.8).
+//   - Once fn has returned a value, the store writes it even if ctx is done
+//     by then: fn may have done what can't be undone, such as using a
+//     rotating Account Token. If ctx is already done before the lock is
+//     taken, fn is not called.
+//   - fn must not Update its own key (it would wait for itself); a panic in
+//     fn releases the lock.
+//   - An empty, non-nil value is a record; only nil deletes.
+//   - Key fields are compared exactly, byte for byte.
 //   - A crash in the middle of a write leaves the previous value readable.
-//   - [Store.List] returns the keys of one kind for one User and issuer.
+//   - [Store.List] returns the keys of one kind for one User and issuer, in
+//     byte order of ID.
 //   - Records of a kind whose [Kind.Secret] is true hold secrets: stores that
 //     write to disk protect them (file mode 0600 at least, sealing where the
 //     store offers it) and never log them.

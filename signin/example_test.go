@@ -1,0 +1,75 @@
+package signin_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+
+	"github.com/poppyproto/poppy"
+	"github.com/poppyproto/poppy/poppytest"
+	"github.com/poppyproto/poppy/signin"
+)
+
+// Device Sign-In: the application shows the User a link and a code; here
+// the fake Company's programmable User opens the link and approves.
+func ExampleDevice() {
+	company := poppytest.NewServer(nil, nil)
+	defer company.Close()
+	key, _ := poppy.GenerateSigningKey()
+	identity, _ := poppy.NewIdentity(poppy.IdentityConfig{
+		ClientID: "https://agent.test/agent.json", JWKSURI: "https://agent.test/jwks.json", Keys: []*poppy.SigningKey{key},
+	})
+	company.HandleAgent("agent.test", identity.Handler(nil))
+	agent, _ := poppy.NewAgent(identity, &poppy.AgentOptions{HTTPClient: company.Client(), Clock: company.Clock()})
+	ctx := context.Background()
+	c, _ := agent.Company(ctx, "example.test")
+	sess, _ := c.Session(ctx, "local-user-42", nil)
+
+	prompter := signin.PrompterFuncs{ShowCodeFunc: func(ctx context.Context, p *signin.CodePrompt) error {
+		fmt.Printf("Open %s and enter the code shown\n", p.VerificationURI)
+		_, err := company.Browse(ctx, p.VerificationURIComplete) // the User, at the Company
+		return err
+	}}
+	res, err := signin.Device(ctx, sess, &poppy.SignInOptions{Scopes: []string{"poppy:read", "poppy:write"}}, prompter)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("granted:", res.Granted, "signed in:", sess.SignedIn())
+	// Output:
+	// Open https://auth.example.test/device and enter the code shown
+	// granted: [poppy:read poppy:write] signed in: true
+}
+
+// Mediated Sign-In: the User gives the agent credentials for the Company.
+func ExampleMediated() {
+	company := poppytest.NewServer(nil, nil)
+	defer company.Close()
+	key, _ := poppy.GenerateSigningKey()
+	identity, _ := poppy.NewIdentity(poppy.IdentityConfig{
+		ClientID: "https://agent.test/agent.json", JWKSURI: "https://agent.test/jwks.json", Keys: []*poppy.SigningKey{key},
+	})
+	company.HandleAgent("agent.test", identity.Handler(nil))
+	agent, _ := poppy.NewAgent(identity, &poppy.AgentOptions{HTTPClient: company.Client(), Clock: company.Clock()})
+	ctx := context.Background()
+	c, _ := agent.Company(ctx, "example.test")
+	sess, _ := c.Session(ctx, "local-user-42", nil)
+
+	prompter := signin.PrompterFuncs{CredentialsFunc: func(_ context.Context, p *signin.CredentialsPrompt) (*signin.Credentials, error) {
+		for _, f := range p.Fields {
+			fmt.Printf("ask for %s (secret: %v)\n", f.Label, f.Secret)
+		}
+		creds := signin.NewCredentials(p, map[string]string{"email": "user@example.test", "password": "correct horse"})
+		fmt.Println(creds) // secret values never print
+		return creds, nil
+	}}
+	res, err := signin.Mediated(ctx, sess, &poppy.SignInOptions{Scopes: []string{"poppy:read"}}, prompter)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("granted:", res.Granted)
+	// Output:
+	// ask for Email (secret: false)
+	// ask for Password (secret: true)
+	// signin.Credentials{email: "user@example.test", password: [REDACTED]}
+	// granted: [poppy:read]
+}
