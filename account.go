@@ -300,13 +300,27 @@ func (s *Session) UseAccountToken(ctx context.Context, opts *SignInOptions) (*Si
 	if signedInElsewhere {
 		return nil, false, fmt.Errorf("%w: the Session is signed in to another account; use a Session per account", ErrAccountMismatch)
 	}
-	var res *SignInResult
+	var (
+		res  *SignInResult
+		gone bool
+	)
 	err = s.agent.store.Update(ctx, s.skey, func(cur []byte) ([]byte, error) {
 		var rec sessionRecord
 		if cur != nil && json.Unmarshal(cur, &rec) != nil {
 			rec = sessionRecord{}
 		}
 		tr, err := s.refresh(ctx, &rec, account, tokenKey{}, true)
+		if errors.Is(err, ErrNoAccountToken) {
+			// Refused or expired: deleted by refresh. A Session signed in
+			// with it carries on signed out (PA-4.8-06).
+			gone = true
+			if rec.SignedIn && rec.Account == account {
+				rec = sessionRecord{SessionID: rec.SessionID}
+				s.setRecord(&rec)
+				return json.Marshal(&rec)
+			}
+			return cur, nil
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -314,14 +328,11 @@ func (s *Session) UseAccountToken(ctx context.Context, opts *SignInOptions) (*Si
 		if err != nil {
 			return nil, err
 		}
-		granted := rec.Scope
-		res = &SignInResult{Account: account, SessionID: rec.SessionID, Requested: slices.Clone(need), Granted: strings.Fields(granted), Reused: true}
+		res = &SignInResult{Account: account, SessionID: rec.SessionID, Requested: slices.Clone(need),
+			Granted: strings.Fields(rec.Scope), Reused: true}
 		return out, nil
 	})
-	if err != nil {
-		if errors.Is(err, ErrNoAccountToken) {
-			return nil, false, nil
-		}
+	if err != nil || gone {
 		return nil, false, err
 	}
 	return res, true, nil

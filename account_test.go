@@ -216,6 +216,9 @@ func TestPA_4_9_06_Disconnect(t *testing.T) {
 	if _, err := s.AccountToken(ctx, ""); !errors.Is(err, poppy.ErrNoAccountToken) {
 		t.Fatal("Account Token kept after disconnect")
 	}
+	if s.SignedIn() {
+		t.Fatal("the Session still says it is signed in")
+	}
 	if code, _ := e.get(s, "/products"); code != 200 {
 		t.Fatal("the Session does not continue signed out")
 	}

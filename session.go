@@ -485,22 +485,24 @@ func (s *Session) tokenFrom(rec *sessionRecord, st *storedToken) *Token {
 	}
 }
 
-// setRecord makes rec the Session's state in memory.
+// setRecord makes rec the Session's state in memory: its tokens, and only
+// those, are the Session's tokens from now on.
 func (s *Session) setRecord(rec *sessionRecord) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.rec.SessionID != rec.SessionID {
-		clear(s.tokens)
-	}
 	s.rec = *rec
 	s.rec.Tokens = slices.Clone(rec.Tokens)
+	tokens := make(map[tokenKey]*Token, len(rec.Tokens))
 	for i := range rec.Tokens {
 		st := &rec.Tokens[i]
 		k := tokenKey{bearer: st.Bearer, resource: st.Resource, scope: st.Scope}
-		if t := s.tokens[k]; t == nil || t.value != st.Value {
-			s.tokens[k] = s.tokenFrom(rec, st)
+		if t := s.tokens[k]; t != nil && t.value == st.Value && t.SessionID == rec.SessionID && t.SignedIn == rec.SignedIn {
+			tokens[k] = t
+		} else {
+			tokens[k] = s.tokenFrom(rec, st)
 		}
 	}
+	s.tokens = tokens
 }
 
 // adoptAll loads every token of the stored record into memory.
