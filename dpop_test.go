@@ -496,3 +496,32 @@ func TestForeignHostRefused(t *testing.T) {
 		t.Fatalf("err = %v, want ErrInsecureURL", err)
 	}
 }
+
+// Requests whose body holds credentials are never redirected: the form of a
+// client-authenticated POST (token, revocation, device authorization) and a
+// DirectHTTPClient request stop at a 307 instead of re-sending the body.
+func TestCredentialBodiesNotRedirected(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	s := e.session("alice")
+	var hits int
+	e.srv.HandleAgent("jump.example.test", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits++
+		http.Redirect(w, r, "https://api.example.test/echo", http.StatusTemporaryRedirect)
+	}))
+	_, err := e.company("example.test").PostClientAuthenticated(ctx, "https://jump.example.test/oauth/device", nil)
+	var pe *poppy.Error
+	if !errors.As(err, &pe) || pe.Status != http.StatusTemporaryRedirect {
+		t.Fatalf("err = %v, want the 307 as an *Error", err)
+	}
+	resp, err := s.DirectHTTPClient().Post("https://jump.example.test/sign-in", "application/json", strings.NewReader(`{"secret":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusTemporaryRedirect {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	if n := len(sdkRequests(e.srv, poppytest.EndpointAPI)); n != 0 || hits != 2 {
+		t.Fatalf("the body followed the redirect (%d API requests, %d hits)", n, hits)
+	}
+}

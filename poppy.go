@@ -149,6 +149,10 @@ type Agent struct {
 	id     *Identity
 	store  keystore.Store
 	client *http.Client
+	// direct is client without redirects, for requests that carry
+	// credentials in their body (token, revocation, device authorization):
+	// a redirect would send them to another URL.
+	direct *http.Client
 	log    *slog.Logger
 	clock  Clock
 	opts   AgentOptions
@@ -202,6 +206,9 @@ func NewAgent(identity *Identity, opts *AgentOptions) (*Agent, error) {
 		companies: map[string]*issuerState{},
 	}
 	a.client = a.secureClient(o.HTTPClient)
+	direct := *a.client
+	direct.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	a.direct = &direct
 	a.cache = newDocCache()
 	return a, nil
 }

@@ -91,7 +91,7 @@ func (a *Agent) postForm(ctx context.Context, c *Company, endpoint string, key *
 			}
 			req.Header.Set("DPoP", p)
 		}
-		resp, err := a.client.Do(req)
+		resp, err := a.direct.Do(req) // never redirected: the body holds credentials
 		if err != nil {
 			return nil, fmt.Errorf("poppy: POST %s: %w", endpointOf(u), unwrapURLError(err))
 		}

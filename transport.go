@@ -50,6 +50,15 @@ func (s *Session) HTTPClient() *http.Client {
 	return &c
 }
 
+// DirectHTTPClient is HTTPClient without redirects: a 3xx answer is
+// returned as it is. Requests whose body must reach exactly one URL, such
+// as Mediated Sign-In's credentials (spec 4.7), use it.
+func (s *Session) DirectHTTPClient() *http.Client {
+	c := s.HTTPClient()
+	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return c
+}
+
 // Transport returns the Session's http.RoundTripper, for generated OpenAPI
 // clients and other code that takes one.
 func (s *Session) Transport() http.RoundTripper {

@@ -194,7 +194,8 @@ func postJSON(ctx context.Context, sess *poppy.Session, target string, body []by
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
-	resp, err := sess.HTTPClient().Do(req)
+	// PA-4.7-06: never redirected, so the credentials reach this URL only.
+	resp, err := sess.DirectHTTPClient().Do(req)
 	if err != nil {
 		var ue *url.Error
 		if errors.As(err, &ue) {
