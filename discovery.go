@@ -168,12 +168,11 @@ type Metadata struct {
 // identified by their issuer (spec 3.2): two domains naming one issuer share
 // User IDs, Sessions and Account Tokens.
 type Company struct {
-	agent    *Agent
-	domain   string // as requested, normalised
-	doc      *Document
-	meta     *Metadata // nil without auth
-	st       *issuerState
-	tokenURL *url.URL
+	agent  *Agent
+	domain string // as requested, normalised
+	doc    *Document
+	meta   *Metadata // nil without auth
+	st     *issuerState
 
 	hostsOnce sync.Once
 	hosts     map[string]bool
@@ -264,7 +263,6 @@ func (a *Agent) Company(ctx context.Context, domain string) (*Company, error) {
 		return nil, err
 	}
 	c.meta = &meta
-	c.tokenURL, _ = url.Parse(meta.TokenEndpoint)
 	c.st = a.issuer(doc.Auth.Issuer)
 	return c, nil
 }

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"strings"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -156,15 +155,6 @@ func claim(m map[string]any, name string) string {
 
 // hasHeader reports whether any request carries header h.
 func hasHeader(r poppytest.Request, h string) bool { return r.Header.Get(h) != "" }
-
-func mustStatus(t testing.TB, got, want int, body string) {
-	t.Helper()
-	if got != want {
-		t.Fatalf("status %d, want %d: %s", got, want, strings.TrimSpace(body))
-	}
-}
-
-var _ = http.MethodGet
 
 func errorsAs(err error, target any) bool { return errors.As(err, target) }
 

@@ -153,7 +153,6 @@ type Identity struct {
 	logo     string
 	exts     map[string]string
 	keys     atomic.Pointer[keySet]
-	loopback bool
 }
 
 type keySet struct {
@@ -191,12 +190,11 @@ func NewIdentity(cfg IdentityConfig) (*Identity, error) {
 		id.redirect = append(id.redirect, r)
 	}
 	if err := id.checkURLs(false); err != nil {
-		// Allow loopback identities only when the Agent opts in; checked
-		// again by NewAgent with its option.
+		// A loopback identity is allowed here; NewAgent accepts it only
+		// with UnsafeAllowLoopbackHTTP.
 		if err2 := id.checkURLs(true); err2 != nil {
 			return nil, err
 		}
-		id.loopback = true
 	}
 	id.exts = map[string]string{}
 	for name, v := range cfg.Extensions {

@@ -303,9 +303,7 @@ func canonicalHost(h string) string {
 func (s *Server) scanURLForTokens(idx int, r *http.Request) {
 	var pieces []string
 	split := func(v string) {
-		for _, p := range strings.FieldsFunc(v, func(c rune) bool { return strings.ContainsRune("/?&=;,+ ", c) }) {
-			pieces = append(pieces, p)
-		}
+		pieces = append(pieces, strings.FieldsFunc(v, func(c rune) bool { return strings.ContainsRune("/?&=;,+ ", c) })...)
 	}
 	split(r.URL.Path)
 	if q, err := url.ParseQuery(r.URL.RawQuery); err == nil {

@@ -255,7 +255,8 @@ func TestCO_4_1_ClientAuthentication(t *testing.T) {
 	})
 	t.Run("private key in JWKS", func(t *testing.T) {
 		b := newAgent(t, srv, "leaky.test")
-		d := b64.EncodeToString(b.key.D.FillBytes(make([]byte, 32)))
+		raw, _ := b.key.Bytes()
+		d := b64.EncodeToString(raw)
 		jw := publicJWK(b.key)
 		jw["d"], jw["kid"] = d, b.kid
 		b.jwksRaw, _ = json.Marshal(map[string]any{"keys": []any{jw}})
