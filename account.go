@@ -11,8 +11,10 @@ package poppy
 // answers invalid_grant deletes the record, and the Session carries on
 // signed out (PA-4.8-06, A-45).
 //
-// Locks are always taken in one order, Session record first, then Account
-// Token record, so two processes cannot deadlock.
+// The SDK never holds two keystore locks at once: the Account Token's lock
+// is taken for the refresh alone, and the Session's record is written after
+// it is released. A store whose locks are database connections can then
+// never have every connection held by a caller waiting for a second one.
 
 import (
 	"context"
@@ -217,13 +219,13 @@ func (s *Session) AcceptSignIn(ctx context.Context, tokenResponse []byte, opts *
 	if !tr.SignedIn {
 		return nil, fmt.Errorf("%w: sign-in answer with signed_in false", ErrInvalidTokenResponse)
 	}
-	return s.adoptSignIn(ctx, tr, opts.account(), opts.Scopes, false)
+	return s.adoptSignIn(ctx, tr, opts.account(), opts.Scopes)
 }
 
 // adoptSignIn stores a sign-in's Account Token, then makes its Session Token
 // the Session's (PA-4.5-10, PA-4.6-08, PA-4.7-07). The token replaced for
 // the same account is revoked, best effort (PA-4.4-09).
-func (s *Session) adoptSignIn(ctx context.Context, tr *tokenResponse, account string, requested []string, reused bool) (*SignInResult, error) {
+func (s *Session) adoptSignIn(ctx context.Context, tr *tokenResponse, account string, requested []string) (*SignInResult, error) {
 	a := s.agent
 	now := a.clock.Now()
 	granted := strings.Join(requested, " ")
@@ -247,19 +249,14 @@ func (s *Session) adoptSignIn(ctx context.Context, tr *tokenResponse, account st
 			return nil, fmt.Errorf("poppy: storing Account Token: %w", err)
 		}
 	}
+	tr.Scope = &granted
 	err := a.store.Update(ctx, s.skey, func(cur []byte) ([]byte, error) {
 		var rec sessionRecord
 		if cur != nil && json.Unmarshal(cur, &rec) != nil {
 			rec = sessionRecord{}
 		}
-		if rec.SessionID != tr.SessionID {
-			rec = sessionRecord{SessionID: tr.SessionID}
-		}
-		rec.SignedIn, rec.Scope, rec.Account = true, granted, account
-		rec.Tokens = nil // tokens issued before sign-in no longer apply
-		rec.setToken(tokenKey{}, storedToken{Value: tr.AccessToken, Granted: granted,
-			Expiry: now.Add(tr.expiresIn), RenewAt: now.Add(tr.expiresIn - renewBefore(tr.expiresIn))})
-		s.setRecord(&rec)
+		rec.Tokens = nil // tokens issued before the sign-in no longer apply
+		s.recordToken(&rec, tr, tokenKey{}, account)
 		return json.Marshal(&rec)
 	})
 	if err != nil {
@@ -271,7 +268,7 @@ func (s *Session) adoptSignIn(ctx context.Context, tr *tokenResponse, account st
 		}
 	}
 	return &SignInResult{Account: account, SessionID: tr.SessionID, Requested: slices.Clone(requested),
-		Granted: strings.Fields(granted), Reused: reused}, nil
+		Granted: strings.Fields(granted)}, nil
 }
 
 // UseAccountToken signs the Session in with a stored Account Token that
@@ -300,72 +297,64 @@ func (s *Session) UseAccountToken(ctx context.Context, opts *SignInOptions) (*Si
 	if signedInElsewhere {
 		return nil, false, fmt.Errorf("%w: the Session is signed in to another account; use a Session per account", ErrAccountMismatch)
 	}
-	var (
-		res  *SignInResult
-		gone bool
-	)
+	tr, err := s.refresh(ctx, s.ID(), account, tokenKey{})
+	if errors.Is(err, ErrAccountMismatch) || errors.Is(err, ErrInvalidSession) {
+		tr, err = s.refresh(ctx, "", account, tokenKey{}) // a new signed-in Session
+	}
+	if errors.Is(err, ErrNoAccountToken) {
+		// Refused or expired, and deleted by refresh: a Session signed in
+		// with it carries on signed out (PA-4.8-06).
+		return nil, false, s.markSignedOut(ctx, account)
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	var res *SignInResult
+	var replaced [2]string
 	err = s.agent.store.Update(ctx, s.skey, func(cur []byte) ([]byte, error) {
 		var rec sessionRecord
 		if cur != nil && json.Unmarshal(cur, &rec) != nil {
 			rec = sessionRecord{}
 		}
-		tr, err := s.refresh(ctx, &rec, account, tokenKey{}, true)
-		if errors.Is(err, ErrNoAccountToken) {
-			// Refused or expired: deleted by refresh. A Session signed in
-			// with it carries on signed out (PA-4.8-06).
-			gone = true
-			if rec.SignedIn && rec.Account == account {
-				rec = sessionRecord{SessionID: rec.SessionID}
-				s.setRecord(&rec)
-				return json.Marshal(&rec)
-			}
-			return cur, nil
+		if rec.SessionID != "" && rec.SessionID != tr.SessionID {
+			replaced = [2]string{rec.SessionID, tr.SessionID}
 		}
-		if err != nil {
-			return nil, err
-		}
-		out, err := s.signedInRecord(&rec, tr, account, tokenKey{})
-		if err != nil {
-			return nil, err
-		}
+		s.recordToken(&rec, tr, tokenKey{}, account)
 		res = &SignInResult{Account: account, SessionID: rec.SessionID, Requested: slices.Clone(need),
 			Granted: strings.Fields(rec.Scope), Reused: true}
-		return out, nil
+		return json.Marshal(&rec)
 	})
-	if err != nil || gone {
-		return nil, false, err
+	if err != nil {
+		return nil, false, fmt.Errorf("poppy: storing Session: %w", err)
 	}
+	s.replaced(replaced)
 	return res, true, nil
 }
 
-// signedInRecord makes rec signed in to account with tr's token for k and
-// returns it encoded; it also becomes the Session's state in memory.
-func (s *Session) signedInRecord(rec *sessionRecord, tr *tokenResponse, account string, k tokenKey) ([]byte, error) {
-	now := s.agent.clock.Now()
-	granted := k.scope
-	if tr.Scope != nil {
-		granted = *tr.Scope
+// markSignedOut records that the Session, if it is signed in with the
+// Account Token of account, is signed out now.
+func (s *Session) markSignedOut(ctx context.Context, account string) error {
+	err := s.agent.store.Update(ctx, s.skey, func(cur []byte) ([]byte, error) {
+		var rec sessionRecord
+		if cur == nil || json.Unmarshal(cur, &rec) != nil || !rec.SignedIn || rec.Account != account {
+			return cur, nil
+		}
+		rec = sessionRecord{SessionID: rec.SessionID}
+		s.setRecord(&rec)
+		return json.Marshal(&rec)
+	})
+	if err != nil {
+		return fmt.Errorf("poppy: storing Session: %w", err)
 	}
-	if rec.SessionID != tr.SessionID || !rec.SignedIn {
-		rec.Tokens = nil
-	}
-	rec.SessionID = tr.SessionID
-	rec.SignedIn, rec.Account = true, account
-	if k == (tokenKey{}) {
-		rec.Scope = granted
-	}
-	rec.setToken(k, storedToken{Value: tr.AccessToken, Granted: granted,
-		Expiry: now.Add(tr.expiresIn), RenewAt: now.Add(tr.expiresIn - renewBefore(tr.expiresIn))})
-	s.setRecord(rec)
-	return json.Marshal(rec)
+	return nil
 }
 
-// refresh sends the Account Token grant for rec (spec 4.8) under the
-// Account Token's lock, storing a rotated token before returning. With
-// withSession false (or no session_id yet) it starts a new signed-in
-// Session. On invalid_grant it deletes the Account Token and returns an
-// error matching ErrInvalidGrant and ErrNoAccountToken.
-func (s *Session) refresh(ctx context.Context, rec *sessionRecord, account string, k tokenKey, withSession bool) (*tokenResponse, error) {
+// refresh sends the Account Token grant (spec 4.8) for the Session
+// sessionID, or for a new signed-in Session when sessionID is "", under the
+// Account Token's lock, storing a rotated token before returning. It holds
+// no other keystore lock. On invalid_grant it deletes the Account Token and
+// returns an error matching ErrInvalidGrant and ErrNoAccountToken.
+func (s *Session) refresh(ctx context.Context, sessionID, account string, k tokenKey) (*tokenResponse, error) {
 	a, c := s.agent, s.company
 	var tr *tokenResponse
 	var grantErr error
@@ -378,10 +367,6 @@ func (s *Session) refresh(ctx context.Context, rec *sessionRecord, account strin
 		if ar.expired(a.clock.Now()) {
 			grantErr = fmt.Errorf("%w: it has expired", ErrNoAccountToken) // PA-4.4-12
 			return nil, nil
-		}
-		sessionID := ""
-		if withSession {
-			sessionID = rec.SessionID
 		}
 		key := s.key
 		if k.bearer {
@@ -432,24 +417,44 @@ func (s *Session) refresh(ctx context.Context, rec *sessionRecord, account strin
 	return tr, grantErr
 }
 
-// renewSignedIn renews a signed-in Session's token for k with its Account
-// Token (PA-4.2-15). If the Account Token is gone or refused, the Session
-// carries on signed out (PA-4.8-06); account_mismatch starts a new Session
-// (PA-4.2-18).
-func (s *Session) renewSignedIn(ctx context.Context, rec *sessionRecord, k tokenKey) (*tokenResponse, bool, error) {
-	tr, err := s.refresh(ctx, rec, rec.Account, k, true)
-	switch {
-	case err == nil:
-		return tr, true, nil
-	case errors.Is(err, ErrAccountMismatch), errors.Is(err, ErrInvalidSession):
-		// A new signed-in Session (PA-4.2-18, PA-4.9-03).
-		tr, err = s.refresh(ctx, rec, rec.Account, k, false)
-		return tr, err == nil, err
-	case errors.Is(err, ErrNoAccountToken):
-		*rec = sessionRecord{SessionID: rec.SessionID}
-		return nil, false, nil
+// renewSignedIn renews the token for k of a signed-in Session, whose
+// record was snap, with its Account Token (PA-4.2-15), then stores it.
+// account_mismatch or invalid_session start a new signed-in Session
+// (PA-4.2-18). If the Account Token is gone or refused, the Session is
+// marked signed out and ErrNoAccountToken returned, for the caller to renew
+// it signed out (PA-4.8-06).
+func (s *Session) renewSignedIn(ctx context.Context, k tokenKey, snap *sessionRecord) (*Token, error) {
+	tr, err := s.refresh(ctx, snap.SessionID, snap.Account, k)
+	if errors.Is(err, ErrAccountMismatch) || errors.Is(err, ErrInvalidSession) {
+		tr, err = s.refresh(ctx, "", snap.Account, k)
 	}
-	return nil, false, err
+	if errors.Is(err, ErrNoAccountToken) {
+		if merr := s.markSignedOut(ctx, snap.Account); merr != nil {
+			return nil, merr
+		}
+		return nil, err
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out *Token
+	var replaced [2]string
+	err = s.agent.store.Update(ctx, s.skey, func(cur []byte) ([]byte, error) {
+		var rec sessionRecord
+		if cur != nil && json.Unmarshal(cur, &rec) != nil {
+			rec = sessionRecord{}
+		}
+		if rec.SessionID != "" && rec.SessionID != tr.SessionID {
+			replaced = [2]string{rec.SessionID, tr.SessionID}
+		}
+		out = s.recordToken(&rec, tr, k, snap.Account)
+		return json.Marshal(&rec)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("poppy: storing Session: %w", err)
+	}
+	s.replaced(replaced)
+	return out, nil
 }
 
 // SignOut revokes the Account Token for account ("" means DefaultAccount)

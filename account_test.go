@@ -518,3 +518,73 @@ func TestPA_4_8_05_TwoProcessesRotation(t *testing.T) {
 	defer store.Close()
 	testenv.RotationRace(t, store, path, 200)
 }
+
+// nestingStore fails the test when an Update starts while another one's fn
+// runs: the SDK must never hold two keystore locks at once, or a store
+// whose locks are pooled database connections could run out of them.
+type nestingStore struct {
+	keystore.Store
+	t     *testing.T
+	mu    sync.Mutex
+	depth int
+	max   int
+}
+
+func (n *nestingStore) Update(ctx context.Context, key keystore.Key, fn func([]byte) ([]byte, error)) error {
+	return n.Store.Update(ctx, key, func(cur []byte) ([]byte, error) {
+		n.mu.Lock()
+		n.depth++
+		if n.depth > n.max {
+			n.max = n.depth
+		}
+		n.mu.Unlock()
+		defer func() {
+			n.mu.Lock()
+			n.depth--
+			n.mu.Unlock()
+		}()
+		return fn(cur)
+	})
+}
+
+func TestNoNestedKeystoreLocks(t *testing.T) {
+	ns := &nestingStore{Store: keystore.NewMemory(), t: t}
+	e := newEnv(t, &poppytest.Options{RotateAccountTokens: true}, &poppy.AgentOptions{Store: ns})
+	direct, err := signin.NewDirect(e.agent, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.srv.HandleAgent("agent.test", e.id.Handler(direct.Handler()))
+	s := e.session("alice")
+	browser := signin.PrompterFuncs{OpenURLFunc: func(ctx context.Context, p *signin.URLPrompt) error {
+		loc, err := e.srv.Browse(ctx, p.URL)
+		if err != nil {
+			return err
+		}
+		resp, err := e.srv.Client().Get(loc)
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err
+	}}
+	if _, err := direct.SignIn(ctx, s, &poppy.SignInOptions{Scopes: []string{"poppy:read"}}, browser); err != nil {
+		t.Fatal(err)
+	}
+	e.srv.Clock().Advance(2 * time.Hour) // signed-in renewal with a rotating Account Token
+	if code, body := e.get(s, "/orders"); code != 200 {
+		t.Fatalf("status %d %s", code, body)
+	}
+	s2, _ := e.company("example.test").Session(ctx, "alice", &poppy.SessionOptions{Name: "two"})
+	if _, ok, err := s2.UseAccountToken(ctx, nil); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	e.srv.Disconnect("acct_1") // the refused-Account-Token path
+	e.srv.Clock().Advance(2 * time.Hour)
+	e.get(s, "/products")
+	if err := s2.SignOut(ctx, ""); err != nil && !errors.Is(err, poppy.ErrNoAccountToken) {
+		t.Fatal(err)
+	}
+	if ns.max != 1 {
+		t.Fatalf("keystore Updates nested %d deep", ns.max)
+	}
+}

@@ -358,13 +358,48 @@ func (s *Session) token(ctx context.Context, k tokenKey, stale string) (*Token, 
 	}
 }
 
-// renew gets a new token for k under the keystore lock of the Session
-// record, first adopting one another process stored, if it is still good.
+// renew gets a new token for k.
+//
+// A signed-out Session is renewed under the keystore lock of its record,
+// which first adopts a token another process stored, if it is still good.
+// A signed-in Session is renewed with its Account Token under the Account
+// Token's lock, and the record is written afterwards: the SDK never holds
+// two keystore locks at once, so a store whose locks are connections (a
+// database pool) can't run out of them with every holder waiting for a
+// second one.
 func (s *Session) renew(ctx context.Context, k tokenKey, stale string) (*Token, error) {
+	for range 2 {
+		out, signedIn, err := s.renewSignedOut(ctx, k, stale)
+		if err != nil || signedIn == nil {
+			return out, wrapRenewal(err)
+		}
+		out, err = s.renewSignedIn(ctx, k, signedIn)
+		if errors.Is(err, ErrNoAccountToken) {
+			continue // now signed out: renew with the assertion (PA-4.8-06)
+		}
+		return out, wrapRenewal(err)
+	}
+	return nil, wrapRenewal(errors.New("the Session kept changing while it was renewed"))
+}
+
+func wrapRenewal(err error) error {
+	var pe *Error
+	if err == nil || errors.As(err, &pe) || errors.Is(err, ErrInvalidTokenResponse) ||
+		errors.Is(err, ErrUnexpectedTokenType) || isContextErr(err) {
+		return err
+	}
+	return fmt.Errorf("poppy: renewing Session Token: %w", err)
+}
+
+// renewSignedOut adopts a good token from the stored record, or renews a
+// signed-out Session with the assertion (spec 4.2). For a signed-in Session
+// it changes nothing and returns the record as it found it.
+func (s *Session) renewSignedOut(ctx context.Context, k tokenKey, stale string) (*Token, *sessionRecord, error) {
 	a := s.agent
 	var (
 		replaced [2]string
 		out      *Token
+		signedIn *sessionRecord
 	)
 	err := a.store.Update(ctx, s.skey, func(cur []byte) ([]byte, error) {
 		var rec sessionRecord
@@ -378,13 +413,17 @@ func (s *Session) renew(ctx context.Context, k tokenKey, stale string) (*Token, 
 			s.setRecord(&rec)
 			return cur, nil
 		}
+		if rec.SignedIn {
+			signedIn = &rec
+			return cur, nil
+		}
 		before := rec.SessionID
-		tr, err := s.request(ctx, &rec, k)
+		tr, err := s.request(ctx, rec.SessionID, k)
 		if errors.Is(err, ErrInvalidSession) && rec.SessionID != "" {
 			// PA-4.2-16: the Session has ended; start a new one.
 			a.log.InfoContext(ctx, "poppy: Session ended at the Company, starting a new one", "session_id", rec.SessionID)
 			rec = sessionRecord{}
-			tr, err = s.request(ctx, &rec, k)
+			tr, err = s.request(ctx, "", k)
 		}
 		if err != nil {
 			return nil, err
@@ -392,57 +431,59 @@ func (s *Session) renew(ctx context.Context, k tokenKey, stale string) (*Token, 
 		if before != "" && tr.SessionID != before {
 			replaced = [2]string{before, tr.SessionID}
 		}
-		if rec.SessionID != "" && tr.SessionID != rec.SessionID {
-			rec.Tokens = nil // a different Session: its old tokens don't apply
-		}
-		rec.SessionID = tr.SessionID
-		granted := ""
-		if tr.Scope != nil {
-			granted = *tr.Scope
-		} else if k.scope != "" {
-			granted = k.scope // RFC 6749: omitted scope = requested scope
-		}
-		if !tr.SignedIn {
-			rec.Account = ""
-		}
-		if k == (tokenKey{}) {
-			rec.SignedIn, rec.Scope = tr.SignedIn, granted
-		}
-		st := storedToken{Value: tr.AccessToken, Granted: granted,
-			Expiry: now.Add(tr.expiresIn), RenewAt: now.Add(tr.expiresIn - renewBefore(tr.expiresIn))}
-		rec.setToken(k, st)
-		out = s.tokenFrom(&rec, rec.token(k))
-		s.setRecord(&rec)
+		out = s.recordToken(&rec, tr, k, "")
 		return json.Marshal(&rec)
 	})
 	if err != nil {
-		var pe *Error
-		if errors.As(err, &pe) || errors.Is(err, ErrInvalidTokenResponse) || errors.Is(err, ErrUnexpectedTokenType) || isContextErr(err) {
-			return nil, err
-		}
-		return nil, fmt.Errorf("poppy: renewing Session Token: %w", err)
+		return nil, nil, err
 	}
-	if replaced[0] != "" && a.opts.OnSessionReplaced != nil {
-		a.opts.OnSessionReplaced(replaced[0], replaced[1])
-	}
-	return out, nil
+	s.replaced(replaced)
+	return out, signedIn, nil
 }
 
-// request sends the token request that starts or renews rec for k.
-func (s *Session) request(ctx context.Context, rec *sessionRecord, k tokenKey) (*tokenResponse, error) {
+// recordToken puts tr's token for k into rec, which it makes the Session's
+// state, and returns the token. account labels the Account Token a
+// signed-in token came from.
+func (s *Session) recordToken(rec *sessionRecord, tr *tokenResponse, k tokenKey, account string) *Token {
+	now := s.agent.clock.Now()
+	if rec.SessionID != tr.SessionID {
+		rec.Tokens = nil // a different Session: its old tokens don't apply
+	}
+	rec.SessionID = tr.SessionID
+	granted := ""
+	if tr.Scope != nil {
+		granted = *tr.Scope
+	} else if k.scope != "" {
+		granted = k.scope // RFC 6749: omitted scope = requested scope
+	}
+	if tr.SignedIn && !rec.SignedIn || !tr.SignedIn && rec.SignedIn {
+		rec.Tokens = nil // tokens of the other state no longer apply
+	}
+	rec.SignedIn, rec.Account = tr.SignedIn, ""
+	if tr.SignedIn {
+		rec.Account = account
+	}
+	if k == (tokenKey{}) {
+		rec.Scope = granted
+	}
+	rec.setToken(k, storedToken{Value: tr.AccessToken, Granted: granted,
+		Expiry: now.Add(tr.expiresIn), RenewAt: now.Add(tr.expiresIn - renewBefore(tr.expiresIn))})
+	s.setRecord(rec)
+	return s.tokenFrom(rec, rec.token(k))
+}
+
+// replaced reports a replaced Session to OnSessionReplaced.
+func (s *Session) replaced(r [2]string) {
+	if r[0] != "" && s.agent.opts.OnSessionReplaced != nil {
+		s.agent.opts.OnSessionReplaced(r[0], r[1])
+	}
+}
+
+// request sends the token request that starts (sessionID "") or renews a
+// signed-out Session with the assertion (spec 4.2).
+func (s *Session) request(ctx context.Context, sessionID string, k tokenKey) (*tokenResponse, error) {
 	a := s.agent
 	c := s.company
-	if rec.SignedIn {
-		// PA-4.2-15: a signed-in Session is renewed with its Account Token
-		// (spec 4.8), never downgraded with the assertion. If the
-		// Account Token is gone, rec is now signed out and the assertion
-		// renews it below.
-		tr, ok, err := s.renewSignedIn(ctx, rec, k)
-		if err != nil || ok {
-			return tr, err
-		}
-	}
-	sessionID := rec.SessionID
 	build := func() (url.Values, error) {
 		assertion, err := a.id.sessionAssertion(c.meta.TokenEndpoint, s.userID, a.clock.Now())
 		if err != nil {

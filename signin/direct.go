@@ -48,7 +48,7 @@ type pending struct {
 	Account     string    `json:"account"`
 	Expires     time.Time `json:"expires"`
 
-	Status string              `json:"status"` // "pending", "done", "failed"
+	Status string              `json:"status"` // "pending", "exchanging", "done", "failed"
 	Error  string              `json:"error,omitempty"`
 	Result *poppy.SignInResult `json:"result,omitempty"`
 }
@@ -273,6 +273,11 @@ func outcomeError(code string) error {
 // the Session that started the sign-in, records the outcome for Wait, and
 // returns it. Handler calls it; an application that receives the redirect
 // another way calls it itself.
+//
+// The pending record is claimed under its lock, and the code is exchanged
+// after the lock is released, so that no other keystore lock is taken while
+// it is held; a second redirect for the same state meanwhile gets
+// ErrSignInInProgress.
 func (d *Direct) Complete(ctx context.Context, callback string) (*poppy.SignInResult, error) {
 	u, err := url.Parse(callback)
 	if err != nil {
@@ -284,6 +289,8 @@ func (d *Direct) Complete(ctx context.Context, callback string) (*poppy.SignInRe
 		return nil, ErrStateMismatch
 	}
 	var (
+		claimed *pending
+		code    string
 		res     *poppy.SignInResult
 		outcome error
 	)
@@ -295,53 +302,76 @@ func (d *Direct) Complete(ctx context.Context, callback string) (*poppy.SignInRe
 		if err := json.Unmarshal(cur, &p); err != nil {
 			return nil, errors.New("signin: the pending sign-in record is corrupt")
 		}
-		if p.Status != "pending" {
-			if p.Status == "done" {
-				res = p.Result
-				return cur, nil
-			}
+		switch p.Status {
+		case "done":
+			res = p.Result
+			return cur, nil
+		case "failed":
 			outcome = outcomeError(p.Error)
 			return cur, nil
+		case "exchanging":
+			outcome = ErrSignInInProgress
+			return cur, nil
 		}
-		res, outcome = d.exchange(ctx, &p, q)
-		if outcome != nil {
+		if code, outcome = d.check(&p, q); outcome != nil {
 			p.Status, p.Error = "failed", codeOf(outcome)
 		} else {
-			p.Status, p.Result = "done", res
+			p.Status = "exchanging"
+			claimed = &p
 		}
 		return json.Marshal(&p)
 	})
 	if err != nil {
 		return nil, err
 	}
+	if claimed == nil {
+		d.wake(state)
+		return res, outcome
+	}
+	res, outcome = d.redeem(ctx, claimed, code)
+	if outcome != nil {
+		claimed.Status, claimed.Error = "failed", codeOf(outcome)
+	} else {
+		claimed.Status, claimed.Result = "done", res
+	}
+	b, _ := json.Marshal(claimed)
+	if err := d.agent.Store().Update(context.WithoutCancel(ctx), pendingKey(state), func([]byte) ([]byte, error) { return b, nil }); err != nil {
+		return nil, fmt.Errorf("signin: recording the outcome: %w", err)
+	}
 	d.wake(state)
 	return res, outcome
 }
 
-// exchange checks the redirect and exchanges its code (spec 4.5 steps 3-4).
-func (d *Direct) exchange(ctx context.Context, p *pending, q url.Values) (*poppy.SignInResult, error) {
+// check checks the redirect (spec 4.5 steps 3-4) and returns its code.
+func (d *Direct) check(p *pending, q url.Values) (string, error) {
 	if !d.agent.Clock().Now().Before(p.Expires) {
-		return nil, ErrSignInExpired
+		return "", ErrSignInExpired
 	}
 	// PA-4.5-06, PA-4.5-07: iss first, so that not even an error from
 	// another Company's sign-in is believed.
 	iss, ok := q["iss"]
 	if !ok || len(iss) == 0 || iss[0] == "" {
-		return nil, ErrIssuerMissing
+		return "", ErrIssuerMissing
 	}
 	if iss[0] != p.Issuer {
-		return nil, poppy.ErrIssuerMismatch
+		return "", poppy.ErrIssuerMismatch
 	}
 	if e := q.Get("error"); e != "" {
 		if e == "access_denied" {
-			return nil, ErrAccessDenied // PA-4.5-08
+			return "", ErrAccessDenied // PA-4.5-08
 		}
-		return nil, outcomeError(e)
+		return "", outcomeError(e)
 	}
 	code := q.Get("code")
 	if code == "" {
-		return nil, errors.New("signin: the redirect has neither code nor error")
+		return "", errors.New("signin: the redirect has neither code nor error")
 	}
+	return code, nil
+}
+
+// redeem exchanges code for the Session that started the sign-in
+// (PA-4.5-09).
+func (d *Direct) redeem(ctx context.Context, p *pending, code string) (*poppy.SignInResult, error) {
 	c, err := d.agent.Company(ctx, p.Domain)
 	if err != nil {
 		return nil, err
@@ -353,7 +383,6 @@ func (d *Direct) exchange(ctx context.Context, p *pending, q url.Values) (*poppy
 	if err != nil {
 		return nil, err
 	}
-	// PA-4.5-09
 	grant := url.Values{
 		"grant_type":    {"authorization_code"},
 		"code":          {code},

@@ -54,6 +54,7 @@ var (
 	ErrSignInFailed          = errors.New("signin: sign-in failed")
 	ErrSignInExpired         = errors.New("signin: the sign-in expired; start again")
 	ErrUnknownSignIn         = errors.New("signin: no pending sign-in with this state")
+	ErrSignInInProgress      = errors.New("signin: this sign-in is being completed")
 )
 
 // UserPrompter reaches the User. Each method may block until the User has
