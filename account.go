@@ -309,9 +309,21 @@ func (s *Session) UseAccountToken(ctx context.Context, opts *SignInOptions) (*Si
 	if err != nil {
 		return nil, false, err
 	}
-	var res *SignInResult
+	tok, err := s.storeRenewal(ctx, tr, tokenKey{}, account)
+	if err != nil {
+		return nil, false, err
+	}
+	return &SignInResult{Account: account, SessionID: tok.SessionID, Requested: slices.Clone(need),
+		Granted: slices.Clone(tok.Scopes), Reused: true}, true, nil
+}
+
+// storeRenewal writes tr's token for k, from the Account Token of account,
+// into the Session's record, and reports a replaced Session. It runs after
+// the Account Token's lock is released, never inside it.
+func (s *Session) storeRenewal(ctx context.Context, tr *tokenResponse, k tokenKey, account string) (*Token, error) {
+	var out *Token
 	var replaced [2]string
-	err = s.agent.store.Update(ctx, s.skey, func(cur []byte) ([]byte, error) {
+	err := s.agent.store.Update(ctx, s.skey, func(cur []byte) ([]byte, error) {
 		var rec sessionRecord
 		if cur != nil && json.Unmarshal(cur, &rec) != nil {
 			rec = sessionRecord{}
@@ -319,16 +331,14 @@ func (s *Session) UseAccountToken(ctx context.Context, opts *SignInOptions) (*Si
 		if rec.SessionID != "" && rec.SessionID != tr.SessionID {
 			replaced = [2]string{rec.SessionID, tr.SessionID}
 		}
-		s.recordToken(&rec, tr, tokenKey{}, account)
-		res = &SignInResult{Account: account, SessionID: rec.SessionID, Requested: slices.Clone(need),
-			Granted: strings.Fields(rec.Scope), Reused: true}
+		out = s.recordToken(&rec, tr, k, account)
 		return json.Marshal(&rec)
 	})
 	if err != nil {
-		return nil, false, fmt.Errorf("poppy: storing Session: %w", err)
+		return nil, fmt.Errorf("poppy: storing Session: %w", err)
 	}
 	s.replaced(replaced)
-	return res, true, nil
+	return out, nil
 }
 
 // markSignedOut records that the Session, if it is signed in with the
@@ -437,24 +447,7 @@ func (s *Session) renewSignedIn(ctx context.Context, k tokenKey, snap *sessionRe
 	if err != nil {
 		return nil, err
 	}
-	var out *Token
-	var replaced [2]string
-	err = s.agent.store.Update(ctx, s.skey, func(cur []byte) ([]byte, error) {
-		var rec sessionRecord
-		if cur != nil && json.Unmarshal(cur, &rec) != nil {
-			rec = sessionRecord{}
-		}
-		if rec.SessionID != "" && rec.SessionID != tr.SessionID {
-			replaced = [2]string{rec.SessionID, tr.SessionID}
-		}
-		out = s.recordToken(&rec, tr, k, snap.Account)
-		return json.Marshal(&rec)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("poppy: storing Session: %w", err)
-	}
-	s.replaced(replaced)
-	return out, nil
+	return s.storeRenewal(ctx, tr, k, snap.Account)
 }
 
 // SignOut revokes the Account Token for account ("" means DefaultAccount)
