@@ -588,3 +588,26 @@ func TestNoNestedKeystoreLocks(t *testing.T) {
 		t.Fatalf("keystore Updates nested %d deep", ns.max)
 	}
 }
+
+// A read-only sign-in, then an exchange that needs poppy:write: the error
+// says which scopes the action needs and which sign-in types can grant
+// them (spec 4.4, 6; A-21), and nothing is retried.
+func TestInsufficientScopeNamesScopesAndTypes(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	s := signedIn(t, e, "") // Mediated: poppy:read only
+	_, err := s.HTTPClient().Post(e.srv.APIURL()+"/orders/ord_7Hk2/exchanges", "application/json", strings.NewReader(`{}`))
+	if !errors.Is(err, poppy.ErrInsufficientScope) {
+		t.Fatalf("err = %v, want ErrInsufficientScope", err)
+	}
+	var pe *poppy.Error
+	if !errors.As(err, &pe) || strings.Join(pe.Scope, " ") != "poppy:read poppy:write" || pe.Status != 403 {
+		t.Fatalf("error %+v", pe)
+	}
+	// Mediated lists only poppy:read here: Direct and Device can grant both.
+	if strings.Join(pe.SignInTypes, " ") != "direct device" {
+		t.Fatalf("eligible types %v", pe.SignInTypes)
+	}
+	if n := len(sdkRequests(e.srv, poppytest.EndpointAPI)); n != 1 {
+		t.Fatalf("%d API requests, want 1", n)
+	}
+}
