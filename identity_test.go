@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -264,5 +265,21 @@ func TestIdentityHandler(t *testing.T) {
 		if rec.code != want {
 			t.Errorf("%s: %d, want %d", path, rec.code, want)
 		}
+	}
+}
+
+// The Agent's own client refuses a redirect to http://, whatever client the
+// caller supplied.
+func TestAgentClientRefusesInsecureRedirect(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	e.srv.HandleAgent("jump.example.test", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "http://example.test/.well-known/poppy.json", http.StatusFound)
+	}))
+	_, err := e.agent.HTTPClient().Get("https://jump.example.test/")
+	if !errors.Is(err, poppy.ErrInsecureRedirect) {
+		t.Fatalf("err = %v, want ErrInsecureRedirect", err)
+	}
+	if e.srv.Client().CheckRedirect != nil {
+		t.Fatal("the caller's client was changed")
 	}
 }

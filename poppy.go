@@ -219,6 +219,15 @@ func (a *Agent) Identity() *Identity { return a.id }
 // Store returns the agent's keystore.
 func (a *Agent) Store() keystore.Store { return a.store }
 
+// HTTPClient returns the client the Agent sends unauthenticated requests
+// with (discovery documents, protected resource metadata): a copy of
+// AgentOptions.HTTPClient that refuses redirects to non-HTTPS URLs.
+// Requests in a Session use Session.HTTPClient instead.
+func (a *Agent) HTTPClient() *http.Client {
+	c := *a.client
+	return &c
+}
+
 // Logger returns the agent's logger.
 func (a *Agent) Logger() *slog.Logger { return a.log }
 
