@@ -1,10 +1,14 @@
 package poppy_test
 
 import (
+	"runtime"
+	"strconv"
+
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/sha256"
+	"github.com/poppyproto/poppy"
 	"io"
 	"net/http"
 	"sync/atomic"
@@ -73,5 +77,31 @@ func BenchmarkFloorPlainRequestPlusSign(b *testing.B) {
 		}
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
+	}
+}
+
+// BenchmarkIdleSessionMemory reports the heap one idle Session costs an
+// Agent that holds a thousand of them (with an in-memory keystore, whose
+// records are part of the figure).
+func BenchmarkIdleSessionMemory(b *testing.B) {
+	e := newEnv(b, nil, nil)
+	c := e.company("example.test")
+	const n = 1000
+	var before, after runtime.MemStats
+	for b.Loop() {
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		held := make([]*poppy.Session, 0, n)
+		for i := range n {
+			s, err := c.Session(ctx, "user-"+strconv.Itoa(b.N)+"-"+strconv.Itoa(i), nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			held = append(held, s)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "B/session")
+		runtime.KeepAlive(held)
 	}
 }
