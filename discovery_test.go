@@ -2,6 +2,9 @@ package poppy_test
 
 import (
 	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -381,5 +384,49 @@ func TestDiscoveryRateLimited(t *testing.T) {
 	// PA-4.3-27
 	if len(docs) != 2 || docs[0].Status != 429 || docs[1].Time.Sub(docs[0].Time) < 3*time.Second {
 		t.Fatalf("%d requests", len(docs))
+	}
+}
+
+// Every document the SDK reads is capped.
+func TestResponseSizeCapped(t *testing.T) {
+	e := newEnv(t, nil, &poppy.AgentOptions{MaxResponseBytes: 64})
+	if _, err := e.agent.Company(ctx, "example.test"); !errors.Is(err, poppy.ErrResponseTooLarge) {
+		t.Fatalf("err = %v, want ErrResponseTooLarge", err)
+	}
+}
+
+// UnsafeAllowLoopbackHTTP lets the SDK talk plain HTTP to a Company on a
+// loopback address, and to nothing else.
+func TestUnsafeAllowLoopbackHTTP(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"protocol_version":"0.1","organization":{"name":"Dev","domain":"127.0.0.1"},"web":{}}`)
+	}))
+	defer srv.Close()
+	host := strings.TrimPrefix(srv.URL, "http://")
+	key, _ := poppy.GenerateSigningKey()
+	id, err := poppy.NewIdentity(poppy.IdentityConfig{ClientID: "http://127.0.0.1:1/agent.json", Keys: []*poppy.SigningKey{key}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev, err := poppy.NewAgent(id, &poppy.AgentOptions{UnsafeAllowLoopbackHTTP: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := dev.Company(ctx, host)
+	if err != nil {
+		t.Fatalf("loopback http Company: %v", err)
+	}
+	if c.Name() != "Dev" {
+		t.Fatalf("name %q", c.Name())
+	}
+	// Never a non-loopback host, option or not.
+	if _, err := dev.Company(ctx, "http://example.test"); !errors.Is(err, poppy.ErrInsecureURL) {
+		t.Fatalf("non-loopback http: %v", err)
+	}
+	// Off by default: the same loopback Company is refused.
+	e := newEnv(t, nil, nil)
+	if _, err := e.agent.Company(ctx, "http://"+host); !errors.Is(err, poppy.ErrInsecureURL) {
+		t.Fatalf("without the option: %v", err)
 	}
 }
