@@ -73,3 +73,49 @@ func ExampleMediated() {
 	// signin.Credentials{email: "user@example.test", password: [REDACTED]}
 	// granted: [poppy:read]
 }
+
+// Direct Sign-In: the User signs in on the Company's page in their browser,
+// and the Company sends the browser back to the agent's redirect URI,
+// which Direct.Handler serves.
+func ExampleDirect() {
+	company := poppytest.NewServer(nil, nil)
+	defer company.Close()
+	key, _ := poppy.GenerateSigningKey()
+	identity, _ := poppy.NewIdentity(poppy.IdentityConfig{
+		ClientID: "https://agent.test/agent.json", JWKSURI: "https://agent.test/jwks.json",
+		RedirectURIs: []string{"https://agent.test/oauth/callback"}, Keys: []*poppy.SigningKey{key},
+	})
+	agent, _ := poppy.NewAgent(identity, &poppy.AgentOptions{HTTPClient: company.Client(), Clock: company.Clock()})
+	direct, err := signin.NewDirect(agent, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	// The identity's handler serves the metadata, the JWKS and, behind
+	// them, the redirect URI.
+	company.HandleAgent("agent.test", identity.Handler(direct.Handler()))
+	ctx := context.Background()
+	c, _ := agent.Company(ctx, "example.test")
+	sess, _ := c.Session(ctx, "local-user-42", nil)
+
+	prompter := signin.PrompterFuncs{OpenURLFunc: func(ctx context.Context, p *signin.URLPrompt) error {
+		fmt.Println("open the sign-in page of", p.Company)
+		// The User's browser: the Company's page, then back to the agent.
+		back, err := company.Browse(ctx, p.URL)
+		if err != nil {
+			return err
+		}
+		resp, err := company.Client().Get(back)
+		if err != nil {
+			return err
+		}
+		return resp.Body.Close()
+	}}
+	res, err := direct.SignIn(ctx, sess, &poppy.SignInOptions{Scopes: []string{"poppy:read"}}, prompter)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("granted:", res.Granted)
+	// Output:
+	// open the sign-in page of Example Company
+	// granted: [poppy:read]
+}
