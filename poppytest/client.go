@@ -55,6 +55,26 @@ func clientErr(format string, args ...any) error {
 // revocation request (CO-4.1-01..09). endpoint is the URL the request was
 // sent to; the client assertion's aud may be it, the token endpoint or the
 // issuer.
+// requireFormPOST answers r with invalid_request, and reports false, unless
+// it is a POST whose parameters are all in a form-encoded body, as the
+// token, device authorization and revocation endpoints require (RFC 6749
+// 3.2, RFC 8628 3.1, RFC 7009 2.1). what names the endpoint in the error.
+func (s *Server) requireFormPOST(w http.ResponseWriter, r *http.Request, what string) bool {
+	x := exchangeOf(r)
+	switch {
+	case r.Method != http.MethodPost:
+		w.Header().Set("Allow", "POST")
+		s.writeTokenError(w, r, &protoError{status: http.StatusMethodNotAllowed, code: "invalid_request", desc: "the " + what + " takes POST"})
+	case x.form == nil:
+		s.writeTokenError(w, r, &protoError{code: "invalid_request", desc: "the body must be application/x-www-form-urlencoded"})
+	case r.URL.RawQuery != "":
+		s.writeTokenError(w, r, &protoError{code: "invalid_request", desc: "parameters belong in the body, not the URL"})
+	default:
+		return true
+	}
+	return false
+}
+
 func (s *Server) authenticateClient(r *http.Request, form url.Values, endpoint string) (*clientInfo, *protoError) {
 	x := exchangeOf(r)
 	fail := func(format string, args ...any) (*clientInfo, *protoError) {

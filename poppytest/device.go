@@ -90,13 +90,7 @@ func (s *Server) serveDeviceAuthorization(w http.ResponseWriter, r *http.Request
 		s.notFound(w, r)
 		return
 	}
-	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", "POST")
-		s.writeTokenError(w, r, &protoError{status: http.StatusMethodNotAllowed, code: "invalid_request", desc: "the device authorization endpoint takes POST"})
-		return
-	}
-	if x.form == nil || r.URL.RawQuery != "" {
-		s.writeTokenError(w, r, &protoError{code: "invalid_request", desc: "the body must be application/x-www-form-urlencoded, with no URL parameters"})
+	if !s.requireFormPOST(w, r, "device authorization endpoint") {
 		return
 	}
 	client, perr := s.authenticateClient(r, x.form, s.DeviceAuthorizationEndpoint())

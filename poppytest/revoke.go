@@ -14,13 +14,7 @@ import "net/http"
 // ignored, and the answer is 200 (RFC 7009 2.2).
 func (s *Server) serveRevoke(w http.ResponseWriter, r *http.Request) {
 	x := exchangeOf(r)
-	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", "POST")
-		s.writeTokenError(w, r, &protoError{status: http.StatusMethodNotAllowed, code: "invalid_request", desc: "the revocation endpoint takes POST"})
-		return
-	}
-	if x.form == nil || r.URL.RawQuery != "" {
-		s.writeTokenError(w, r, &protoError{code: "invalid_request", desc: "the body must be application/x-www-form-urlencoded, with no URL parameters"})
+	if !s.requireFormPOST(w, r, "revocation endpoint") {
 		return
 	}
 	client, perr := s.authenticateClient(r, x.form, s.RevocationEndpoint())

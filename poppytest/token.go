@@ -156,17 +156,7 @@ func (s *Server) serveToken(w http.ResponseWriter, r *http.Request) {
 	if s.opts.RotateNonce {
 		w.Header().Set("DPoP-Nonce", s.rotateNonce(x.host))
 	}
-	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", "POST")
-		s.writeTokenError(w, r, &protoError{status: http.StatusMethodNotAllowed, code: "invalid_request", desc: "the token endpoint takes POST"})
-		return
-	}
-	if x.form == nil {
-		s.writeTokenError(w, r, &protoError{code: "invalid_request", desc: "the body must be application/x-www-form-urlencoded"})
-		return
-	}
-	if r.URL.RawQuery != "" {
-		s.writeTokenError(w, r, &protoError{code: "invalid_request", desc: "parameters belong in the body, not the URL"})
+	if !s.requireFormPOST(w, r, "token endpoint") {
 		return
 	}
 	for k, v := range x.form {
