@@ -173,16 +173,16 @@ func covers(granted, need []string) bool {
 	return true
 }
 
-// CompleteSignIn sends a sign-in grant for this Session to the token
+// completeSignIn sends a sign-in grant for this Session to the token
 // endpoint: grant holds grant_type and the grant's own parameters (code,
 // redirect_uri and code_verifier for Direct Sign-In, device_code for Device
 // Sign-In); session_id, the client assertion and a DPoP proof are added. On
 // success the Account Token is stored and the Session is signed in
 // (spec 4.4). On failure nothing changes (PA-4.4-10) and the Company's error
 // is returned as an *Error. It is the building block of package signin.
-func (s *Session) CompleteSignIn(ctx context.Context, grant url.Values, opts *SignInOptions) (*SignInResult, error) {
+func (s *Session) completeSignIn(ctx context.Context, grant url.Values, opts *SignInOptions) (*SignInResult, error) {
 	if opts == nil || len(opts.Scopes) == 0 {
-		return nil, configError("CompleteSignIn: no scopes")
+		return nil, configError("completing a sign-in: no scopes")
 	}
 	a, c := s.agent, s.company
 	sessionID := s.ID()
@@ -199,15 +199,15 @@ func (s *Session) CompleteSignIn(ctx context.Context, grant url.Values, opts *Si
 	if err != nil {
 		return nil, err
 	}
-	return s.AcceptSignIn(ctx, body, opts)
+	return s.acceptSignIn(ctx, body, opts)
 }
 
-// AcceptSignIn adopts a sign-in's token response obtained by the caller,
+// acceptSignIn adopts a sign-in's token response obtained by the caller,
 // such as Mediated Sign-In's "complete" (spec 4.7): it stores the Account
 // Token and signs the Session in with the Session Token.
-func (s *Session) AcceptSignIn(ctx context.Context, tokenResponse []byte, opts *SignInOptions) (*SignInResult, error) {
+func (s *Session) acceptSignIn(ctx context.Context, tokenResponse []byte, opts *SignInOptions) (*SignInResult, error) {
 	if opts == nil || len(opts.Scopes) == 0 {
-		return nil, configError("AcceptSignIn: no scopes")
+		return nil, configError("accepting a sign-in: no scopes")
 	}
 	tr, err := parseTokenResponse(tokenResponse, false)
 	if err != nil {
@@ -535,11 +535,11 @@ func (c *Company) revoke(ctx context.Context, token string) error {
 	return err
 }
 
-// PostClientAuthenticated POSTs form to endpoint with the agent's client
+// postClientAuthenticated POSTs form to endpoint with the agent's client
 // assertion and no DPoP proof, as Device Sign-In's device authorization
 // request needs (spec 4.6, A-06). It returns the 200 body, or the Company's
 // error as an *Error. The endpoint must be one of the Company's.
-func (c *Company) PostClientAuthenticated(ctx context.Context, endpoint string, form url.Values) ([]byte, error) {
+func (c *Company) postClientAuthenticated(ctx context.Context, endpoint string, form url.Values) ([]byte, error) {
 	if c.meta == nil {
 		return nil, ErrNoAuth
 	}

@@ -173,7 +173,7 @@ func TestPA_4_8_06_RevokedAccountToken(t *testing.T) {
 	// Revoke it at the Company, then let the Session Token expire.
 	e.srv.Disconnect("acct_1")
 	e.srv.Clock().Advance(2 * time.Hour)
-	_, err := s.HTTPClient().Get(e.srv.APIURL() + "/orders")
+	_, err := doGet(s, e.srv.APIURL()+"/orders")
 	// PA-4.8-06: the refresh gets invalid_grant, the Account Token is
 	// deleted, the Session renews signed out, and the account call needs a
 	// sign-in.
@@ -209,7 +209,7 @@ func TestPA_4_9_06_Disconnect(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	s := signedIn(t, e, "")
 	e.srv.Disconnect("acct_1")
-	_, err := s.HTTPClient().Get(e.srv.APIURL() + "/orders")
+	_, err := doGet(s, e.srv.APIURL()+"/orders")
 	if !errors.Is(err, poppy.ErrSignInRequired) {
 		t.Fatalf("err = %v", err)
 	}
@@ -595,7 +595,7 @@ func TestNoNestedKeystoreLocks(t *testing.T) {
 func TestInsufficientScopeNamesScopesAndTypes(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	s := signedIn(t, e, "") // Mediated: poppy:read only
-	_, err := s.HTTPClient().Post(e.srv.APIURL()+"/orders/ord_7Hk2/exchanges", "application/json", strings.NewReader(`{}`))
+	_, err := doPost(s, e.srv.APIURL()+"/orders/ord_7Hk2/exchanges", `{}`)
 	if !errors.Is(err, poppy.ErrInsufficientScope) {
 		t.Fatalf("err = %v, want ErrInsufficientScope", err)
 	}

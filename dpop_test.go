@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/poppyproto/poppy"
+	"github.com/poppyproto/poppy/internal/sdk"
 	"github.com/poppyproto/poppy/poppytest"
 )
 
@@ -246,10 +247,7 @@ func TestPA_4_3_15_NonceRetriedOnce(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	s := e.session("alice")
 	e.srv.ForceError(poppytest.EndpointAPI, 401, "use_dpop_nonce", 10)
-	resp, err := s.HTTPClient().Get(e.srv.APIURL() + "/products")
-	if err == nil {
-		resp.Body.Close()
-	}
+	_, err := doGet(s, e.srv.APIURL()+"/products")
 	// PA-4.3-15
 	if !errors.Is(err, poppy.ErrDPoPNonce) {
 		t.Fatalf("err = %v, want ErrDPoPNonce", err)
@@ -271,7 +269,7 @@ func TestPA_4_3_16_InvalidProofNoRetry(t *testing.T) {
 	}
 	s := e.session("alice")
 	e.srv.ForceError(poppytest.EndpointAPI, 401, "invalid_dpop_proof", 1)
-	_, err := s.HTTPClient().Get(e.srv.APIURL() + "/products")
+	_, err := doGet(s, e.srv.APIURL()+"/products")
 	if !errors.Is(err, poppy.ErrInvalidDPoPProof) {
 		t.Fatalf("API: err = %v", err)
 	}
@@ -448,7 +446,7 @@ func TestPA_4_3_29_RateLimitWithoutRetryAfter(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	s := e.session("alice")
 	e.srv.RateLimit(poppytest.EndpointAPI, 10, "")
-	_, err := s.HTTPClient().Get(e.srv.APIURL() + "/products")
+	_, err := doGet(s, e.srv.APIURL()+"/products")
 	// PA-4.3-29: 1 s, 2 s, 4 s apart, then ErrRateLimited.
 	if !errors.Is(err, poppy.ErrRateLimited) {
 		t.Fatalf("err = %v, want ErrRateLimited", err)
@@ -508,12 +506,12 @@ func TestCredentialBodiesNotRedirected(t *testing.T) {
 		hits++
 		http.Redirect(w, r, "https://api.example.test/echo", http.StatusTemporaryRedirect)
 	}))
-	_, err := e.company("example.test").PostClientAuthenticated(ctx, "https://jump.example.test/oauth/device", nil)
+	_, err := sdk.PostClientAuthenticated(ctx, e.company("example.test"), "https://jump.example.test/oauth/device", nil)
 	var pe *poppy.Error
 	if !errors.As(err, &pe) || pe.Status != http.StatusTemporaryRedirect {
 		t.Fatalf("err = %v, want the 307 as an *Error", err)
 	}
-	resp, err := s.DirectHTTPClient().Post("https://jump.example.test/sign-in", "application/json", strings.NewReader(`{"secret":1}`))
+	resp, err := sdk.DirectHTTPClient(s).Post("https://jump.example.test/sign-in", "application/json", strings.NewReader(`{"secret":1}`))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -123,6 +123,33 @@ func ExampleSession_HTTPClient() {
 	// 200 OK
 }
 
+func ExampleResponseError() {
+	company := poppytest.NewServer(nil, nil)
+	defer company.Close()
+	agent := exampleAgent(company, nil)
+	ctx := context.Background()
+
+	c, _ := agent.Company(ctx, "example.test")
+	sess, _ := c.Session(ctx, "local-user-42", nil)
+
+	// The transport returns the Company's answer as a response, whatever
+	// its status; ResponseError reads the protocol error out of it.
+	resp, err := sess.HTTPClient().Get("https://api.example.test/orders")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer resp.Body.Close()
+	fmt.Println(resp.Status)
+	err = poppy.ResponseError(resp)
+	var pe *poppy.Error
+	if errors.Is(err, poppy.ErrSignInRequired) && errors.As(err, &pe) {
+		fmt.Println("sign in with one of:", pe.SignInTypes)
+	}
+	// Output:
+	// 403 Forbidden
+	// sign in with one of: [direct device mediated]
+}
+
 func ExampleError() {
 	company := poppytest.NewServer(nil, &poppytest.Options{RequireRegistration: true})
 	defer company.Close()

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strings"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -168,3 +169,30 @@ func newRecorder() *recorder                    { return &recorder{h: http.Heade
 func (r *recorder) Header() http.Header         { return r.h }
 func (r *recorder) Write(b []byte) (int, error) { return r.body.Write(b) }
 func (r *recorder) WriteHeader(code int)        { r.code = code }
+
+// doGet and doPost send through Session.Do, which turns the Company's
+// error responses into *poppy.Error values.
+func doGet(s *poppy.Session, u string) (*http.Response, error) {
+	req, err := http.NewRequest(http.MethodGet, u, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := s.Do(req)
+	if err == nil {
+		resp.Body.Close()
+	}
+	return resp, err
+}
+
+func doPost(s *poppy.Session, u, body string) (*http.Response, error) {
+	req, err := http.NewRequest(http.MethodPost, u, strings.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := s.Do(req)
+	if err == nil {
+		resp.Body.Close()
+	}
+	return resp, err
+}

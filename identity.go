@@ -405,10 +405,10 @@ func (id *Identity) sessionAssertion(tokenEndpoint, userID string, now time.Time
 	return k.signer.Sign(p)
 }
 
-// SignJWT signs claims (a JSON object) with the current signing key and the
+// signJWT signs claims (a JSON object) with the current signing key and the
 // given typ header, for assertions other packages define, such as the
 // browser assertion (spec 5, typ poppy-browser+jwt).
-func (id *Identity) SignJWT(typ string, claims []byte) (string, error) {
+func (id *Identity) signJWT(typ string, claims []byte) (string, error) {
 	k := id.keys.Load().keys[0]
 	h := jose.NewClaims(96).String("alg", "ES256").String("kid", k.kid)
 	if typ != "" {

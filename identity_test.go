@@ -244,7 +244,7 @@ func TestPA_3_3_06_ExtensionRequired(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	s := e.session("alice")
 	e.srv.ForceError(poppytest.EndpointAPI, 403, "extension_required", 1)
-	_, err := s.HTTPClient().Post(e.srv.APIURL()+"/orders/ord_1/exchanges", "application/json", strings.NewReader(`{}`))
+	_, err := doPost(s, e.srv.APIURL()+"/orders/ord_1/exchanges", `{}`)
 	// PA-3.3-06
 	var xr poppy.ExtensionRequiredError
 	if !errorsAs(err, &xr) || xr.Extension != "operations" {

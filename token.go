@@ -133,14 +133,8 @@ func (a *Agent) waitRateLimit(ctx context.Context, perr *Error, attempt int) err
 	if perr.Code == "" {
 		perr.Code = "rate_limited"
 	}
-	if attempt >= maxRateRetries {
-		return perr
-	}
-	wait := perr.RetryAfter
-	if wait <= 0 {
-		wait = time.Second << attempt
-	}
-	if wait > a.opts.MaxRetryWait {
+	wait, ok := a.rateWait(perr.RetryAfter, attempt)
+	if !ok {
 		return perr
 	}
 	a.log.DebugContext(ctx, "poppy: rate limited, waiting", "endpoint", perr.Endpoint, "wait", wait)
@@ -148,6 +142,24 @@ func (a *Agent) waitRateLimit(ctx context.Context, perr *Error, attempt int) err
 		return fmt.Errorf("%w (while waiting to retry): %w", perr, err)
 	}
 	return nil
+}
+
+// rateWait returns how long to wait before retry number attempt+1 of a
+// request answered 429 with retryAfter (zero when absent), and false when
+// the request must not be retried: retries used up, or a wait longer than
+// MaxRetryWait.
+func (a *Agent) rateWait(retryAfter time.Duration, attempt int) (time.Duration, bool) {
+	if attempt >= maxRateRetries {
+		return 0, false
+	}
+	wait := retryAfter
+	if wait <= 0 {
+		wait = time.Second << attempt
+	}
+	if wait > a.opts.MaxRetryWait {
+		return 0, false
+	}
+	return wait, true
 }
 
 // responseError builds an *Error from an error response: the OAuth JSON

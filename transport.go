@@ -11,11 +11,22 @@ package poppy
 //   - 429: after at least Retry-After, at most three times (PA-4.3-27..29).
 //
 // The request body is replayed for a retry from GetBody, or from a copy kept
-// in memory when the body is small enough. A Company's protocol errors
-// (a WWW-Authenticate DPoP error, extension_required, a 429 that outlasts
-// the retries) come back as an *Error from RoundTrip; http.Client wraps it in
-// a *url.Error, and errors.Is and errors.As see through both. Every other
-// response is returned as it is.
+// in memory when the body is small enough.
+//
+// The transport keeps the http.RoundTripper contract: whenever it obtained
+// a response, it returns that response with a nil error, however the
+// Company answered (a 401 or 403 with a WWW-Authenticate challenge, an
+// extension_required refusal, a 429 that outlasts the retries, any 4xx or
+// 5xx), with its body unread. A generated OpenAPI client therefore sees the
+// status and body it was written for. RoundTrip returns an error only when
+// there is no response: the network failed, ctx ended, the request was
+// refused before it was sent (ErrForeignHost, ErrInsecureURL, ErrNoSession),
+// or no Session Token could be had (the token endpoint's *Error).
+//
+// To branch on the Company's protocol error, pass the response to
+// ResponseError, which reads the challenge, Retry-After and the JSON error
+// body into an *Error; or send with Session.Do, which returns that *Error
+// for every status of 400 and above.
 //
 // Tokens are sent only to the Company's own hosts: organization.domain, its
 // subdomains and the hosts its documents name. A request (or a redirect) to
@@ -31,6 +42,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 )
 
 // maxReplayBody is the largest request body kept in memory so that a
@@ -38,7 +50,9 @@ import (
 const maxReplayBody = 4 << 20
 
 // HTTPClient returns an *http.Client whose requests carry the Session's
-// token and DPoP proofs. It shares the Agent's connection pool. There is no
+// token and DPoP proofs. It shares the Agent's connection pool. Like
+// Transport, it returns the Company's answer as a response whatever its
+// status; see ResponseError and Session.Do for the error. There is no
 // anonymous mode (spec 4.3): on a nil Session every request fails with
 // ErrNoSession before anything is sent.
 func (s *Session) HTTPClient() *http.Client {
@@ -50,10 +64,10 @@ func (s *Session) HTTPClient() *http.Client {
 	return &c
 }
 
-// DirectHTTPClient is HTTPClient without redirects: a 3xx answer is
+// directHTTPClient is HTTPClient without redirects: a 3xx answer is
 // returned as it is. Requests whose body must reach exactly one URL, such
 // as Mediated Sign-In's credentials (spec 4.7), use it.
-func (s *Session) DirectHTTPClient() *http.Client {
+func (s *Session) directHTTPClient() *http.Client {
 	c := s.HTTPClient()
 	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	return c
@@ -76,6 +90,11 @@ type sessionTransport struct {
 	s    *Session
 	base http.RoundTripper
 }
+
+// respSessionKey marks, in the context of an error response's Request, the
+// Session whose transport returned it, so that ResponseError can name the
+// sign-in types that would help.
+type respSessionKey struct{}
 
 func (t *sessionTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	closeBody := func() {
@@ -130,75 +149,145 @@ func (t *sessionTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 			return nil, err // not retried: the Company may have acted on it
 		}
 		_, learned := a.nonces.learn(req.URL, resp.Header)
-		if resp.StatusCode != http.StatusUnauthorized && resp.StatusCode != http.StatusForbidden &&
-			resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusBadRequest {
+		if resp.StatusCode < 400 {
 			return resp, nil
 		}
-		perr := t.protocolError(req, resp)
-		if perr == nil {
-			return resp, nil
-		}
-		drain(resp)
+		// The final answer is always returned as a response (the
+		// http.RoundTripper contract); only a request the Company
+		// rejected without acting on it is sent again.
 		retry := false
+		var wait time.Duration
+		code := ""
+		if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden ||
+			resp.StatusCode == http.StatusBadRequest {
+			code, _, _ = dpopChallenge(resp.Header)
+		}
 		switch {
 		case !canRetry:
-		case perr.Code == "use_dpop_nonce" && learned && !nonceRetried:
+		case code == "use_dpop_nonce" && learned && !nonceRetried: // PA-4.3-13
 			nonceRetried, retry = true, true
-		case perr.Code == "invalid_token" && !tokenRenewed:
+		case code == "invalid_token" && !tokenRenewed: // spec 6
 			tokenRenewed, retry = true, true
 			stale = tok.value
-		case perr.Code == "sign_in_required" && !signInTried:
+		case code == "sign_in_required" && !signInTried:
 			// PA-4.4-14: the token may be older than a sign-in another task
 			// made, or the Session may be signed out while an Account Token
 			// is stored; either gives a signed-in token, then one retry.
 			signInTried = true
 			ok, err := s.signInForRetry(ctx, tok)
 			if err != nil {
-				return nil, err
+				a.log.DebugContext(ctx, "poppy: using a stored Account Token failed", "url", endpointOf(req.URL), "error", err)
 			}
 			retry = ok
-		case resp.StatusCode == http.StatusTooManyRequests:
-			if werr := a.waitRateLimit(ctx, perr, attempt); werr != nil {
-				return nil, werr
-			}
-			retry = true
+		case resp.StatusCode == http.StatusTooManyRequests: // PA-4.3-27..29
+			wait, retry = a.rateWait(parseRetryAfter(resp.Header.Get("Retry-After"), a.clock.Now()), attempt)
 		}
 		if !retry {
-			switch perr.Code {
-			case "sign_in_required":
-				perr.SignInTypes = s.company.SignInTypes()
-			case "insufficient_scope":
-				perr.SignInTypes = s.company.EligibleSignInTypes(perr.Scope)
+			a.log.DebugContext(ctx, "poppy: request refused", "url", endpointOf(req.URL), "status", resp.StatusCode, "error", cleanText(code))
+			resp.Request = r.WithContext(context.WithValue(r.Context(), respSessionKey{}, s))
+			return resp, nil
+		}
+		drain(resp)
+		if wait > 0 {
+			a.log.DebugContext(ctx, "poppy: rate limited, waiting", "url", endpointOf(req.URL), "wait", wait)
+			if err := a.clock.Sleep(ctx, wait); err != nil {
+				return nil, fmt.Errorf("poppy: %s: rate_limited (HTTP 429), stopped waiting to retry: %w", endpointOf(req.URL), err)
 			}
-			a.log.DebugContext(ctx, "poppy: request refused", "url", endpointOf(req.URL), "status", perr.Status, "error", perr.Code)
-			return nil, perr
 		}
 	}
 }
 
-// protocolError returns the Company's protocol error in resp, or nil for an
-// ordinary response that the caller should see as it is.
-func (t *sessionTransport) protocolError(req *http.Request, resp *http.Response) *Error {
-	a := t.s.agent
-	if resp.StatusCode == http.StatusTooManyRequests {
-		return a.responseError(req.URL, resp, nil)
+// maxErrorBody is how much of an error response ResponseError reads to find
+// the OAuth or protocol error code in it. The rest stays in the body.
+const maxErrorBody = 64 << 10
+
+// ResponseError returns the Company's error in resp as an *Error, or nil
+// when resp's status is below 400. It reads the WWW-Authenticate challenge
+// (DPoP or Bearer: error, scope), Retry-After, and an OAuth or protocol JSON
+// body ({"error", "error_description", "extension"}); the Error matches its
+// sentinel with errors.Is (ErrSignInRequired, ErrInsufficientScope,
+// ErrExtensionRequired, ErrRateLimited, ...). Every status of 400 and above
+// gives an *Error, with an empty Code when the Company named none.
+//
+// The body stays readable: what ResponseError read of it is put back in
+// front of the rest. For a response from a Session's transport, the Error
+// also lists the sign-in types that can grant what a sign_in_required or
+// insufficient_scope refusal asks for (spec 4.4).
+func ResponseError(resp *http.Response) error {
+	if resp == nil || resp.StatusCode < 400 {
+		return nil
 	}
-	if code, _, ok := dpopChallenge(resp.Header); ok && code != "" {
-		return a.responseError(req.URL, resp, nil)
+	e := &Error{Status: resp.StatusCode}
+	var now time.Time
+	var s *Session
+	if resp.Request != nil {
+		e.Endpoint = endpointOf(resp.Request.URL)
+		s, _ = resp.Request.Context().Value(respSessionKey{}).(*Session)
 	}
-	// extension_required (spec 3.3) comes as a JSON body on a 403.
-	if resp.StatusCode == http.StatusForbidden {
-		if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt == "application/json" {
-			body, err := readCapped(resp.Body, 64<<10)
-			resp.Body.Close()
-			var oe oauthError
-			if err == nil && json.Unmarshal(body, &oe) == nil && oe.Error == "extension_required" {
-				return a.responseError(req.URL, resp, body)
+	if s != nil {
+		now = s.agent.clock.Now()
+	} else {
+		now = time.Now()
+	}
+	if code, scope, ok := dpopChallenge(resp.Header); ok {
+		e.Code, e.Scope = code, scope
+	}
+	if resp.Body != nil && resp.Body != http.NoBody && isJSON(resp.Header.Get("Content-Type")) {
+		head, err := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+		rest := resp.Body
+		resp.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(head), rest), rest}
+		var oe oauthError
+		if err == nil && json.Unmarshal(head, &oe) == nil {
+			if oe.Error != "" && e.Code == "" {
+				e.Code = oe.Error
 			}
-			resp.Body = io.NopCloser(bytes.NewReader(body))
+			e.Description = cleanText(oe.Description)
+			e.Extension = cleanText(oe.Extension)
 		}
 	}
-	return nil
+	e.Code = cleanText(e.Code)
+	if resp.StatusCode == http.StatusTooManyRequests {
+		e.RetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), now)
+		if e.Code == "" {
+			e.Code = "rate_limited"
+		}
+	}
+	if s != nil {
+		switch e.Code {
+		case "sign_in_required":
+			e.SignInTypes = s.company.SignInTypes()
+		case "insufficient_scope":
+			e.SignInTypes = s.company.EligibleSignInTypes(e.Scope)
+		}
+	}
+	return e
+}
+
+// isJSON reports whether a Content-Type is JSON (application/json or a
+// +json type).
+func isJSON(ct string) bool {
+	mt, _, err := mime.ParseMediaType(ct)
+	return err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json"))
+}
+
+// Do sends req through the Session's HTTP client and turns an error
+// response into an error: for a status of 400 and above it closes the body
+// and returns ResponseError's *Error. It is the convenience for callers who
+// want errors rather than responses; HTTPClient and Transport return every
+// response as a response.
+func (s *Session) Do(req *http.Request) (*http.Response, error) {
+	resp, err := s.HTTPClient().Do(req)
+	if err != nil {
+		return nil, unwrapURLError(err)
+	}
+	if perr := ResponseError(resp); perr != nil {
+		drain(resp)
+		return nil, perr
+	}
+	return resp, nil
 }
 
 // replayable returns a function giving a fresh copy of req's body for each

@@ -6,7 +6,7 @@ package signin
 // proof. The User sees the verification URI and user code; the
 // device code stays inside this function (PA-4.6-03). Polls carry
 // session_id, the client assertion and a proof (through
-// poppy.Session.CompleteSignIn), every interval seconds: 5 by default, and
+// internal/sdk.CompleteSignIn), every interval seconds: 5 by default, and
 // 5 more after each slow_down (RFC 8628 section 3.5).
 
 import (
@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/poppyproto/poppy"
+	"github.com/poppyproto/poppy/internal/sdk"
 )
 
 const (
@@ -47,7 +48,7 @@ func Device(ctx context.Context, sess *poppy.Session, opts *poppy.SignInOptions,
 	clock := c.Agent().Clock()
 	// PA-4.6-01
 	form := url.Values{"scope": {scopeString(opts.Scopes)}}
-	body, err := c.PostClientAuthenticated(ctx, c.Metadata().DeviceAuthorizationEndpoint, form)
+	body, err := sdk.PostClientAuthenticated(ctx, c, c.Metadata().DeviceAuthorizationEndpoint, form)
 	if err != nil {
 		return nil, err
 	}
@@ -90,7 +91,7 @@ func Device(ctx context.Context, sess *poppy.Session, opts *poppy.SignInOptions,
 		if err := clock.Sleep(ctx, interval); err != nil {
 			return nil, err
 		}
-		res, err := sess.CompleteSignIn(ctx, grant, opts)
+		res, err := sdk.CompleteSignIn(ctx, sess, grant, opts)
 		if err == nil {
 			return res, nil // PA-4.6-08
 		}

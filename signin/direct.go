@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/poppyproto/poppy"
+	"github.com/poppyproto/poppy/internal/sdk"
 	"github.com/poppyproto/poppy/keystore"
 )
 
@@ -389,7 +390,7 @@ func (d *Direct) redeem(ctx context.Context, p *pending, code string) (*poppy.Si
 		"redirect_uri":  {p.RedirectURI},
 		"code_verifier": {p.Verifier},
 	}
-	return sess.CompleteSignIn(ctx, grant, &poppy.SignInOptions{Scopes: p.Scopes, Account: p.Account})
+	return sdk.CompleteSignIn(ctx, sess, grant, &poppy.SignInOptions{Scopes: p.Scopes, Account: p.Account})
 }
 
 // codeOf names an outcome for the pending record.

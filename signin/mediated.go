@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/poppyproto/poppy"
+	"github.com/poppyproto/poppy/internal/sdk"
 )
 
 // Credentials are the values a User gave for a Mediated Sign-In. Values of
@@ -155,7 +156,7 @@ func Mediated(ctx context.Context, sess *poppy.Session, opts *poppy.SignInOption
 		}
 		switch mr.Status {
 		case "complete": // PA-4.7-07
-			return sess.AcceptSignIn(ctx, answer, opts)
+			return sdk.AcceptSignIn(ctx, sess, answer, opts)
 		case "failed": // PA-4.7-11
 			return nil, ErrSignInFailed
 		case "expired": // PA-4.7-12
@@ -195,7 +196,7 @@ func postJSON(ctx context.Context, sess *poppy.Session, target string, body []by
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
 	// PA-4.7-06: never redirected, so the credentials reach this URL only.
-	resp, err := sess.DirectHTTPClient().Do(req)
+	resp, err := sdk.DirectHTTPClient(sess).Do(req)
 	if err != nil {
 		var ue *url.Error
 		if errors.As(err, &ue) {

@@ -1,0 +1,60 @@
+// Package sdk gives the SDK's subpackages (signin, browser and the ones
+// after them) the building blocks that package poppy keeps off its exported
+// surface: a user of the SDK can't sign an arbitrary JWT with the agent's
+// key or post a client-authenticated form by accident (DESIGN: "What is
+// exported"). Each function is a typed wrapper of a hook that poppy sets in
+// its init.
+package sdk
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+
+	"github.com/poppyproto/poppy"
+	"github.com/poppyproto/poppy/internal/hooks"
+)
+
+// SignJWT signs claims (a JSON object) with the agent's current signing key
+// and the header typ (none when typ is ""): alg ES256 and the key's kid.
+func SignJWT(id *poppy.Identity, typ string, claims []byte) (string, error) {
+	return hooks.SignJWT(id, typ, claims)
+}
+
+// CompleteSignIn sends a sign-in's grant (the authorization_code or
+// device_code form, without client authentication) to the token endpoint
+// with the Session's session_id, a client assertion and a proof, and signs
+// the Session in with the answer: the Account Token is stored before the
+// Session Token is used (spec 4.5, 4.6).
+func CompleteSignIn(ctx context.Context, s *poppy.Session, grant url.Values, opts *poppy.SignInOptions) (*poppy.SignInResult, error) {
+	r, err := hooks.CompleteSignIn(ctx, s, grant, opts)
+	if err != nil {
+		return nil, err
+	}
+	return r.(*poppy.SignInResult), nil
+}
+
+// AcceptSignIn adopts a sign-in's token response obtained by the caller,
+// such as Mediated Sign-In's "complete" (spec 4.7).
+func AcceptSignIn(ctx context.Context, s *poppy.Session, tokenResponse []byte, opts *poppy.SignInOptions) (*poppy.SignInResult, error) {
+	r, err := hooks.AcceptSignIn(ctx, s, tokenResponse, opts)
+	if err != nil {
+		return nil, err
+	}
+	return r.(*poppy.SignInResult), nil
+}
+
+// PostClientAuthenticated POSTs form to endpoint, one of the Company's
+// hosts, with the agent's client assertion (no proof, A-06), never
+// following a redirect, and returns the 200 body; any other answer is an
+// *poppy.Error.
+func PostClientAuthenticated(ctx context.Context, c *poppy.Company, endpoint string, form url.Values) ([]byte, error) {
+	return hooks.PostClientAuthenticated(ctx, c, endpoint, form)
+}
+
+// DirectHTTPClient is Session.HTTPClient without redirects: a 3xx answer is
+// returned as it is. Requests whose body must reach exactly one URL, such as
+// Mediated Sign-In's credentials (spec 4.7), use it.
+func DirectHTTPClient(s *poppy.Session) *http.Client {
+	return hooks.DirectHTTPClient(s)
+}
