@@ -79,7 +79,7 @@ func TestPA_3_02_FollowsRedirects(t *testing.T) {
 func TestPA_3_03_InsecureRedirectRefused(t *testing.T) {
 	e, _, err := discover(t, &poppytest.Options{
 		RedirectWellKnown: []string{"http://provider.test/example/poppy.json"},
-		InsecureRedirect:  true,
+		Misconfig:         poppytest.Misconfig{InsecureRedirect: true},
 	}, "example.test")
 	// PA-3-03
 	if !errors.Is(err, poppy.ErrInsecureRedirect) {
@@ -146,7 +146,7 @@ func TestPA_3_06_UnsupportedMajor(t *testing.T) {
 }
 
 func TestPA_3_07_InvalidVersionOrOrganization(t *testing.T) {
-	for _, opts := range []*poppytest.Options{{ProtocolVersion: "0"}, {DropOrganization: true}} {
+	for _, opts := range []*poppytest.Options{{ProtocolVersion: "0"}, {Misconfig: poppytest.Misconfig{DropOrganization: true}}} {
 		e, _, err := discover(t, opts, "example.test")
 		// PA-3-07
 		if !errors.Is(err, poppy.ErrInvalidDocument) {
@@ -157,7 +157,7 @@ func TestPA_3_07_InvalidVersionOrOrganization(t *testing.T) {
 }
 
 func TestPA_3_08_DomainChecked(t *testing.T) {
-	e, _, err := discover(t, &poppytest.Options{OrganizationDomain: "other.test"}, "example.test")
+	e, _, err := discover(t, &poppytest.Options{Misconfig: poppytest.Misconfig{OrganizationDomain: "other.test"}}, "example.test")
 	// PA-3-08
 	if !errors.Is(err, poppy.ErrDomainMismatch) {
 		t.Fatalf("err = %v", err)
@@ -174,7 +174,7 @@ func TestPA_3_08_DomainChecked(t *testing.T) {
 
 func TestPA_3_09_RedirectHostDoesNotCount(t *testing.T) {
 	chain := []string{"https://provider.test/example/poppy.json"}
-	e, _, err := discover(t, &poppytest.Options{RedirectWellKnown: chain, ProviderDomain: "provider.test"}, "example.test")
+	e, _, err := discover(t, &poppytest.Options{RedirectWellKnown: chain, Misconfig: poppytest.Misconfig{ProviderDomain: "provider.test"}}, "example.test")
 	// PA-3-09
 	if !errors.Is(err, poppy.ErrDomainMismatch) {
 		t.Fatalf("err = %v", err)
@@ -204,7 +204,7 @@ func TestPA_3_11_AuthRequired(t *testing.T) {
 		t.Fatalf("DropAuth: err = %v", err)
 	}
 	noFurther(t, e)
-	e, _, err = discover(t, &poppytest.Options{IssuerInDocument: "http://auth.example.test"}, "example.test")
+	e, _, err = discover(t, &poppytest.Options{Misconfig: poppytest.Misconfig{IssuerInDocument: "http://auth.example.test"}}, "example.test")
 	if !errors.Is(err, poppy.ErrInvalidDocument) {
 		t.Fatalf("http issuer: err = %v", err)
 	}
@@ -243,7 +243,7 @@ func TestPA_3_2_02_MetadataPathInserted(t *testing.T) {
 }
 
 func TestPA_3_2_03_IssuerExactMatch(t *testing.T) {
-	e, _, err := discover(t, &poppytest.Options{MetadataIssuer: "https://auth.example.test/"}, "example.test")
+	e, _, err := discover(t, &poppytest.Options{Misconfig: poppytest.Misconfig{MetadataIssuer: "https://auth.example.test/"}}, "example.test")
 	// PA-3.2-03
 	if !errors.Is(err, poppy.ErrIssuerMismatch) {
 		t.Fatalf("err = %v", err)
@@ -252,7 +252,7 @@ func TestPA_3_2_03_IssuerExactMatch(t *testing.T) {
 }
 
 func TestPA_3_2_04_PoppyDomains(t *testing.T) {
-	e, _, err := discover(t, &poppytest.Options{PoppyDomains: []string{"other.test"}}, "example.test")
+	e, _, err := discover(t, &poppytest.Options{Misconfig: poppytest.Misconfig{PoppyDomains: []string{"other.test"}}}, "example.test")
 	// PA-3.2-04
 	if !errors.Is(err, poppy.ErrDomainNotListed) {
 		t.Fatalf("err = %v", err)
@@ -262,7 +262,7 @@ func TestPA_3_2_04_PoppyDomains(t *testing.T) {
 
 func TestPA_3_2_05_RequiredEndpoints(t *testing.T) {
 	for _, f := range []string{"revocation_endpoint", "token_endpoint"} {
-		_, _, err := discover(t, &poppytest.Options{OmitMetadata: []string{f}}, "example.test")
+		_, _, err := discover(t, &poppytest.Options{Misconfig: poppytest.Misconfig{OmitMetadata: []string{f}}}, "example.test")
 		// PA-3.2-05
 		if !errors.Is(err, poppy.ErrInvalidMetadata) {
 			t.Fatalf("without %s: err = %v", f, err)
@@ -271,7 +271,7 @@ func TestPA_3_2_05_RequiredEndpoints(t *testing.T) {
 }
 
 func TestPA_3_2_06_SignInTypeNeedsEndpoint(t *testing.T) {
-	_, c, err := discover(t, &poppytest.Options{OmitMetadata: []string{"authorization_endpoint"}}, "example.test")
+	_, c, err := discover(t, &poppytest.Options{Misconfig: poppytest.Misconfig{OmitMetadata: []string{"authorization_endpoint"}}}, "example.test")
 	if err != nil {
 		t.Fatal(err)
 	}

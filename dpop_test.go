@@ -246,7 +246,7 @@ func TestPA_4_3_14_NonceFromEveryResponse(t *testing.T) {
 func TestPA_4_3_15_NonceRetriedOnce(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	s := e.session("alice")
-	e.srv.ForceError(poppytest.EndpointAPI, 401, "use_dpop_nonce", 10)
+	e.srv.ForceError(poppytest.EndpointAPI, poppytest.Fault{Status: 401, Code: "use_dpop_nonce", Times: 10})
 	_, err := doGet(s, e.srv.APIURL()+"/products")
 	// PA-4.3-15
 	if !errors.Is(err, poppy.ErrDPoPNonce) {
@@ -259,7 +259,7 @@ func TestPA_4_3_15_NonceRetriedOnce(t *testing.T) {
 
 func TestPA_4_3_16_InvalidProofNoRetry(t *testing.T) {
 	e := newEnv(t, nil, nil)
-	e.srv.ForceError(poppytest.EndpointToken, 400, "invalid_dpop_proof", 1)
+	e.srv.ForceError(poppytest.EndpointToken, poppytest.Fault{Status: 400, Code: "invalid_dpop_proof"})
 	if _, err := e.company("example.test").Session(ctx, "alice", nil); !errors.Is(err, poppy.ErrInvalidDPoPProof) {
 		t.Fatalf("token endpoint: err = %v", err)
 	}
@@ -268,7 +268,7 @@ func TestPA_4_3_16_InvalidProofNoRetry(t *testing.T) {
 		t.Fatalf("%d token requests", n)
 	}
 	s := e.session("alice")
-	e.srv.ForceError(poppytest.EndpointAPI, 401, "invalid_dpop_proof", 1)
+	e.srv.ForceError(poppytest.EndpointAPI, poppytest.Fault{Status: 401, Code: "invalid_dpop_proof"})
 	_, err := doGet(s, e.srv.APIURL()+"/products")
 	if !errors.Is(err, poppy.ErrInvalidDPoPProof) {
 		t.Fatalf("API: err = %v", err)

@@ -136,7 +136,7 @@ func TestPA_4_2_12_UnexpectedTokenType(t *testing.T) {
 
 func TestPA_4_2_13_NonPositiveExpiresIn(t *testing.T) {
 	e := newEnv(t, nil, nil)
-	e.srv.SetExpiresIn(0, 1)
+	e.srv.SetExpiresIn(poppytest.ExpiresIn{Seconds: 0})
 	_, err := e.company("example.test").Session(ctx, "alice", nil)
 	// PA-4.2-13
 	if !errors.Is(err, poppy.ErrInvalidTokenResponse) {
@@ -208,7 +208,7 @@ func TestPA_4_2_16_EndedSessionIsReplaced(t *testing.T) {
 
 func TestPA_4_2_17_InvalidGrantNoLoop(t *testing.T) {
 	e := newEnv(t, nil, nil)
-	e.srv.ForceError(poppytest.EndpointToken, 400, "invalid_grant", 5)
+	e.srv.ForceError(poppytest.EndpointToken, poppytest.Fault{Status: 400, Code: "invalid_grant", Times: 5})
 	_, err := e.company("example.test").Session(ctx, "alice", nil)
 	if !errors.Is(err, poppy.ErrInvalidGrant) {
 		t.Fatalf("err = %v", err)
@@ -432,13 +432,13 @@ func TestNoSecretsInLogsOrErrors(t *testing.T) {
 	s := e.session("alice")
 	mixedWorkload(t, e, s)
 	var errs []string
-	e.srv.ForceError(poppytest.EndpointAPI, 401, "invalid_dpop_proof", 1)
+	e.srv.ForceError(poppytest.EndpointAPI, poppytest.Fault{Status: 401, Code: "invalid_dpop_proof"})
 	_, err := s.HTTPClient().Get(e.srv.APIURL() + "/products")
 	errs = append(errs, fmt.Sprint(err))
 	e.srv.RateLimit(poppytest.EndpointAPI, 10, "")
 	_, err = s.HTTPClient().Get(e.srv.APIURL() + "/products")
 	errs = append(errs, fmt.Sprint(err))
-	e.srv.ForceError(poppytest.EndpointToken, 400, "invalid_grant", 1)
+	e.srv.ForceError(poppytest.EndpointToken, poppytest.Fault{Status: 400, Code: "invalid_grant"})
 	_, err = s.Token(ctx, &poppy.TokenOptions{Renew: true})
 	errs = append(errs, fmt.Sprint(err))
 	mu.Lock()

@@ -216,7 +216,7 @@ func TestCO_4_5_AuthorizationErrors(t *testing.T) {
 	browse(t, srv, u)
 	wantRules(t, srv, pa("4.5-01"), pa("4.5-01"), pa("4.5-01"))
 	// ForceError redirects with the error once redirect_uri checks out (PA-4.4-07 setup).
-	srv.ForceError(poppytest.EndpointAuthorize, 0, "invalid_scope", 1)
+	srv.ForceError(poppytest.EndpointAuthorize, poppytest.Fault{Code: "invalid_scope"})
 	u, _ = a.authzURL("addresses", newPKCE())
 	if q := errorOf(t, u); q.Get("error") != "invalid_scope" {
 		t.Errorf("forced: %v", q)

@@ -41,9 +41,9 @@ func (s *Server) configureChain() error {
 		if err != nil || u.Host == "" || u.Port() != "" || (u.Scheme != "https" && u.Scheme != "http") {
 			return fmt.Errorf("poppytest: RedirectWellKnown target %q must be an absolute URL without port", raw)
 		}
-		if u.Scheme != "https" && !o.InsecureRedirect {
+		if u.Scheme != "https" && !o.Misconfig.InsecureRedirect {
 			// CO-3-03: every redirect of the well-known URL is to HTTPS.
-			return fmt.Errorf("poppytest: RedirectWellKnown target %q is not https: every redirect MUST be to an HTTPS URL (CO-3-03); set InsecureRedirect for a negative test", raw)
+			return fmt.Errorf("poppytest: RedirectWellKnown target %q is not https: every redirect MUST be to an HTTPS URL (CO-3-03); set Misconfig.InsecureRedirect for a negative test", raw)
 		}
 		p := u.EscapedPath()
 		if p == "" {
@@ -93,16 +93,16 @@ func (s *Server) document(domain string) map[string]any {
 	if o.ProtocolVersion != "" {
 		doc["protocol_version"] = o.ProtocolVersion
 	}
-	if o.OrganizationDomain != "" {
-		doc["organization"].(map[string]any)["domain"] = o.OrganizationDomain
+	if o.Misconfig.OrganizationDomain != "" {
+		doc["organization"].(map[string]any)["domain"] = o.Misconfig.OrganizationDomain
 	}
-	if o.DropOrganization {
+	if o.Misconfig.DropOrganization {
 		delete(doc, "organization")
 	}
 	if !o.DropAuth {
 		issuer := s.issuer
-		if o.IssuerInDocument != "" {
-			issuer = o.IssuerInDocument
+		if o.Misconfig.IssuerInDocument != "" {
+			issuer = o.Misconfig.IssuerInDocument
 		}
 		auth := map[string]any{"issuer": issuer}
 		if s.signInOffered("direct") {
@@ -179,12 +179,12 @@ var knownDocumentMembers = []string{"protocol_version", "organization", "auth", 
 func (s *Server) metadataDoc() map[string]any {
 	o := &s.opts
 	issuer := s.issuer
-	if o.MetadataIssuer != "" {
-		issuer = o.MetadataIssuer
+	if o.Misconfig.MetadataIssuer != "" {
+		issuer = o.Misconfig.MetadataIssuer
 	}
 	domains := slices.Clone(o.Domains)
-	if o.PoppyDomains != nil {
-		domains = slices.Clone(o.PoppyDomains)
+	if o.Misconfig.PoppyDomains != nil {
+		domains = slices.Clone(o.Misconfig.PoppyDomains)
 	}
 	m := map[string]any{
 		"issuer":                                           issuer,
@@ -205,7 +205,7 @@ func (s *Server) metadataDoc() map[string]any {
 		"x_vendor":                                         map[string]any{"name": "poppytest", "features": []string{"noise-free"}},
 		"poppy_future":                                     5,
 	}
-	for _, k := range o.OmitMetadata {
+	for _, k := range o.Misconfig.OmitMetadata {
 		delete(m, k)
 	}
 	return m
@@ -249,8 +249,8 @@ func (s *Server) buildDiscovery() error {
 	}
 	if len(s.chain) > 0 {
 		doc := s.document(s.primary)
-		if org, ok := doc["organization"].(map[string]any); ok && o.ProviderDomain != "" {
-			org["domain"] = o.ProviderDomain
+		if org, ok := doc["organization"].(map[string]any); ok && o.Misconfig.ProviderDomain != "" {
+			org["domain"] = o.Misconfig.ProviderDomain
 		}
 		if !s.documentOverridden() {
 			problems = append(problems, validateDocument(doc, s.primary)...)
@@ -277,7 +277,7 @@ func (s *Server) buildDiscovery() error {
 	}
 	s.metadata = md
 	s.metaPaths = map[string]bool{}
-	for _, iss := range []string{s.issuer, o.MetadataIssuer, o.IssuerInDocument} {
+	for _, iss := range []string{s.issuer, o.Misconfig.MetadataIssuer, o.Misconfig.IssuerInDocument} {
 		if h, p, ok := metadataPath(iss); ok && h == s.authHost {
 			s.metaPaths[p] = true
 		}
@@ -301,19 +301,19 @@ func (s *Server) allowedBreaks() map[string]bool {
 	if o.ProtocolVersion != "" {
 		a["CO-3-04"] = true
 	}
-	if o.OrganizationDomain != "" || o.ProviderDomain != "" {
+	if o.Misconfig.OrganizationDomain != "" || o.Misconfig.ProviderDomain != "" {
 		a["CO-3-06"] = true
 	}
-	if o.DropOrganization {
+	if o.Misconfig.DropOrganization {
 		a["CO-3-05"], a["CO-3-06"] = true, true
 	}
-	if o.DropAuth || o.IssuerInDocument != "" {
+	if o.DropAuth || o.Misconfig.IssuerInDocument != "" {
 		a["CO-3-07"] = true
 	}
-	if o.PoppyDomains != nil || o.MetadataIssuer != "" || o.IssuerInDocument != "" {
+	if o.Misconfig.PoppyDomains != nil || o.Misconfig.MetadataIssuer != "" || o.Misconfig.IssuerInDocument != "" {
 		a["CO-3.2-03"] = true
 	}
-	if len(o.OmitMetadata) > 0 {
+	if len(o.Misconfig.OmitMetadata) > 0 {
 		a["CO-3.2-04"], a["CO-3.2-05"] = true, true
 	}
 	return a

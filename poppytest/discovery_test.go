@@ -173,7 +173,7 @@ func TestCO_3_02_RedirectToProvider(t *testing.T) {
 func TestRedirectChainStatuses(t *testing.T) {
 	srv := poppytest.NewServer(t, &poppytest.Options{
 		RedirectWellKnown: []string{"https://provider.test/a", "https://provider.test/example/poppy.json"},
-		ProviderDomain:    "provider.test",
+		Misconfig:         poppytest.Misconfig{ProviderDomain: "provider.test"},
 	})
 	c := *srv.Client()
 	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
@@ -202,7 +202,7 @@ func TestCO_3_03_NonHTTPSRedirectRejected(t *testing.T) {
 		t.Fatalf("NewServer accepted an http redirect target: %q", msg)
 	}
 	srv := poppytest.NewServer(t, &poppytest.Options{
-		RedirectWellKnown: []string{"http://provider.test/poppy.json"}, InsecureRedirect: true,
+		RedirectWellKnown: []string{"http://provider.test/poppy.json"}, Misconfig: poppytest.Misconfig{InsecureRedirect: true},
 	})
 	c := *srv.Client()
 	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
@@ -258,9 +258,12 @@ func TestCO_3_ConfigurationValidator(t *testing.T) {
 
 func TestNegativeDiscoveryOptions(t *testing.T) {
 	srv := poppytest.NewServer(t, &poppytest.Options{
-		ProtocolVersion: "0", OrganizationDomain: "other.test", IssuerInDocument: "http://auth.example.test",
-		MetadataIssuer: "https://auth.example.test/", PoppyDomains: []string{"else.test"},
-		OmitMetadata: []string{"revocation_endpoint", "authorization_endpoint"},
+		ProtocolVersion: "0",
+		Misconfig: poppytest.Misconfig{
+			OrganizationDomain: "other.test", IssuerInDocument: "http://auth.example.test",
+			MetadataIssuer: "https://auth.example.test/", PoppyDomains: []string{"else.test"},
+			OmitMetadata: []string{"revocation_endpoint", "authorization_endpoint"},
+		},
 	})
 	d := get(t, srv, srv.URL()+"/.well-known/poppy.json").Body
 	if d["protocol_version"] != "0" || d["organization"].(map[string]any)["domain"] != "other.test" ||
@@ -272,7 +275,7 @@ func TestNegativeDiscoveryOptions(t *testing.T) {
 		m["poppy_domains"].([]any)[0] != "else.test" {
 		t.Errorf("metadata = %v", m)
 	}
-	drop := poppytest.NewServer(t, &poppytest.Options{DropOrganization: true, DropAuth: true})
+	drop := poppytest.NewServer(t, &poppytest.Options{DropAuth: true, Misconfig: poppytest.Misconfig{DropOrganization: true}})
 	d = get(t, drop, drop.URL()+"/.well-known/poppy.json").Body
 	if d["organization"] != nil || d["auth"] != nil || d["apis"] == nil {
 		t.Errorf("dropped document = %v", d)

@@ -99,9 +99,12 @@
 // # Knobs
 //
 // Options set the Company's behaviour for the whole test; methods change
-// it at run time. At run time: [Server.RateLimit] and [Server.ForceError]
+// it at run time. Options.Misconfig groups the negative-test switches,
+// each of which makes the Company break the rule it names so that a test
+// can show the client refuses it; everything else in Options keeps the
+// Company conformant. At run time: [Server.RateLimit] and [Server.ForceError]
 // inject answers on any [Endpoint] (a failing revocation is
-// ForceError(EndpointRevoke, 503, "", 1)); [Server.SetTokenType] and
+// ForceError(EndpointRevoke, Fault{Status: 503})); [Server.SetTokenType] and
 // [Server.SetExpiresIn] bend token responses; [Server.EndSession],
 // [Server.RevokeClient], [Server.SignInSession], [Server.SignOutSession],
 // [Server.RevokeAccountToken] and [Server.Disconnect] change Company

@@ -22,20 +22,35 @@ func (s *Server) RateLimit(ep Endpoint, n int, retryAfter string) {
 	s.queueFault(ep, &fault{status: http.StatusTooManyRequests, code: "rate_limited", retryAfter: retryAfter, rateLimit: true, n: n})
 }
 
-// ForceError answers the next n requests to ep with that error code and
-// status (0 picks the protocol status for code). At the token, revocation
-// and device authorization endpoints it is an OAuth JSON error; at the
-// authorization endpoint, once client_id and redirect_uri check out, a
-// redirect to redirect_uri with error=code, state and iss (a status-only
-// fault, code "", or a rate limit answers there with a page instead); at
-// resources and the mediated endpoint a token or
-// DPoP error code goes in WWW-Authenticate: DPoP error="…" (with the scopes
-// "poppy:read poppy:write" for insufficient_scope, a fresh DPoP-Nonce for
+// Fault is an error answer that [Server.ForceError] injects.
+type Fault struct {
+	// Status is the HTTP status; 0 picks the protocol status for Code.
+	Status int
+	// Code is the error code; "" answers {} with Status.
+	Code string
+	// RetryAfter, if set, is sent as the Retry-After header.
+	RetryAfter string
+	// Times is how many requests get the fault. Default 1.
+	Times int
+}
+
+// ForceError answers the next f.Times requests to ep with the fault f, for
+// example ForceError(EndpointRevoke, Fault{Status: 503}). At the token,
+// revocation and device authorization endpoints it is an OAuth JSON error;
+// at the authorization endpoint, once client_id and redirect_uri check
+// out, a redirect to redirect_uri with error=code, state and iss (a
+// status-only fault, Code "", answers there with a page instead); at
+// resources and the mediated endpoint a token or DPoP error code goes in
+// WWW-Authenticate: DPoP error="…" (with the scopes "poppy:read
+// poppy:write" for insufficient_scope, a fresh DPoP-Nonce for
 // use_dpop_nonce) and in a JSON body; other codes only in the body, with
-// "extension":"operations" added for extension_required (A-41). An empty
-// code answers {} with status. The request is not processed.
-func (s *Server) ForceError(ep Endpoint, status int, code string, n int) {
-	s.queueFault(ep, &fault{status: status, code: code, n: n})
+// "extension":"operations" added for extension_required (A-41). The
+// request is not processed.
+func (s *Server) ForceError(ep Endpoint, f Fault) {
+	if f.Times == 0 {
+		f.Times = 1
+	}
+	s.queueFault(ep, &fault{status: f.Status, code: f.Code, retryAfter: f.RetryAfter, n: f.Times})
 }
 
 func (s *Server) queueFault(ep Endpoint, f *fault) {
@@ -121,12 +136,27 @@ func (s *Server) SetTokenType(t string) {
 	s.mu.Unlock()
 }
 
-// SetExpiresIn answers the next times token responses with expires_in n
-// (PA-4.2-13). When n > 0 the tokens really expire after n seconds; when
-// n <= 0 they keep the configured lifetime.
-func (s *Server) SetExpiresIn(n int, times int) {
+// ExpiresIn is the expires_in that [Server.SetExpiresIn] puts in token
+// responses.
+type ExpiresIn struct {
+	// Seconds is the expires_in value sent. When it is > 0 the tokens
+	// really expire after that many seconds; when it is <= 0 (a value
+	// the client must refuse, PA-4.2-13) they keep the configured
+	// lifetime.
+	Seconds int
+	// Times is how many token responses carry it. Default 1.
+	Times int
+}
+
+// SetExpiresIn answers the next e.Times token responses that issue a token
+// with expires_in e.Seconds (PA-4.2-13), for example
+// SetExpiresIn(ExpiresIn{Seconds: 0}).
+func (s *Server) SetExpiresIn(e ExpiresIn) {
+	if e.Times == 0 {
+		e.Times = 1
+	}
 	s.mu.Lock()
-	s.expiresIn, s.expiresTimes = n, times
+	s.expiresIn, s.expiresTimes = e.Seconds, e.Times
 	s.mu.Unlock()
 }
 

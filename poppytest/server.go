@@ -95,50 +95,27 @@ type Options struct {
 	// returns, except /echo bodies (PA-3.3-05).
 	Noise bool
 
-	// Discovery variations. The options below marked "negative" make
-	// discovery break exactly the rule named; the document validator lets
-	// that rule pass and still checks every other one.
+	// Discovery variations. Misconfig holds the ones that break a rule.
 
-	// ProtocolVersion replaces "0.1" (negative for CO-3-04 when it isn't
-	// major.minor).
+	// ProtocolVersion replaces "0.1": a newer minor (PA-3-05), another
+	// major (PA-3-06), or a value that isn't major.minor, which breaks
+	// CO-3-04 (the validator then lets that rule pass).
 	ProtocolVersion string
-	// OrganizationDomain replaces organization.domain in every document
-	// (negative: CO-3-06).
-	OrganizationDomain string
-	// DropOrganization and DropAuth leave out those members (negative:
-	// CO-3-05, CO-3-07).
-	DropOrganization, DropAuth bool
+
 	// DropAgent, DropAPIs, DropWeb and DropBrowserSession leave out agent,
-	// apis, web, or web.browser_session_endpoint. Leaving out agent, apis
-	// and the browser session endpoint together with DropAuth is a valid
-	// browse-only document.
-	DropAgent, DropAPIs, DropWeb, DropBrowserSession bool
-	// IssuerInDocument replaces auth.issuer in poppy.json, e.g. with an
-	// "http://" URL (negative: CO-3-07) or with a trailing slash.
-	IssuerInDocument string
-	// MetadataIssuer replaces issuer in the metadata (PA-3.2-03).
-	MetadataIssuer string
-	// PoppyDomains replaces poppy_domains in the metadata (negative:
-	// CO-3.2-03).
-	PoppyDomains []string
-	// OmitMetadata leaves these members out of the metadata, e.g.
-	// "revocation_endpoint" (negative: CO-3.2-04, CO-3.2-05).
-	OmitMetadata []string
+	// apis, web, or web.browser_session_endpoint. DropAuth leaves out auth:
+	// together with DropAgent, DropAPIs and DropBrowserSession that is a
+	// valid browse-only document; alone it breaks CO-3-07.
+	DropAgent, DropAPIs, DropWeb, DropBrowserSession, DropAuth bool
 	// RedirectWellKnown makes https://{primary}/.well-known/poppy.json (and
 	// its www. twin) redirect through this chain of URLs; the last one
 	// serves the document. Hosts that aren't Company hosts are served too
-	// (e.g. provider.test). Targets must be https unless InsecureRedirect
-	// is set (CO-3-03).
+	// (e.g. provider.test). Targets must be https unless
+	// Misconfig.InsecureRedirect is set (CO-3-03).
 	RedirectWellKnown []string
 	// RedirectStatuses are the statuses of the hops, cycled. Default [308]
 	// for a one-hop chain, else [301, 307, 308].
 	RedirectStatuses []int
-	// InsecureRedirect allows http:// targets in RedirectWellKnown
-	// (negative: CO-3-03). They are served on the plain-HTTP listener.
-	InsecureRedirect bool
-	// ProviderDomain is organization.domain of the document served at the
-	// end of the redirect chain (negative when it differs: CO-3-06).
-	ProviderDomain string
 	// Extensions are merged into poppy.json "extensions"; a nil value
 	// removes an entry. Default {"operations": {"version": "1", "endpoint":
 	// "https://api.{primary}/poppy/operations"}}.
@@ -148,6 +125,11 @@ type Options struct {
 	// a member the protocol defines turns the validator off for the
 	// document: the test owns its validity.
 	DocumentFields map[string]any
+
+	// Misconfig holds the negative-test switches: each makes the Company
+	// break the rule it names, for a test that the client refuses it. The
+	// zero value breaks nothing.
+	Misconfig Misconfig
 
 	// Sign-in (spec 4.4–4.9; see signin.go and the package doc).
 
@@ -218,6 +200,33 @@ type Options struct {
 	// until it expires, even after its Session is signed out; TokenTTL
 	// then defaults to, and may not exceed, 5 minutes (CO-4.9-04).
 	NoLiveSignInCheck bool
+}
+
+// Misconfig lists the ways a [Server] can be told to break a rule a
+// Company must keep (negative tests). The document validator lets exactly
+// the broken rule pass and still checks every other one.
+type Misconfig struct {
+	// OrganizationDomain replaces organization.domain in every document
+	// (CO-3-06).
+	OrganizationDomain string
+	// DropOrganization leaves out organization (CO-3-05).
+	DropOrganization bool
+	// IssuerInDocument replaces auth.issuer in poppy.json, e.g. with an
+	// "http://" URL (CO-3-07) or with a trailing slash.
+	IssuerInDocument string
+	// MetadataIssuer replaces issuer in the metadata (PA-3.2-03).
+	MetadataIssuer string
+	// PoppyDomains replaces poppy_domains in the metadata (CO-3.2-03).
+	PoppyDomains []string
+	// OmitMetadata leaves these members out of the metadata, e.g.
+	// "revocation_endpoint" (CO-3.2-04, CO-3.2-05).
+	OmitMetadata []string
+	// InsecureRedirect allows http:// targets in Options.RedirectWellKnown
+	// (CO-3-03). They are served on the plain-HTTP listener.
+	InsecureRedirect bool
+	// ProviderDomain is organization.domain of the document served at the
+	// end of the redirect chain (CO-3-06 when it differs).
+	ProviderDomain string
 }
 
 // Server is a strict in-process fake Company. See the package doc.

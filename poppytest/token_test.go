@@ -505,7 +505,7 @@ func TestCO_4_2_11_ErrorStatuses(t *testing.T) {
 		t.Errorf("Retry-After = %q", r.Header.Get("Retry-After"))
 	}
 	// account_mismatch 400 (forced: the Account Token grant comes later).
-	srv.ForceError(poppytest.EndpointToken, 0, "account_mismatch", 1)
+	srv.ForceError(poppytest.EndpointToken, poppytest.Fault{Code: "account_mismatch"})
 	check(a.token(a.startForm("usr_1"), withNonce(nonce)), 400, "account_mismatch")
 	// And the success path with the nonce.
 	if r := a.token(a.startForm("usr_1"), withNonce(nonce)); r.Status != 200 {

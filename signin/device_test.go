@@ -148,7 +148,7 @@ func TestPA_4_6_10_ExpiredToken(t *testing.T) {
 	sess := e.Session("alice")
 	b := e.browser()
 	b.noVisit = true
-	e.Srv.ForceError(poppytest.EndpointToken, 400, "expired_token", 1)
+	e.Srv.ForceError(poppytest.EndpointToken, poppytest.Fault{Status: 400, Code: "expired_token"})
 	_, err := signin.Device(ctx, sess, scopes("poppy:read"), b)
 	// PA-4.6-10
 	if !errors.Is(err, signin.ErrDeviceCodeExpired) {

@@ -194,7 +194,7 @@ func TestPA_4_4_07_InvalidScopeKeepsTokens(t *testing.T) {
 		t.Fatal(err)
 	}
 	s2, _ := e.Company("example.test").Session(ctx, "alice", &poppy.SessionOptions{Name: "t2"})
-	e.Srv.ForceError(poppytest.EndpointAuthorize, 400, "invalid_scope", 1)
+	e.Srv.ForceError(poppytest.EndpointAuthorize, poppytest.Fault{Status: 400, Code: "invalid_scope"})
 	_, err := e.direct.SignIn(ctx, s2, scopes("addresses"), e.browser())
 	if !errors.Is(err, poppy.ErrInvalidScope) {
 		t.Fatalf("err = %v", err)
