@@ -274,8 +274,16 @@ func (s *Session) adoptSignIn(ctx context.Context, tr *tokenResponse, account st
 // UseAccountToken signs the Session in with a stored Account Token that
 // covers opts.Scopes, if there is one (spec 4.4: check before starting a new
 // sign-in; spec 4.8). It reports false, and changes nothing, when there is
-// none.
+// none. A Session already signed in to that account for those scopes, with
+// a signed-in Session Token that is not yet due for renewal, is reused as
+// it is: the result has Reused set and nothing is sent.
 func (s *Session) UseAccountToken(ctx context.Context, opts *SignInOptions) (*SignInResult, bool, error) {
+	return s.useAccountToken(ctx, opts, true)
+}
+
+// useAccountToken is UseAccountToken; reuse false always sends the Account
+// Token, for a caller whose signed-in token the Company just refused.
+func (s *Session) useAccountToken(ctx context.Context, opts *SignInOptions, reuse bool) (*SignInResult, bool, error) {
 	account := opts.account()
 	var need []string
 	if opts != nil {
@@ -297,6 +305,11 @@ func (s *Session) UseAccountToken(ctx context.Context, opts *SignInOptions) (*Si
 	if signedInElsewhere {
 		return nil, false, fmt.Errorf("%w: the Session is signed in to another account; use a Session per account", ErrAccountMismatch)
 	}
+	if reuse {
+		if res, err := s.reusable(ctx, account, need); res != nil || err != nil {
+			return res, res != nil, err
+		}
+	}
 	tr, err := s.refresh(ctx, s.ID(), account, tokenKey{})
 	if errors.Is(err, ErrAccountMismatch) || errors.Is(err, ErrInvalidSession) {
 		tr, err = s.refresh(ctx, "", account, tokenKey{}) // a new signed-in Session
@@ -315,6 +328,27 @@ func (s *Session) UseAccountToken(ctx context.Context, opts *SignInOptions) (*Si
 	}
 	return &SignInResult{Account: account, SessionID: tok.SessionID, Requested: slices.Clone(need),
 		Granted: slices.Clone(tok.Scopes), Reused: true}, true, nil
+}
+
+// reusable returns the result of a sign-in for need at account when the
+// Session, as stored now, is already signed in to account with every scope
+// of need and holds a signed-in Session Token not yet due for renewal; nil
+// otherwise.
+func (s *Session) reusable(ctx context.Context, account string, need []string) (*SignInResult, error) {
+	if err := s.reload(ctx); err != nil {
+		return nil, err
+	}
+	now := s.agent.clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	granted := strings.Fields(s.rec.Scope)
+	t := s.tokens[tokenKey{}]
+	if !s.rec.SignedIn || s.rec.Account != account || !covers(granted, need) ||
+		t == nil || !t.SignedIn || t.SessionID != s.rec.SessionID || !now.Before(t.renewAt) {
+		return nil, nil
+	}
+	return &SignInResult{Account: account, SessionID: s.rec.SessionID, Requested: slices.Clone(need),
+		Granted: granted, Reused: true}, nil
 }
 
 // storeRenewal writes tr's token for k, from the Account Token of account,

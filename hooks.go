@@ -32,4 +32,10 @@ func init() {
 		return c.(*Company).postClientAuthenticated(ctx, endpoint, form)
 	}
 	hooks.DirectHTTPClient = func(s any) *http.Client { return s.(*Session).directHTTPClient() }
+	hooks.BoundHTTPClient = func(s any, sessionID string) *http.Client {
+		return s.(*Session).boundHTTPClient(sessionID)
+	}
+	hooks.RestartSession = func(ctx context.Context, s any, ended string) error {
+		return s.(*Session).restart(ctx, ended)
+	}
 }

@@ -441,6 +441,44 @@ func (s *Session) renewSignedOut(ctx context.Context, k tokenKey, stale string) 
 	return out, signedIn, nil
 }
 
+// restart replaces the Session the Company answered invalid_session for,
+// ended, with a new signed-out Session started with the assertion, and
+// reports the replacement to OnSessionReplaced (PA-4.2-16). A sign-in whose
+// completion the Company refused that way is then completed on the new
+// Session (package signin). If the stored record already names another
+// Session (another task or process restarted it first), that one is
+// adopted and nothing is sent.
+func (s *Session) restart(ctx context.Context, ended string) error {
+	a := s.agent
+	var replaced [2]string
+	err := a.store.Update(ctx, s.skey, func(cur []byte) ([]byte, error) {
+		var rec sessionRecord
+		if cur != nil && json.Unmarshal(cur, &rec) != nil {
+			rec = sessionRecord{}
+		}
+		if rec.SessionID != "" && rec.SessionID != ended {
+			s.setRecord(&rec)
+			return cur, nil
+		}
+		a.log.InfoContext(ctx, "poppy: Session ended at the Company, starting a new one", "session_id", ended)
+		tr, err := s.request(ctx, "", tokenKey{})
+		if err != nil {
+			return nil, err
+		}
+		rec = sessionRecord{}
+		s.recordToken(&rec, tr, tokenKey{}, "")
+		if ended != "" {
+			replaced = [2]string{ended, tr.SessionID}
+		}
+		return json.Marshal(&rec)
+	})
+	if err != nil {
+		return wrapRenewal(err)
+	}
+	s.replaced(replaced)
+	return nil
+}
+
 // recordToken puts tr's token for k into rec, which it makes the Session's
 // state, and returns the token. account labels the Account Token a
 // signed-in token came from.

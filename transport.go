@@ -73,6 +73,15 @@ func (s *Session) directHTTPClient() *http.Client {
 	return c
 }
 
+// boundHTTPClient is directHTTPClient for requests that belong to the
+// Session sessionID: they are never sent with a token of another Session
+// (see internal/sdk.BoundHTTPClient).
+func (s *Session) boundHTTPClient(sessionID string) *http.Client {
+	c := s.directHTTPClient()
+	c.Transport.(*sessionTransport).bound = sessionID
+	return c
+}
+
 // Transport returns the Session's http.RoundTripper, for generated OpenAPI
 // clients and other code that takes one.
 func (s *Session) Transport() http.RoundTripper {
@@ -89,6 +98,9 @@ func (s *Session) Transport() http.RoundTripper {
 type sessionTransport struct {
 	s    *Session
 	base http.RoundTripper
+	// bound, if set, is the only Session whose tokens the requests may
+	// carry (boundHTTPClient).
+	bound string
 }
 
 // respSessionKey marks, in the context of an error response's Request, the
@@ -132,6 +144,10 @@ func (t *sessionTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		if err != nil {
 			return nil, err
 		}
+		if t.bound != "" && tok.SessionID != t.bound {
+			closeBody()
+			return nil, fmt.Errorf("%w: the request belongs to Session %s, which was replaced", ErrInvalidSession, t.bound)
+		}
 		proof, err := s.key.proof(req.Method, htu, tok.ath, a.nonces.get(origin), a.clock.Now())
 		if err != nil {
 			return nil, fmt.Errorf("poppy: signing DPoP proof: %w", err)
@@ -169,6 +185,13 @@ func (t *sessionTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		case code == "invalid_token" && !tokenRenewed: // spec 6
 			tokenRenewed, retry = true, true
 			stale = tok.value
+			if t.bound != "" {
+				// Renew now: if that starts a new Session, the request
+				// isn't sent again with its token; this answer stands.
+				if nt, err := s.token(ctx, k, stale); err != nil || nt.SessionID != t.bound {
+					retry = false
+				}
+			}
 		case code == "sign_in_required" && !signInTried:
 			// PA-4.4-14: the token may be older than a sign-in another task
 			// made, or the Session may be signed out while an Account Token
@@ -437,6 +460,6 @@ func (s *Session) signInForRetry(ctx context.Context, used *Token) (bool, error)
 	s.mu.Lock()
 	account := s.rec.Account
 	s.mu.Unlock()
-	_, ok, err := s.UseAccountToken(ctx, &SignInOptions{Account: account})
+	_, ok, err := s.useAccountToken(ctx, &SignInOptions{Account: account}, false)
 	return ok, err
 }

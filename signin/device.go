@@ -7,7 +7,10 @@ package signin
 // device code stays inside this function (PA-4.6-03). Polls carry
 // session_id, the client assertion and a proof (through
 // internal/sdk.CompleteSignIn), every interval seconds: 5 by default, and
-// 5 more after each slow_down (RFC 8628 section 3.5).
+// 5 more after each slow_down (RFC 8628 section 3.5). A poll answered
+// invalid_session (the Company ended the Session) starts a new Session and
+// the polling goes on with it, the interval apart as before: the device
+// code is not tied to a Session until it is exchanged (PA-4.2-16).
 
 import (
 	"context"
@@ -25,6 +28,9 @@ const (
 	defaultInterval = 5 * time.Second
 	slowDownStep    = 5 * time.Second
 	grantDeviceCode = "urn:ietf:params:oauth:grant-type:device_code"
+	// maxRestarts bounds how many times one sign-in starts a new Session
+	// because the Company answered invalid_session.
+	maxRestarts = 2
 )
 
 type deviceAuthorization struct {
@@ -82,6 +88,7 @@ func Device(ctx context.Context, sess *poppy.Session, opts *poppy.SignInOptions,
 		return nil, err
 	}
 	grant := url.Values{"grant_type": {grantDeviceCode}, "device_code": {da.DeviceCode}}
+	restarts := 0
 	for {
 		// PA-4.6-11: stop at expires_in, whatever the Company says.
 		if !expires.IsZero() && !clock.Now().Add(interval).Before(expires.Add(time.Nanosecond)) {
@@ -91,6 +98,7 @@ func Device(ctx context.Context, sess *poppy.Session, opts *poppy.SignInOptions,
 		if err := clock.Sleep(ctx, interval); err != nil {
 			return nil, err
 		}
+		polled := sess.ID()
 		res, err := sdk.CompleteSignIn(ctx, sess, grant, opts)
 		if err == nil {
 			return res, nil // PA-4.6-08
@@ -99,7 +107,21 @@ func Device(ctx context.Context, sess *poppy.Session, opts *poppy.SignInOptions,
 		if !errors.As(err, &pe) {
 			return nil, err
 		}
+		if restarts > 0 && pe.Code == "invalid_grant" {
+			// The Company used the device code up when it refused the
+			// ended Session: the User would have to approve again.
+			return nil, fmt.Errorf("%w: %w", ErrSessionEnded, err)
+		}
 		switch pe.Code {
+		case "invalid_session": // PA-4.2-16
+			// The Session has ended: poll on a new one; the User's
+			// approval is for the device code, not for the Session.
+			if restarts++; restarts > maxRestarts {
+				return nil, fmt.Errorf("%w: %w", ErrSessionEnded, err)
+			}
+			if err := sdk.RestartSession(ctx, sess, polled); err != nil {
+				return nil, err
+			}
 		case "authorization_pending": // PA-4.6-06
 		case "slow_down": // PA-4.6-07
 			interval += slowDownStep

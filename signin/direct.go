@@ -127,9 +127,9 @@ func random(n int) string {
 // took too long, or ctx ends. A stored Account Token that covers the scopes
 // is used instead, without asking the User.
 func (d *Direct) SignIn(ctx context.Context, sess *poppy.Session, opts *poppy.SignInOptions, p UserPrompter) (*poppy.SignInResult, error) {
-	state, authURL, err := d.Start(ctx, sess, opts)
-	if err != nil || authURL == "" {
-		return nil, err
+	state, authURL, res, err := d.start(ctx, sess, opts)
+	if err != nil || res != nil {
+		return res, err
 	}
 	if state == "" {
 		return nil, errors.New("signin: no state")
@@ -148,13 +148,18 @@ func (d *Direct) SignIn(ctx context.Context, sess *poppy.Session, opts *poppy.Si
 // itself and later calls Wait. When a stored Account Token covers the
 // scopes, it signs the Session in with it and returns an empty URL.
 func (d *Direct) Start(ctx context.Context, sess *poppy.Session, opts *poppy.SignInOptions) (state, authURL string, err error) {
+	state, authURL, _, err = d.start(ctx, sess, opts)
+	return state, authURL, err
+}
+
+func (d *Direct) start(ctx context.Context, sess *poppy.Session, opts *poppy.SignInOptions) (state, authURL string, res *poppy.SignInResult, err error) {
 	if res, err := prepare(ctx, sess, "direct", opts); res != nil || err != nil {
-		return "", "", err
+		return "", "", res, err
 	}
 	c := sess.Company()
 	authz, err := url.Parse(c.Metadata().AuthorizationEndpoint)
 	if err != nil {
-		return "", "", errors.New("signin: invalid authorization_endpoint")
+		return "", "", nil, errors.New("signin: invalid authorization_endpoint")
 	}
 	state = random(32)     // PA-4.5-01
 	verifier := random(32) // PA-4.5-02: 256 bits, S256
@@ -171,7 +176,7 @@ func (d *Direct) Start(ctx context.Context, sess *poppy.Session, opts *poppy.Sig
 	}
 	b, _ := json.Marshal(&p)
 	if err := d.agent.Store().Update(ctx, pendingKey(state), func([]byte) ([]byte, error) { return b, nil }); err != nil {
-		return "", "", fmt.Errorf("signin: storing the pending sign-in: %w", err)
+		return "", "", nil, fmt.Errorf("signin: storing the pending sign-in: %w", err)
 	}
 	// PA-4.5-03: every parameter, on the metadata's authorization_endpoint.
 	q := authz.Query()
@@ -183,7 +188,7 @@ func (d *Direct) Start(ctx context.Context, sess *poppy.Session, opts *poppy.Sig
 	q.Set("code_challenge", challenge)
 	q.Set("code_challenge_method", "S256")
 	authz.RawQuery = q.Encode()
-	return state, authz.String(), nil
+	return state, authz.String(), nil, nil
 }
 
 // Wait waits for the outcome of the sign-in started with state. ch, if not
@@ -259,6 +264,7 @@ var outcomes = map[string]error{
 	"invalid_grant":   poppy.ErrInvalidGrant,
 	"invalid_scope":   poppy.ErrInvalidScope,
 	"invalid_session": poppy.ErrInvalidSession,
+	"session_ended":   ErrSessionEnded,
 	"expired":         ErrSignInExpired,
 }
 
@@ -390,11 +396,30 @@ func (d *Direct) redeem(ctx context.Context, p *pending, code string) (*poppy.Si
 		"redirect_uri":  {p.RedirectURI},
 		"code_verifier": {p.Verifier},
 	}
-	return sdk.CompleteSignIn(ctx, sess, grant, &poppy.SignInOptions{Scopes: p.Scopes, Account: p.Account})
+	opts := &poppy.SignInOptions{Scopes: p.Scopes, Account: p.Account}
+	ended := sess.ID()
+	res, err := sdk.CompleteSignIn(ctx, sess, grant, opts)
+	if !errors.Is(err, poppy.ErrInvalidSession) {
+		return res, err
+	}
+	// PA-4.2-16: the Company ended the Session. The code is the User's
+	// consent, not the Session's: exchange it on a new Session.
+	if err := sdk.RestartSession(ctx, sess, ended); err != nil {
+		return nil, err
+	}
+	res, err = sdk.CompleteSignIn(ctx, sess, grant, opts)
+	if errors.Is(err, poppy.ErrInvalidGrant) || errors.Is(err, poppy.ErrInvalidSession) {
+		// The Company used the code up when it refused the ended Session.
+		return nil, fmt.Errorf("%w: %w", ErrSessionEnded, err)
+	}
+	return res, err
 }
 
 // codeOf names an outcome for the pending record.
 func codeOf(err error) string {
+	if errors.Is(err, ErrSessionEnded) {
+		return "session_ended" // it wraps the Company's error
+	}
 	for code, e := range outcomes {
 		if errors.Is(err, e) {
 			return code

@@ -148,6 +148,10 @@ func Mediated(ctx context.Context, sess *poppy.Session, opts *poppy.SignInOption
 	if err != nil {
 		return nil, err
 	}
+	// The sign-in belongs to the Session that sent the credentials (the
+	// transport may have replaced an ended Session before they were
+	// accepted); its one-time code goes with that Session's token only.
+	owner := sess.ID()
 	retry := false
 	for {
 		mr, err := readMediated(status, answer)
@@ -176,7 +180,15 @@ func Mediated(ctx context.Context, sess *poppy.Session, opts *poppy.SignInOption
 			retry = true
 			// PA-4.7-09: only the code, with a token of the same Session.
 			cb, _ := json.Marshal(map[string]string{"code": code})
-			status, answer, err = postJSON(ctx, sess, strings.TrimSuffix(endpoint.String(), "/")+"/"+url.PathEscape(mr.SignInID), cb)
+			status, answer, err = postCode(ctx, sess, owner, strings.TrimSuffix(endpoint.String(), "/")+"/"+url.PathEscape(mr.SignInID), cb)
+			if err == nil && sess.ID() != owner {
+				// The Company ended the Session while the User typed the
+				// code: the sign-in ended with it (PA-4.2-16, PA-4.7-09).
+				_, err = readMediated(status, answer)
+			}
+			if sess.ID() != owner || errors.Is(err, poppy.ErrInvalidSession) {
+				return nil, fmt.Errorf("%w: %w", ErrSessionEnded, err)
+			}
 			if err != nil {
 				return nil, err
 			}
@@ -189,6 +201,15 @@ func Mediated(ctx context.Context, sess *poppy.Session, opts *poppy.SignInOption
 const maxAnswer = 1 << 20
 
 func postJSON(ctx context.Context, sess *poppy.Session, target string, body []byte) (int, []byte, error) {
+	return post(ctx, sdk.DirectHTTPClient(sess), target, body)
+}
+
+// postCode posts a one-time code with a token of the Session owner only.
+func postCode(ctx context.Context, sess *poppy.Session, owner, target string, body []byte) (int, []byte, error) {
+	return post(ctx, sdk.BoundHTTPClient(sess, owner), target, body)
+}
+
+func post(ctx context.Context, client *http.Client, target string, body []byte) (int, []byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(body))
 	if err != nil {
 		return 0, nil, err
@@ -196,7 +217,7 @@ func postJSON(ctx context.Context, sess *poppy.Session, target string, body []by
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
 	// PA-4.7-06: never redirected, so the credentials reach this URL only.
-	resp, err := sdk.DirectHTTPClient(sess).Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		var ue *url.Error
 		if errors.As(err, &ue) {

@@ -19,6 +19,32 @@
 // signed in, and the result reports the scopes the User granted, which may
 // be fewer than those asked for (check with [poppy.SignInResult.Require]).
 //
+// A sign-in for scopes the Session already holds, signed in to that
+// account with a Session Token not yet due for renewal, returns at once
+// with Reused set and sends nothing.
+//
+// # Sessions the Company has ended
+//
+// If the Company ended the Session (a stale keystore, or a Company that
+// ends Sessions at sign-out) the sign-in is completed on a new Session,
+// OnSessionReplaced is called, and the User is not asked again (PA-4.2-16):
+//
+//   - Device: a poll answered invalid_session starts a new Session, and
+//     polling goes on with the same device code, interval apart.
+//   - Direct: an exchange answered invalid_session starts a new Session and
+//     exchanges the same code there once.
+//   - Mediated: the transport replaces the Session before the credentials
+//     are accepted. If the Session ends while the User types a one-time
+//     code, the sign-in ended with it: the code is never sent with another
+//     Session's token (PA-4.7-09).
+//
+// A Company may use up the device or authorization code when it answers
+// invalid_session. The SDK then does not ask the User again on its own:
+// the sign-in fails with [ErrSessionEnded] (wrapping the Company's
+// invalid_grant), the Session is the new one, and the caller decides
+// whether to start a new sign-in. The same error ends a Mediated Sign-In
+// whose Session ended during the one-time code.
+//
 // # Decisions on the specification's open points
 //
 //   - PKCE uses S256 only, with a 256-bit verifier. The Account Token
@@ -55,6 +81,7 @@ var (
 	ErrSignInExpired         = errors.New("signin: the sign-in expired; start again")
 	ErrUnknownSignIn         = errors.New("signin: no pending sign-in with this state")
 	ErrSignInInProgress      = errors.New("signin: this sign-in is being completed")
+	ErrSessionEnded          = errors.New("signin: the Company ended the Session during the sign-in, and the sign-in could not be completed on a new Session; start it again")
 )
 
 // UserPrompter reaches the User. Each method may block until the User has

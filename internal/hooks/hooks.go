@@ -30,4 +30,10 @@ var (
 
 	// DirectHTTPClient: func(s *poppy.Session) *http.Client
 	DirectHTTPClient func(s any) *http.Client
+
+	// BoundHTTPClient: func(s *poppy.Session, sessionID string) *http.Client
+	BoundHTTPClient func(s any, sessionID string) *http.Client
+
+	// RestartSession: func(ctx, s *poppy.Session, ended string) error
+	RestartSession func(ctx context.Context, s any, ended string) error
 )

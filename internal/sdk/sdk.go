@@ -58,3 +58,22 @@ func PostClientAuthenticated(ctx context.Context, c *poppy.Company, endpoint str
 func DirectHTTPClient(s *poppy.Session) *http.Client {
 	return hooks.DirectHTTPClient(s)
 }
+
+// BoundHTTPClient is DirectHTTPClient for requests that belong to one
+// Session, sessionID, such as a Mediated Sign-In's one-time code, which only
+// the Session that sent the credentials may submit (PA-4.7-09): such a
+// request is never sent with a token of another Session. If the Session
+// was replaced before the request is sent, the client fails with an error
+// matching poppy.ErrInvalidSession; if the Company's invalid_token answer
+// makes the renewal start a new Session, that answer is returned as it is.
+func BoundHTTPClient(s *poppy.Session, sessionID string) *http.Client {
+	return hooks.BoundHTTPClient(s, sessionID)
+}
+
+// RestartSession replaces the Session, which the Company answered
+// invalid_session for while its session_id was ended, with a new
+// signed-out one and reports it to OnSessionReplaced (PA-4.2-16). When
+// the Session is already another one than ended, it does nothing.
+func RestartSession(ctx context.Context, s *poppy.Session, ended string) error {
+	return hooks.RestartSession(ctx, s, ended)
+}
