@@ -10,35 +10,18 @@ import (
 	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/keystore"
 	"github.com/poppyproto/poppy/poppytest"
+	"github.com/poppyproto/poppy/poppytest/agenttest"
 )
 
-// exampleAgent returns an agent for examples, wired to a fake Company.
+// exampleAgent returns an agent for examples, wired to a fake Company:
+// the fake's client and clock, and the agent's identity served on
+// agent.test.
 func exampleAgent(company *poppytest.Server, opts *poppy.AgentOptions) *poppy.Agent {
-	key, err := poppy.GenerateSigningKey()
-	if err != nil {
-		log.Fatal(err)
-	}
-	identity, err := poppy.NewIdentity(poppy.IdentityConfig{
-		ClientID:     "https://agent.test/agent.json",
-		ClientName:   "Example Agent",
-		JWKSURI:      "https://agent.test/jwks.json",
-		RedirectURIs: []string{"https://agent.test/oauth/callback"},
-		Keys:         []*poppy.SigningKey{key},
-	})
-	if err != nil {
-		log.Fatal(err)
-	}
-	company.HandleAgent("agent.test", identity.Handler(nil))
-	var o poppy.AgentOptions
+	o := &agenttest.Options{}
 	if opts != nil {
-		o = *opts
+		o.Agent = *opts
 	}
-	o.HTTPClient = company.Client()
-	o.Clock = company.Clock()
-	agent, err := poppy.NewAgent(identity, &o)
-	if err != nil {
-		log.Fatal(err)
-	}
+	agent, _ := agenttest.New(nil, company, o)
 	return agent
 }
 

@@ -291,7 +291,7 @@ func (s *Server) clientFor(ctx context.Context, idx int, id string, refresh bool
 func (s *Server) fetchClient(ctx context.Context, idx int, id string) (*clientInfo, []byte, error) {
 	raw, hdr, err := s.fetchJSON(ctx, id)
 	if err != nil {
-		return nil, nil, clientErr("client metadata: %v", err)
+		return nil, nil, clientErr("client metadata: %v%s", err, s.fetchHint(id))
 	}
 	md, err := decodeObject(raw)
 	if err != nil {
@@ -322,7 +322,7 @@ func (s *Server) fetchClient(ctx context.Context, idx int, id string) (*clientIn
 	}
 	keysRaw, keysHdr, err := s.fetchJSON(ctx, jwksURI)
 	if err != nil {
-		return nil, nil, clientErr("client JWKS: %v", err)
+		return nil, nil, clientErr("client JWKS: %v%s", err, s.fetchHint(jwksURI))
 	}
 	var shape struct {
 		Keys []map[string]any `json:"keys"`
@@ -346,6 +346,20 @@ func (s *Server) fetchClient(ctx context.Context, idx int, id string) (*clientIn
 		ci.expires = s.clock.Now().Add(ttl)
 	}
 	return ci, raw, nil
+}
+
+// fetchHint tells a test why a fetch of the agent's document at u failed
+// when the likely cause is the test's set-up: nothing serves the host.
+func (s *Server) fetchHint(u string) string {
+	h := hostOf(u)
+	s.hostsMu.RLock()
+	_, served := s.agents[h]
+	s.hostsMu.RUnlock()
+	// Short: the SDK keeps 200 bytes of an error_description.
+	if served {
+		return fmt.Sprintf("; poppytest: the HandleAgent(%q) handler has nothing at this path", h)
+	}
+	return fmt.Sprintf("; poppytest: nothing serves %s: call Server.HandleAgent(%q, identity.Handler(nil)) or use poppytest/agenttest", h, h)
 }
 
 // fetchJSON GETs a URL through the fake's internal client.

@@ -3,11 +3,14 @@
 // in the manner of net/http/httptest.
 //
 // It speaks only the wire protocol and enforces the Company-side rules of
-// the specification (the CO rows of REQUIREMENTS.md): a test starts one
-// with [NewServer], points the agent under test at [Server.URL] using
-// [Server.Client] (or [Server.Transport]), serves the agent's own client
-// metadata, JWKS and callback with [Server.HandleAgent], and then inspects
-// [Server.Requests], [Server.Session] and [Server.Token]. Anything the
+// the specification (the CO rules listed in docs/conformance.md): a test
+// starts one with [NewServer], gives the agent under test [Server.Client]
+// (or [Server.Transport]) and [Server.Clock], points it at the Company's
+// domain ("example.test"; [Server.URL] is its base URL), serves the
+// agent's own client metadata, JWKS and callback with
+// [Server.HandleAgent], and then inspects [Server.Requests],
+// [Server.Session] and [Server.Token]. Package poppytest/agenttest does
+// the agent's part in one call for agents built with this SDK. Anything the
 // agent does that a correct Personal Agent never does is recorded as a
 // [Violation] and fails the test at cleanup unless the test takes it with
 // [Server.TakeViolations].
@@ -36,7 +39,47 @@
 // other hosts fail to dial. Port 80 of the same hosts reaches a second,
 // plain-HTTP listener that never serves poppy.json (CO-3-01) and records
 // any Company request it gets as a PA-3-01 violation. A child process
-// reaches the same fake with [Server.Env] and [ClientFromEnv].
+// reaches the same fake with [Server.Env] (see the recipes below).
+//
+// # Recipe: test your agent code
+//
+// With the SDK, package poppytest/agenttest returns a ready Agent:
+//
+//	srv := poppytest.NewServer(t, nil)
+//	agent, identity := agenttest.New(t, srv, nil)
+//	// the code under test uses agent; then inspect srv.Requests()
+//
+// Any other Personal Agent needs four things: an HTTP client from
+// [Server.Client], the clock from [Server.Clock] (or polls and renewals
+// wait in real time), its identity documents served with
+// [Server.HandleAgent] (or the Company answers invalid_client: the
+// metadata fetch found nothing), and "example.test" as the Company's
+// domain.
+//
+// # Recipe: test a command that runs in a child process
+//
+// Start the fake and serve the agent's identity in the test, then run the
+// command with the fake's environment:
+//
+//	cmd := exec.Command(bin, args...)
+//	cmd.Env = append(os.Environ(), srv.Env()...)
+//
+// The command reaches the fake in one of two ways:
+//
+//   - Unchanged: a binary that uses Go's standard transport (the SDK's
+//     default client, with no AgentOptions.HTTPClient) sends its requests
+//     through the fake, which Env names as HTTPS_PROXY, and trusts the
+//     fake's CA, which Env writes to the file named by SSL_CERT_FILE. The
+//     child runs on the real clock, so leave [Server.Clock] alone.
+//   - With a test hook: a command that calls [ClientFromEnv] (and
+//     [ClockFromEnv]) gets the same client as [Server.Client] from the
+//     POPPYTEST_* variables. ClientFromEnv returns [ErrNoFake] when the
+//     environment names no fake, so the command can fall back to its
+//     production client.
+//
+// The command's agent identity must be the one the test serves: share its
+// private key with the child (for example SigningKey.MarshalPrivateJWK in
+// an environment variable of the test's own) or a keystore.
 //
 // Time-bound rules use [Server.Clock], real time plus an offset that tests
 // advance; every response's Date header is Clock time.

@@ -293,6 +293,10 @@ type Server struct {
 	keyCacheMu sync.Mutex
 	keyCache   map[string]cachedKey
 	closeOnce  sync.Once
+
+	proxyOnce sync.Once // proxy.go
+	proxy     *proxy
+	proxyErr  error
 }
 
 // NewServer starts a fake Company. Configuration errors (including a
@@ -573,6 +577,10 @@ func (s *Server) Close() {
 		s.srv.Shutdown(ctx)
 		s.plainSrv.Shutdown(ctx)
 		s.transport.CloseIdleConnections()
+		s.proxyOnce.Do(func() {}) // no proxy starts after Close
+		if s.proxy != nil {
+			s.proxy.close()
+		}
 	})
 }
 

@@ -17,6 +17,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -161,9 +162,27 @@ const (
 )
 
 // Env returns environment variables ("NAME=value") with which a child OS
-// process reaches this fake through ClientFromEnv: the listener addresses,
-// the CA certificate and the host list. It also carries the Clock offset
-// at the time of the call, for ClockFromEnv.
+// process reaches this fake, in either of two ways:
+//
+//   - Through ClientFromEnv, in a child that imports poppytest:
+//     POPPYTEST_ADDR and POPPYTEST_PLAIN_ADDR (the TLS and plain
+//     listeners), POPPYTEST_CA (the CA certificate, PEM),
+//     POPPYTEST_HOSTS (the hosts served, comma-separated) and
+//     POPPYTEST_CLOCK_OFFSET (the Clock's offset at the time of the call,
+//     for ClockFromEnv).
+//   - As its HTTPS proxy, in an unmodified binary using Go's standard
+//     transport (the SDK's default client included): HTTPS_PROXY (and
+//     https_proxy) name the fake's CONNECT proxy on a loopback port,
+//     SSL_CERT_FILE a file holding the fake's CA certificate, which Go
+//     then trusts instead of the system's roots, and NO_PROXY (and
+//     no_proxy) are emptied so that no Company host bypasses the proxy.
+//     Such a child uses the real clock: leave the fake's Clock where it is.
+//     The SDK's default client connects to the proxy the environment names
+//     wherever it is, loopback included, since the operator and not a
+//     Company chose it.
+//
+// Append the result to os.Environ() for exec.Cmd.Env: later entries win.
+// Env fails the test (or panics, without one) if the proxy can't start.
 func (s *Server) Env() []string {
 	s.hostsMu.RLock()
 	hosts := make([]string, 0, len(s.hosts))
@@ -171,21 +190,37 @@ func (s *Server) Env() []string {
 		hosts = append(hosts, h)
 	}
 	s.hostsMu.RUnlock()
-	return []string{
+	slices.Sort(hosts)
+	env := []string{
 		envAddr + "=" + s.ln.Addr().String(),
 		envPlainAddr + "=" + s.plainLn.Addr().String(),
 		envCA + "=" + string(s.tls.caPEM),
 		envHosts + "=" + strings.Join(hosts, ","),
 		envOffset + "=" + s.clock.Offset().String(),
 	}
+	p, err := s.startProxy()
+	if err != nil {
+		s.fatalf("poppytest: starting the proxy: %v", err)
+		return env
+	}
+	if p == nil {
+		return env // closed
+	}
+	proxyURL := "http://" + p.ln.Addr().String()
+	return append(env,
+		"HTTPS_PROXY="+proxyURL, "https_proxy="+proxyURL,
+		"NO_PROXY=", "no_proxy=",
+		"SSL_CERT_FILE="+p.caFile,
+	)
 }
 
 // ClientFromEnv builds, in a process started with Server.Env, an HTTP client
-// equivalent to Server.Client.
+// equivalent to Server.Client. It returns ErrNoFake when the environment
+// names no fake.
 func ClientFromEnv() (*http.Client, error) {
 	addr, plain, ca, hosts := os.Getenv(envAddr), os.Getenv(envPlainAddr), os.Getenv(envCA), os.Getenv(envHosts)
 	if addr == "" || ca == "" || hosts == "" {
-		return nil, errors.New("poppytest: environment has no fake server (see Server.Env)")
+		return nil, ErrNoFake
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM([]byte(ca)) {

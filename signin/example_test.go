@@ -7,6 +7,7 @@ import (
 
 	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/poppytest"
+	"github.com/poppyproto/poppy/poppytest/agenttest"
 	"github.com/poppyproto/poppy/signin"
 )
 
@@ -15,12 +16,7 @@ import (
 func ExampleDevice() {
 	company := poppytest.NewServer(nil, nil)
 	defer company.Close()
-	key, _ := poppy.GenerateSigningKey()
-	identity, _ := poppy.NewIdentity(poppy.IdentityConfig{
-		ClientID: "https://agent.test/agent.json", JWKSURI: "https://agent.test/jwks.json", Keys: []*poppy.SigningKey{key},
-	})
-	company.HandleAgent("agent.test", identity.Handler(nil))
-	agent, _ := poppy.NewAgent(identity, &poppy.AgentOptions{HTTPClient: company.Client(), Clock: company.Clock()})
+	agent, _ := agenttest.New(nil, company, nil) // the fake's client and clock; identity on agent.test
 	ctx := context.Background()
 	c, _ := agent.Company(ctx, "example.test")
 	sess, _ := c.Session(ctx, "local-user-42", nil)
@@ -44,12 +40,7 @@ func ExampleDevice() {
 func ExampleMediated() {
 	company := poppytest.NewServer(nil, nil)
 	defer company.Close()
-	key, _ := poppy.GenerateSigningKey()
-	identity, _ := poppy.NewIdentity(poppy.IdentityConfig{
-		ClientID: "https://agent.test/agent.json", JWKSURI: "https://agent.test/jwks.json", Keys: []*poppy.SigningKey{key},
-	})
-	company.HandleAgent("agent.test", identity.Handler(nil))
-	agent, _ := poppy.NewAgent(identity, &poppy.AgentOptions{HTTPClient: company.Client(), Clock: company.Clock()})
+	agent, _ := agenttest.New(nil, company, nil) // the fake's client and clock; identity on agent.test
 	ctx := context.Background()
 	c, _ := agent.Company(ctx, "example.test")
 	sess, _ := c.Session(ctx, "local-user-42", nil)
@@ -80,12 +71,7 @@ func ExampleMediated() {
 func ExampleDirect() {
 	company := poppytest.NewServer(nil, nil)
 	defer company.Close()
-	key, _ := poppy.GenerateSigningKey()
-	identity, _ := poppy.NewIdentity(poppy.IdentityConfig{
-		ClientID: "https://agent.test/agent.json", JWKSURI: "https://agent.test/jwks.json",
-		RedirectURIs: []string{"https://agent.test/oauth/callback"}, Keys: []*poppy.SigningKey{key},
-	})
-	agent, _ := poppy.NewAgent(identity, &poppy.AgentOptions{HTTPClient: company.Client(), Clock: company.Clock()})
+	agent, identity := agenttest.New(nil, company, nil) // redirect URI https://agent.test/oauth/callback
 	direct, err := signin.NewDirect(agent, nil)
 	if err != nil {
 		log.Fatal(err)

@@ -1,0 +1,36 @@
+package agenttest_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+
+	"github.com/poppyproto/poppy/poppytest"
+	"github.com/poppyproto/poppy/poppytest/agenttest"
+)
+
+func ExampleNew() {
+	srv := poppytest.NewServer(nil, nil) // in a test: poppytest.NewServer(t, nil)
+	defer srv.Close()
+	agent, identity := agenttest.New(nil, srv, nil) // in a test: agenttest.New(t, srv, nil)
+
+	ctx := context.Background()
+	c, err := agent.Company(ctx, "example.test")
+	if err != nil {
+		log.Fatal(err)
+	}
+	sess, err := c.Session(ctx, "alice", nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	resp, err := sess.HTTPClient().Get(srv.APIURL() + "/products")
+	if err != nil {
+		log.Fatal(err)
+	}
+	resp.Body.Close()
+	fmt.Println(identity.ClientID())
+	fmt.Println(resp.Status)
+	// Output:
+	// https://agent.test/agent.json
+	// 200 OK
+}
