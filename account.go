@@ -126,7 +126,15 @@ func (o *SignInOptions) account() string {
 
 // SignInResult is how a sign-in ended.
 type SignInResult struct {
-	Account   string
+	// User is the local User (Session.User) and SessionName the Session's
+	// name (SessionOptions.Name) the sign-in was for, so that an
+	// application that completes sign-ins in a callback needs no map of
+	// its own.
+	User        string
+	SessionName string
+	// Account labels the account signed in to (SignInOptions.Account).
+	Account string
+	// SessionID is the Company's session_id of the signed-in Session.
 	SessionID string
 	// Requested are the scopes asked for; Granted those the User approved,
 	// which may be fewer (spec 4.4).
@@ -267,8 +275,8 @@ func (s *Session) adoptSignIn(ctx context.Context, tr *tokenResponse, account st
 			a.log.WarnContext(ctx, "poppy: revoking the replaced Account Token failed", "error", err)
 		}
 	}
-	return &SignInResult{Account: account, SessionID: tr.SessionID, Requested: slices.Clone(requested),
-		Granted: strings.Fields(granted)}, nil
+	return &SignInResult{User: s.user, SessionName: s.name, Account: account, SessionID: tr.SessionID,
+		Requested: slices.Clone(requested), Granted: strings.Fields(granted)}, nil
 }
 
 // UseAccountToken signs the Session in with a stored Account Token that
@@ -326,8 +334,8 @@ func (s *Session) useAccountToken(ctx context.Context, opts *SignInOptions, reus
 	if err != nil {
 		return nil, false, err
 	}
-	return &SignInResult{Account: account, SessionID: tok.SessionID, Requested: slices.Clone(need),
-		Granted: slices.Clone(tok.Scopes), Reused: true}, true, nil
+	return &SignInResult{User: s.user, SessionName: s.name, Account: account, SessionID: tok.SessionID,
+		Requested: slices.Clone(need), Granted: slices.Clone(tok.Scopes), Reused: true}, true, nil
 }
 
 // reusable returns the result of a sign-in for need at account when the
@@ -347,8 +355,8 @@ func (s *Session) reusable(ctx context.Context, account string, need []string) (
 		t == nil || !t.SignedIn || t.SessionID != s.rec.SessionID || !now.Before(t.renewAt) {
 		return nil, nil
 	}
-	return &SignInResult{Account: account, SessionID: s.rec.SessionID, Requested: slices.Clone(need),
-		Granted: granted, Reused: true}, nil
+	return &SignInResult{User: s.user, SessionName: s.name, Account: account, SessionID: s.rec.SessionID,
+		Requested: slices.Clone(need), Granted: granted, Reused: true}, nil
 }
 
 // storeRenewal writes tr's token for k, from the Account Token of account,

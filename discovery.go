@@ -169,7 +169,7 @@ type Metadata struct {
 // User IDs, Sessions and Account Tokens.
 type Company struct {
 	agent  *Agent
-	domain string // as requested, normalised
+	domain string // as requested: lower case, port and www. kept
 	doc    *Document
 	meta   *Metadata // nil without auth
 	st     *issuerState
@@ -181,7 +181,10 @@ type Company struct {
 	eps           []endpoint
 }
 
-// Domain returns the domain the Company was resolved from.
+// Domain returns the domain the Company was resolved from, as given to
+// Agent.Company: lower case, without a trailing dot, with its port and any
+// leading www. kept, so that Agent.Company(ctx, c.Domain()) resolves the
+// same Company. organization.domain is Document().Organization.Domain.
 func (c *Company) Domain() string { return c.domain }
 
 // Name returns organization.name.
@@ -247,7 +250,7 @@ func (a *Agent) Company(ctx context.Context, domain string) (*Company, error) {
 	if err := a.checkDocument(host, &doc); err != nil {
 		return nil, err
 	}
-	c := &Company{agent: a, domain: normHost(host), doc: &doc}
+	c := &Company{agent: a, domain: host, doc: &doc}
 	if doc.Auth == nil {
 		return c, nil // browse only (spec 3.1): no metadata, no Sessions
 	}
@@ -284,6 +287,7 @@ func (a *Agent) discoveryHost(domain string) (string, error) {
 		}
 		d = u.Host
 	}
+	d = strings.TrimSuffix(d, "/") // "example.test/" as "https://example.test/" is
 	if d == "" || strings.ContainsAny(d, "/?#@ \\") {
 		return "", configError("Company: domain must be a host name")
 	}

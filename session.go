@@ -260,10 +260,14 @@ func (s *Session) Scopes() []string {
 	return strings.Fields(s.rec.Scope)
 }
 
-// User returns the local User the Session acts for.
+// User returns the application's own name for the User the Session acts
+// for, as given to Company.Session. It never leaves the process: the
+// Company knows the User only by UserID.
 func (s *Session) User() string { return s.user }
 
-// UserID returns the User ID the Company knows the User by.
+// UserID returns the User ID the Company knows the User by: random,
+// created once per User and Company, and sent in every Session assertion
+// (spec 4.2). It is not the application's name for the User (User).
 func (s *Session) UserID() string { return s.userID }
 
 // Company returns the Company.
@@ -611,14 +615,16 @@ func (s *Session) reload(ctx context.Context) error {
 // Name returns the Session's name (SessionOptions.Name).
 func (s *Session) Name() string { return s.name }
 
-// String describes the Session without any token.
+// String describes the Session without any token, and without the local
+// User's name, which applications often make an e-mail address: formatted
+// Sessions end up in logs.
 func (s *Session) String() string {
 	if s == nil {
 		return "poppy.Session(nil)"
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return fmt.Sprintf("poppy.Session(%s, user %s at %s, signed in %v)", s.rec.SessionID, s.user, s.company.Issuer(), s.rec.SignedIn)
+	return fmt.Sprintf("poppy.Session(%s %q at %s, signed in %v)", s.rec.SessionID, s.name, s.company.Issuer(), s.rec.SignedIn)
 }
 
 // GoString is String, so %#v shows no token either.

@@ -8,6 +8,12 @@ package signin
 // the Session that started the sign-in, and writes the outcome into the
 // record; the one waiting in SignIn sees it there. Within one process the
 // waiter is woken at once; across processes it looks every PollInterval.
+//
+// The record names the Company exactly as the sign-in found it: its issuer
+// and the domain as given to Agent.Company, port and www. included, so the
+// replica that exchanges the code resolves the same Company. A failure is
+// recorded with its outcome code and, in words, why (never a secret: the
+// SDK's errors hold none), for Wait's error and the callback page.
 
 import (
 	"context"
@@ -20,6 +26,7 @@ import (
 	"html"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -49,8 +56,9 @@ type pending struct {
 	Account     string    `json:"account"`
 	Expires     time.Time `json:"expires"`
 
-	Status string              `json:"status"` // "pending", "exchanging", "done", "failed"
-	Error  string              `json:"error,omitempty"`
+	Status string              `json:"status"`           // "pending", "exchanging", "done", "failed"
+	Error  string              `json:"error,omitempty"`  // outcome code
+	Reason string              `json:"reason,omitempty"` // why it failed, in words
 	Result *poppy.SignInResult `json:"result,omitempty"`
 }
 
@@ -62,6 +70,14 @@ type DirectOptions struct {
 	// PollInterval is how often a waiting SignIn looks for an outcome
 	// written by another process. Zero means 250 ms.
 	PollInterval time.Duration
+	// Done, if set, answers the User's browser once Handler has handled the
+	// redirect, instead of the built-in page: res is the result, or err
+	// says why the sign-in failed. A web application redirects to its own
+	// pages from here, e.g. http.Redirect(w, r, "/account", http.StatusSeeOther),
+	// and can check that the browser is the one that started the sign-in
+	// (see Start) before it trusts the outcome. res names the local User
+	// and Session (SignInResult.User, SignInResult.SessionName).
+	Done func(w http.ResponseWriter, r *http.Request, res *poppy.SignInResult, err error)
 }
 
 // Direct runs Direct Sign-Ins for an Agent. Serve [Direct.Handler] at the
@@ -74,9 +90,16 @@ type Direct struct {
 	redirectURI string
 	redirect    *url.URL
 	poll        time.Duration
+	done        func(http.ResponseWriter, *http.Request, *poppy.SignInResult, error)
 
 	mu      sync.Mutex
-	waiters map[string]chan struct{}
+	waiters map[string]*waiter
+}
+
+// waiter wakes the Waits of one sign-in in this process.
+type waiter struct {
+	ch chan struct{}
+	n  int
 }
 
 // NewDirect returns a Direct for agent. opts may be nil.
@@ -106,7 +129,8 @@ func NewDirect(agent *poppy.Agent, opts *DirectOptions) (*Direct, error) {
 	if o.PollInterval <= 0 {
 		o.PollInterval = 250 * time.Millisecond
 	}
-	return &Direct{agent: agent, redirectURI: o.RedirectURI, redirect: ru, poll: o.PollInterval, waiters: map[string]chan struct{}{}}, nil
+	return &Direct{agent: agent, redirectURI: o.RedirectURI, redirect: ru, poll: o.PollInterval, done: o.Done,
+		waiters: map[string]*waiter{}}, nil
 }
 
 func pendingKey(state string) keystore.Key {
@@ -127,41 +151,68 @@ func random(n int) string {
 // took too long, or ctx ends. A stored Account Token that covers the scopes
 // is used instead, without asking the User.
 func (d *Direct) SignIn(ctx context.Context, sess *poppy.Session, opts *poppy.SignInOptions, p UserPrompter) (*poppy.SignInResult, error) {
-	state, authURL, res, err := d.start(ctx, sess, opts)
-	if err != nil || res != nil {
-		return res, err
+	st, err := d.Start(ctx, sess, opts)
+	if err != nil || st.Result != nil {
+		return st.resultOrNil(), err
 	}
-	if state == "" {
-		return nil, errors.New("signin: no state")
-	}
-	ch := d.waiter(state)
-	defer d.dropWaiter(state)
+	w := d.waiter(st.State)
+	defer d.dropWaiter(st.State, w)
 	c := sess.Company()
-	if err := p.OpenURL(ctx, &URLPrompt{Company: c.Name(), URL: authURL, Scopes: describe(c, opts.Scopes)}); err != nil {
+	if err := p.OpenURL(ctx, &URLPrompt{Company: c.Name(), URL: st.URL, Scopes: describe(c, opts.Scopes)}); err != nil {
 		return nil, err
 	}
-	return d.Wait(ctx, state, ch)
+	return d.wait(ctx, st.State, w.ch)
 }
 
-// Start begins a Direct Sign-In and returns its state and the URL the User
-// must open; SignIn calls it, and so may an application that shows the URL
-// itself and later calls Wait. When a stored Account Token covers the
-// scopes, it signs the Session in with it and returns an empty URL.
-func (d *Direct) Start(ctx context.Context, sess *poppy.Session, opts *poppy.SignInOptions) (state, authURL string, err error) {
-	state, authURL, _, err = d.start(ctx, sess, opts)
-	return state, authURL, err
+// DirectStart is a Direct Sign-In that Start began, or the result that made
+// it unneeded.
+type DirectStart struct {
+	// Result is set when no sign-in is needed: the Session already holds
+	// the scopes, or a stored Account Token covers them. URL and State are
+	// then empty: don't redirect, the Session is signed in.
+	Result *poppy.SignInResult
+	// URL is the Company's authorization URL to send the User's browser to.
+	URL string
+	// State identifies the sign-in: Wait takes it, and the redirect back
+	// carries it.
+	State string
 }
 
-func (d *Direct) start(ctx context.Context, sess *poppy.Session, opts *poppy.SignInOptions) (state, authURL string, res *poppy.SignInResult, err error) {
+func (st *DirectStart) resultOrNil() *poppy.SignInResult {
+	if st == nil {
+		return nil
+	}
+	return st.Result
+}
+
+// Start begins a Direct Sign-In for an application that sends the User to
+// the Company itself, typically a web server answering with
+// http.Redirect(w, r, st.URL, http.StatusFound), and later calls Wait or
+// gets the outcome through DirectOptions.Done. SignIn calls it.
+//
+// When st.Result is set, no sign-in was needed (the Session is signed in
+// with the scopes already) and st.URL is empty: redirecting to it would
+// loop.
+//
+// Bind the sign-in to the browser that starts it (RFC 6749 section 10.12):
+// otherwise anyone who gets a victim's browser to open a redirect of their
+// own sign-in makes the victim's Session sign in to the attacker's account.
+// Set a cookie holding st.State (Secure, HttpOnly, SameSite=Lax) when
+// redirecting, and in DirectOptions.Done, or before calling Complete,
+// check that the request's state parameter equals the cookie's value.
+func (d *Direct) Start(ctx context.Context, sess *poppy.Session, opts *poppy.SignInOptions) (*DirectStart, error) {
 	if res, err := prepare(ctx, sess, "direct", opts); res != nil || err != nil {
-		return "", "", res, err
+		if err != nil {
+			return nil, err
+		}
+		return &DirectStart{Result: res}, nil
 	}
 	c := sess.Company()
 	authz, err := url.Parse(c.Metadata().AuthorizationEndpoint)
 	if err != nil {
-		return "", "", nil, errors.New("signin: invalid authorization_endpoint")
+		return nil, errors.New("signin: invalid authorization_endpoint")
 	}
-	state = random(32)     // PA-4.5-01
+	state := random(32)    // PA-4.5-01
 	verifier := random(32) // PA-4.5-02: 256 bits, S256
 	sum := sha256.Sum256([]byte(verifier))
 	challenge := base64.RawURLEncoding.EncodeToString(sum[:])
@@ -169,6 +220,7 @@ func (d *Direct) start(ctx context.Context, sess *poppy.Session, opts *poppy.Sig
 	if account == "" {
 		account = poppy.DefaultAccount
 	}
+	// Issue 8 item 13: the Company as given (port, www.), and its issuer.
 	p := pending{
 		User: sess.User(), Issuer: c.Issuer(), Domain: c.Domain(), Session: sess.Name(),
 		Verifier: verifier, RedirectURI: d.redirectURI, Scopes: append([]string(nil), opts.Scopes...),
@@ -176,7 +228,7 @@ func (d *Direct) start(ctx context.Context, sess *poppy.Session, opts *poppy.Sig
 	}
 	b, _ := json.Marshal(&p)
 	if err := d.agent.Store().Update(ctx, pendingKey(state), func([]byte) ([]byte, error) { return b, nil }); err != nil {
-		return "", "", nil, fmt.Errorf("signin: storing the pending sign-in: %w", err)
+		return nil, fmt.Errorf("signin: storing the pending sign-in: %w", err)
 	}
 	// PA-4.5-03: every parameter, on the metadata's authorization_endpoint.
 	q := authz.Query()
@@ -188,12 +240,19 @@ func (d *Direct) start(ctx context.Context, sess *poppy.Session, opts *poppy.Sig
 	q.Set("code_challenge", challenge)
 	q.Set("code_challenge_method", "S256")
 	authz.RawQuery = q.Encode()
-	return state, authz.String(), nil, nil
+	return &DirectStart{URL: authz.String(), State: state}, nil
 }
 
-// Wait waits for the outcome of the sign-in started with state. ch, if not
-// nil, is closed when this process handled the redirect.
-func (d *Direct) Wait(ctx context.Context, state string, ch <-chan struct{}) (*poppy.SignInResult, error) {
+// Wait waits for the outcome of the sign-in Start began with state: until
+// the redirect has been handled, by this process (which wakes it at once)
+// or another sharing the keystore, the sign-in expired, or ctx ends.
+func (d *Direct) Wait(ctx context.Context, state string) (*poppy.SignInResult, error) {
+	w := d.waiter(state)
+	defer d.dropWaiter(state, w)
+	return d.wait(ctx, state, w.ch)
+}
+
+func (d *Direct) wait(ctx context.Context, state string, ch <-chan struct{}) (*poppy.SignInResult, error) {
 	t := time.NewTicker(d.poll)
 	defer t.Stop()
 	for {
@@ -214,7 +273,7 @@ func (d *Direct) Wait(ctx context.Context, state string, ch <-chan struct{}) (*p
 			return p.Result, nil
 		case "failed":
 			d.forget(ctx, state)
-			return nil, outcomeError(p.Error)
+			return nil, outcomeError(p.Error, p.Reason)
 		}
 		if !d.agent.Clock().Now().Before(p.Expires) {
 			d.forget(ctx, state)
@@ -233,25 +292,33 @@ func (d *Direct) forget(ctx context.Context, state string) {
 	_ = d.agent.Store().Update(ctx, pendingKey(state), func([]byte) ([]byte, error) { return nil, nil })
 }
 
-func (d *Direct) waiter(state string) chan struct{} {
+// waiter registers a Wait for state; every Wait of one state shares a
+// channel, closed by wake.
+func (d *Direct) waiter(state string) *waiter {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	ch := make(chan struct{})
-	d.waiters[state] = ch
-	return ch
+	w := d.waiters[state]
+	if w == nil {
+		w = &waiter{ch: make(chan struct{})}
+		d.waiters[state] = w
+	}
+	w.n++
+	return w
 }
 
-func (d *Direct) dropWaiter(state string) {
+func (d *Direct) dropWaiter(state string, w *waiter) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	delete(d.waiters, state)
+	if w.n--; w.n == 0 && d.waiters[state] == w {
+		delete(d.waiters, state)
+	}
 }
 
 func (d *Direct) wake(state string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if ch, ok := d.waiters[state]; ok {
-		close(ch)
+	if w, ok := d.waiters[state]; ok {
+		close(w.ch)
 		delete(d.waiters, state)
 	}
 }
@@ -268,11 +335,20 @@ var outcomes = map[string]error{
 	"expired":         ErrSignInExpired,
 }
 
-func outcomeError(code string) error {
-	if err, ok := outcomes[code]; ok {
+// outcomeError is the error Wait returns for a recorded outcome: the
+// outcome's sentinel, with the reason when there is one.
+func outcomeError(code, reason string) error {
+	err, ok := outcomes[code]
+	if !ok {
+		err = ErrSignInFailed
+		if reason == "" {
+			reason = code
+		}
+	}
+	if reason == "" || reason == err.Error() {
 		return err
 	}
-	return fmt.Errorf("%w: %s", ErrSignInFailed, code)
+	return fmt.Errorf("%w: %s", err, reason)
 }
 
 // Complete handles the redirect the Company sent the User's browser to:
@@ -314,14 +390,14 @@ func (d *Direct) Complete(ctx context.Context, callback string) (*poppy.SignInRe
 			res = p.Result
 			return cur, nil
 		case "failed":
-			outcome = outcomeError(p.Error)
+			outcome = outcomeError(p.Error, p.Reason)
 			return cur, nil
 		case "exchanging":
 			outcome = ErrSignInInProgress
 			return cur, nil
 		}
 		if code, outcome = d.check(&p, q); outcome != nil {
-			p.Status, p.Error = "failed", codeOf(outcome)
+			p.Status, p.Error, p.Reason = "failed", codeOf(outcome), reasonOf(outcome)
 		} else {
 			p.Status = "exchanging"
 			claimed = &p
@@ -337,7 +413,7 @@ func (d *Direct) Complete(ctx context.Context, callback string) (*poppy.SignInRe
 	}
 	res, outcome = d.redeem(ctx, claimed, code)
 	if outcome != nil {
-		claimed.Status, claimed.Error = "failed", codeOf(outcome)
+		claimed.Status, claimed.Error, claimed.Reason = "failed", codeOf(outcome), reasonOf(outcome)
 	} else {
 		claimed.Status, claimed.Result = "done", res
 	}
@@ -367,7 +443,7 @@ func (d *Direct) check(p *pending, q url.Values) (string, error) {
 		if e == "access_denied" {
 			return "", ErrAccessDenied // PA-4.5-08
 		}
-		return "", outcomeError(e)
+		return "", outcomeError(e, "")
 	}
 	code := q.Get("code")
 	if code == "" {
@@ -415,6 +491,24 @@ func (d *Direct) redeem(ctx context.Context, p *pending, code string) (*poppy.Si
 	return res, err
 }
 
+// maxReason bounds the reason kept in the pending record.
+const maxReason = 300
+
+// reasonOf says why a sign-in failed, for the pending record: the error's
+// text, without what its outcome code already says.
+func reasonOf(err error) string {
+	msg := err.Error()
+	if code := codeOf(err); code != "failed" {
+		if e, ok := outcomes[code]; ok && msg == e.Error() {
+			return ""
+		}
+	}
+	if len(msg) > maxReason {
+		msg = strings.ToValidUTF8(msg[:maxReason], "") + "…"
+	}
+	return msg
+}
+
 // codeOf names an outcome for the pending record.
 func codeOf(err error) string {
 	if errors.Is(err, ErrSessionEnded) {
@@ -433,8 +527,9 @@ func codeOf(err error) string {
 }
 
 // Handler serves the redirect URI: it completes the sign-in (Complete) and
-// shows the User a short page saying whether it worked. Requests for other
-// paths get 404.
+// then answers the browser with DirectOptions.Done, or else a short page
+// saying whether it worked and, if not, why. Requests for other paths get
+// 404.
 func (d *Direct) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != d.redirect.Path {
@@ -447,15 +542,38 @@ func (d *Direct) Handler() http.Handler {
 		}
 		full := *d.redirect
 		full.RawQuery = r.URL.RawQuery
-		_, err := d.Complete(r.Context(), full.String())
+		res, err := d.Complete(r.Context(), full.String())
+		if d.done != nil {
+			d.done(w, r, res, err)
+			return
+		}
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.Header().Set("Cache-Control", "no-store")
 		w.Header().Set("Referrer-Policy", "no-referrer")
 		msg := "You are signed in. You can close this tab."
 		if err != nil {
 			w.WriteHeader(http.StatusBadRequest)
-			msg = "Sign-in did not complete: " + codeOf(err) + ". You can close this tab."
+			msg = "Sign-in did not complete: " + pageReason(err) + " You can close this tab."
 		}
 		fmt.Fprintf(w, "<!doctype html><title>Sign-in</title><p>%s</p>\n", html.EscapeString(msg))
 	})
+}
+
+// pageReason tells the User why their sign-in failed, in a sentence.
+func pageReason(err error) string {
+	switch {
+	case errors.Is(err, ErrAccessDenied):
+		return "you declined it at the Company."
+	case errors.Is(err, ErrSignInExpired):
+		return "it took too long. Start it again."
+	case errors.Is(err, ErrStateMismatch):
+		return "this link is not from a sign-in this agent started, or it was already used."
+	case errors.Is(err, ErrSignInInProgress):
+		return "it is being completed already."
+	case errors.Is(err, ErrSessionEnded):
+		return "the Company ended the session meanwhile. Start it again."
+	case errors.Is(err, ErrIssuerMissing), errors.Is(err, poppy.ErrIssuerMismatch):
+		return "the answer did not come from the Company the sign-in was for."
+	}
+	return err.Error() + "."
 }

@@ -85,18 +85,18 @@ func TestPA_4_5_01_StateFresh(t *testing.T) {
 	sess := e.Session("alice")
 	seen := map[string]bool{}
 	for range 100 {
-		state, authURL, err := e.direct.Start(ctx, sess, scopes("poppy:read"))
+		st, err := e.direct.Start(ctx, sess, scopes("poppy:read"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		// PA-4.5-01
-		if len(state) < 22 || seen[state] || query(t, authURL).Get("state") != state {
-			t.Fatalf("state %q repeated or short", state)
+		if len(st.State) < 22 || seen[st.State] || query(t, st.URL).Get("state") != st.State {
+			t.Fatalf("state %q repeated or short", st.State)
 		}
-		if _, err := base64.RawURLEncoding.DecodeString(state); err != nil {
+		if _, err := base64.RawURLEncoding.DecodeString(st.State); err != nil {
 			t.Fatal(err)
 		}
-		seen[state] = true
+		seen[st.State] = true
 	}
 }
 
@@ -125,11 +125,11 @@ func TestPA_4_5_05_to_08_CallbackChecks(t *testing.T) {
 			if c.deny {
 				e.Srv.Deny()
 			}
-			state, authURL, err := e.direct.Start(ctx, sess, scopes("poppy:read"))
+			st, err := e.direct.Start(ctx, sess, scopes("poppy:read"))
 			if err != nil {
 				t.Fatal(err)
 			}
-			loc, err := e.Srv.Browse(ctx, authURL)
+			loc, err := e.Srv.Browse(ctx, st.URL)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -151,7 +151,7 @@ func TestPA_4_5_05_to_08_CallbackChecks(t *testing.T) {
 				t.Fatal("an Account Token was stored")
 			}
 			if c.name != "state" {
-				if _, err := e.direct.Wait(ctx, state, nil); !errors.Is(err, c.want) {
+				if _, err := e.direct.Wait(ctx, st.State); !errors.Is(err, c.want) {
 					t.Fatalf("Wait: %v", err)
 				}
 			}
@@ -174,11 +174,11 @@ func setParam(raw, k, v string) string {
 func TestPA_4_5_11_ExpiredCode(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	sess := e.Session("alice")
-	_, authURL, err := e.direct.Start(ctx, sess, scopes("poppy:read"))
+	st, err := e.direct.Start(ctx, sess, scopes("poppy:read"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	loc, err := e.Srv.Browse(ctx, authURL)
+	loc, err := e.Srv.Browse(ctx, st.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,8 +280,8 @@ func TestPA_4_4_04_CustomScopeDescribed(t *testing.T) {
 	sess := e.Session("alice")
 	b := e.browser()
 	b.noVisit = true
-	_, authURL, err := e.direct.Start(ctx, sess, scopes("addresses"))
-	if err != nil || authURL == "" {
+	st, err := e.direct.Start(ctx, sess, scopes("addresses"))
+	if err != nil || st.URL == "" {
 		t.Fatal(err)
 	}
 	var got []signin.Scope

@@ -33,7 +33,17 @@ type env struct {
 
 func newEnv(t *testing.T, opts *poppytest.Options, aopts *poppy.AgentOptions) *env {
 	t.Helper()
-	e := &env{Env: testenv.New(t, opts, aopts)}
+	return withDirect(t, &env{Env: testenv.New(t, opts, aopts)})
+}
+
+// newEnvOn is newEnv with a fake the test started.
+func newEnvOn(t *testing.T, srv *poppytest.Server, aopts *poppy.AgentOptions) *env {
+	t.Helper()
+	return withDirect(t, &env{Env: testenv.NewOn(t, srv, aopts)})
+}
+
+func withDirect(t *testing.T, e *env) *env {
+	t.Helper()
 	d, err := signin.NewDirect(e.Agent, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -41,6 +51,16 @@ func newEnv(t *testing.T, opts *poppytest.Options, aopts *poppy.AgentOptions) *e
 	e.direct = d
 	e.Serve(d.Handler())
 	return e
+}
+
+func readAll(t *testing.T, resp *http.Response) string {
+	t.Helper()
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 // browser plays the User's browser: it opens the authorization URL at the
@@ -57,6 +77,7 @@ type browser struct {
 	code    func() string     // one-time code to give
 	mangle  func(string) string
 	noVisit bool
+	client  *http.Client // the browser's; nil means the fake's Client
 }
 
 func (e *env) browser() *browser { return &browser{e: e} }
@@ -80,7 +101,11 @@ func (b *browser) OpenURL(ctx context.Context, p *signin.URLPrompt) error {
 
 // visit GETs the agent's callback as the User's browser would.
 func (b *browser) visit(loc string) error {
-	resp, err := b.e.Srv.Client().Get(loc)
+	c := b.client
+	if c == nil {
+		c = b.e.Srv.Client()
+	}
+	resp, err := c.Get(loc)
 	if err != nil {
 		return err
 	}

@@ -56,7 +56,12 @@ func NewIdentity(t testing.TB, exts map[string]string) (*poppy.Identity, *poppy.
 // serves agent.test, with next behind it for other paths.
 func New(t testing.TB, srvOpts *poppytest.Options, agentOpts *poppy.AgentOptions) *Env {
 	t.Helper()
-	srv := poppytest.NewServer(t, srvOpts)
+	return NewOn(t, poppytest.NewServer(t, srvOpts), agentOpts)
+}
+
+// NewOn is New with a fake the caller started.
+func NewOn(t testing.TB, srv *poppytest.Server, agentOpts *poppy.AgentOptions) *Env {
+	t.Helper()
 	id, key := NewIdentity(t, nil)
 	e := &Env{T: t, Srv: srv, ID: id, Key: key}
 	e.Serve(nil)

@@ -27,6 +27,7 @@ import (
 	gokeyring "github.com/zalando/go-keyring"
 	"go.uber.org/goleak"
 
+	"github.com/poppyproto/poppy/internal/realtest"
 	"github.com/poppyproto/poppy/keystore"
 	"github.com/poppyproto/poppy/keystore/storetest"
 )
@@ -44,7 +45,7 @@ func TestMain(m *testing.M) {
 	})
 	// godbus keeps its shared session bus connection, and the goroutines
 	// serving it, for the life of the process.
-	goleak.VerifyTestMain(m,
+	goleak.VerifyTestMain(realtest.Main(m), // one line per missing real component
 		goleak.IgnoreAnyFunction("github.com/godbus/dbus/v5.newConn.func1"),
 		goleak.IgnoreAnyFunction("github.com/godbus/dbus/v5.(*Conn).inWorker"),
 		goleak.IgnoreAnyFunction("github.com/godbus/dbus/v5.(*Conn).outWorker"),
@@ -57,10 +58,7 @@ func requireKeyring(t testing.TB) {
 	t.Helper()
 	missing := func(what string) {
 		t.Helper()
-		if os.Getenv("POPPY_TEST_REAL") == "1" {
-			t.Fatalf("POPPY_TEST_REAL=1 but %s", what)
-		}
-		t.Skipf("%s (run the tests inside dbus-run-session with gnome-keyring-daemon --unlock --components=secrets, as .ci/run does)", what)
+		realtest.Missing(t, "the OS keyring", what+" (run the tests inside dbus-run-session with gnome-keyring-daemon --unlock --components=secrets, as .ci/run does)")
 	}
 	if runtime.GOOS == "linux" && os.Getenv("DBUS_SESSION_BUS_ADDRESS") == "" {
 		// Without it godbus would try to autolaunch a bus with dbus-launch.

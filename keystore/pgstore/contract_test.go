@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/poppyproto/poppy/internal/realtest"
 	"github.com/poppyproto/poppy/internal/testenv"
 	"github.com/poppyproto/poppy/keystore"
 	"github.com/poppyproto/poppy/keystore/pgstore"
@@ -27,7 +28,7 @@ func TestMain(m *testing.M) {
 		return pgstore.Open(context.Background(), os.Getenv(urlEnv), &pgstore.Options{Table: table})
 	})
 	benchChildMain()
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(realtest.Main(m)) // one line per missing real component
 }
 
 // openChildStore opens, in a child process, the store its parent test uses.

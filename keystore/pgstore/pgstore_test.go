@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/poppyproto/poppy/internal/realtest"
 	"github.com/poppyproto/poppy/keystore"
 	"github.com/poppyproto/poppy/keystore/pgstore"
 )
@@ -29,10 +30,7 @@ func testURL(tb testing.TB) string {
 	tb.Helper()
 	u := os.Getenv(urlEnv)
 	if u == "" {
-		if os.Getenv("POPPY_TEST_REAL") == "1" {
-			tb.Fatalf("POPPY_TEST_REAL=1 but %s is not set: no PostgreSQL server to test against (source .ci/postgres.sh)", urlEnv)
-		}
-		tb.Skipf("%s is not set: no PostgreSQL server to test against (source .ci/postgres.sh to start one)", urlEnv)
+		realtest.Missing(tb, "PostgreSQL", urlEnv+" is not set (source .ci/postgres.sh to start a server)")
 	}
 	return u
 }
