@@ -109,10 +109,18 @@ type Web struct {
 
 // API is one API the Company lists (spec 6).
 type API struct {
-	Type        string `json:"type"`
+	// Type is "openapi" or "mcp".
+	Type string `json:"type"`
+	// URL is where the API is described, not where its calls go: for
+	// "openapi" the URL of the OpenAPI description, whose servers[0].url
+	// is the base URL of the calls (package api's LoadOpenAPI reads it:
+	// OpenAPI.ServerURL); for "mcp" the MCP server's endpoint itself.
 	URL         string `json:"url"`
 	Description string `json:"description"`
-	Resource    string `json:"resource,omitempty"`
+	// Resource is the RFC 8707 resource a Session Token for this API must
+	// be issued for, when the Company names one (spec 4.3). The Session
+	// transport asks for it by itself.
+	Resource string `json:"resource,omitempty"`
 }
 
 // ExtensionEntry is one extension the Company supports (spec 3.3). Version

@@ -129,11 +129,19 @@ func (e *Error) Is(target error) bool {
 	return ok && s == target
 }
 
-// As fills an *ExtensionRequiredError target when e is an
-// extension_required refusal.
+// As lets errors.As find an ExtensionRequiredError for an
+// extension_required refusal: the target may be an *ExtensionRequiredError
+// or an **ExtensionRequiredError.
 func (e *Error) As(target any) bool {
-	if t, ok := target.(*ExtensionRequiredError); ok && e.Code == "extension_required" {
+	if e.Code != "extension_required" {
+		return false
+	}
+	switch t := target.(type) {
+	case *ExtensionRequiredError:
 		*t = ExtensionRequiredError{Extension: e.Extension, Err: e}
+		return true
+	case **ExtensionRequiredError:
+		*t = &ExtensionRequiredError{Extension: e.Extension, Err: e}
 		return true
 	}
 	return false
@@ -142,14 +150,47 @@ func (e *Error) As(target any) bool {
 // ExtensionRequiredError is what errors.As finds for a Company's
 // extension_required refusal (spec 3.3): the request needs an extension the
 // agent does not list in its client metadata. Retrying does not help.
+// Either form works:
+//
+//	var xr poppy.ExtensionRequiredError   // or *poppy.ExtensionRequiredError
+//	if errors.As(err, &xr) { … xr.Extension … }
 type ExtensionRequiredError struct {
+	// Extension is the extension the Company requires, e.g. "operations".
 	Extension string
-	Err       *Error
+	// Err is the Company's answer.
+	Err *Error
 }
 
+// Error names the extension the Company requires.
 func (e ExtensionRequiredError) Error() string {
 	return fmt.Sprintf("poppy: extension_required: %q", e.Extension)
 }
+
+// Unwrap returns the Company's *Error, so that errors.Is(xr,
+// ErrExtensionRequired) holds.
+func (e ExtensionRequiredError) Unwrap() error {
+	if e.Err == nil {
+		return nil
+	}
+	return e.Err
+}
+
+// aboutError is an error of this package about one named thing, such as
+// the identity's client_id: "poppy: client_id: URL is not HTTPS: …", with
+// the package prefix once.
+type aboutError struct {
+	what string
+	err  error
+}
+
+func (e *aboutError) Error() string {
+	return "poppy: " + e.what + ": " + strings.TrimPrefix(e.err.Error(), "poppy: ")
+}
+
+func (e *aboutError) Unwrap() error { return e.err }
+
+// about returns err as an error about what.
+func about(what string, err error) error { return &aboutError{what: what, err: err} }
 
 // maxDescription bounds the Company's text kept in an Error.
 const maxDescription = 200

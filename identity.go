@@ -217,11 +217,11 @@ func NewIdentity(cfg IdentityConfig) (*Identity, error) {
 // HTTPS, and the last two are on the client_id host (A-02: the exact host).
 func (id *Identity) checkURLs(allowLoopback bool) error {
 	if err := checkURL(id.cidURL, allowLoopback); err != nil {
-		return configError("client_id: %v", err)
+		return about("client_id", err)
 	}
 	// PA-4.1-03
 	if err := checkURL(id.jwksURL, allowLoopback); err != nil {
-		return configError("jwks_uri: %v", err)
+		return about("jwks_uri", err)
 	}
 	if !strings.EqualFold(id.jwksURL.Host, id.cidURL.Host) {
 		return configError("jwks_uri must be on the client_id host %q", id.cidURL.Host)
@@ -230,7 +230,7 @@ func (id *Identity) checkURLs(allowLoopback bool) error {
 	for _, r := range id.redirect {
 		u, _ := url.Parse(r)
 		if err := checkURL(u, allowLoopback); err != nil {
-			return configError("redirect_uri: %v", err)
+			return about("redirect_uri", err)
 		}
 		if !strings.EqualFold(u.Host, id.cidURL.Host) {
 			return configError("redirect_uri must be on the client_id host %q", id.cidURL.Host)

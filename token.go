@@ -98,7 +98,7 @@ func (a *Agent) postForm(ctx context.Context, c *Company, endpoint string, key *
 		_, learned := a.nonces.learn(u, resp.Header)
 		body, rerr := readCapped(resp.Body, a.opts.MaxResponseBytes)
 		resp.Body.Close()
-		a.log.DebugContext(ctx, "poppy: token endpoint", "url", endpointOf(u),
+		a.log.DebugContext(ctx, "poppy: "+c.endpointName(endpoint), "url", endpointOf(u),
 			slog.String("grant_type", form.Get("grant_type")), "status", resp.StatusCode, "attempt", attempt+1)
 		if rerr != nil {
 			return nil, fmt.Errorf("poppy: POST %s: %w", endpointOf(u), rerr)
@@ -252,4 +252,17 @@ func drain(resp *http.Response) {
 // isContextErr reports whether err is ctx's own cancellation.
 func isContextErr(err error) bool {
 	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// endpointName names one of the Company's OAuth endpoints for a log record.
+func (c *Company) endpointName(endpoint string) string {
+	switch endpoint {
+	case c.meta.TokenEndpoint:
+		return "token endpoint"
+	case c.meta.RevocationEndpoint:
+		return "revocation endpoint"
+	case c.meta.DeviceAuthorizationEndpoint:
+		return "device authorization endpoint"
+	}
+	return "OAuth endpoint"
 }

@@ -394,8 +394,13 @@ func TestCO_4_3_20_TokenInURL(t *testing.T) {
 	}
 	// The token-in-URL rule twice: the URL scan and the query parameter.
 	wantRules(t, srv, pa("4.3-26"), pa("4.3-26"))
-	// Any path carrying an issued token is a violation, on any host.
+	// Any path carrying an issued token is a violation, on any host. The
+	// violation names the request, but not the token.
 	get(t, srv, srv.URL()+"/x/"+tok)
+	vs := srv.Violations()
+	if len(vs) != 1 || vs[0].String() != vs[0].Rule+": "+vs[0].Detail+" (GET https://example.test/x/…)" || strings.Contains(vs[0].String(), tok) {
+		t.Fatalf("violations %v", vs)
+	}
 	wantRules(t, srv, pa("4.3-26"))
 }
 

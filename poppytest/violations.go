@@ -1,6 +1,9 @@
 package poppytest
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // A Violation is a rule of the protocol that a client broke: something a
 // correct Personal Agent never does, such as replaying a DPoP proof, sending a
@@ -15,20 +18,31 @@ type Violation struct {
 	Rule    string // requirement ID the client broke, e.g. "PA-4.3-11"
 	Detail  string // what happened; never holds a token, proof or assertion
 	Request int    // index into Requests() of the offending request, -1 if none
+	// Method and URL are the offending request's method and URL, without
+	// its query and with any long path segment elided, since either may
+	// hold a token; empty if none.
+	Method, URL string
 }
 
+// String gives the rule, what happened and the request:
+// "PA-4.3-11: … (POST https://auth.example.test/oauth/token)".
 func (v Violation) String() string {
-	return fmt.Sprintf("%s: %s (request %d)", v.Rule, v.Detail, v.Request)
+	if v.Method == "" {
+		return fmt.Sprintf("%s: %s", v.Rule, v.Detail)
+	}
+	return fmt.Sprintf("%s: %s (%s %s)", v.Rule, v.Detail, v.Method, v.URL)
 }
 
 // violate records a violation of rule by request idx.
 func (s *Server) violate(idx int, rule, format string, args ...any) {
 	v := Violation{Rule: rule, Detail: fmt.Sprintf(format, args...), Request: idx}
 	s.logMu.Lock()
-	s.violations = append(s.violations, v)
 	if idx >= 0 && idx < len(s.log) {
-		s.log[idx].Violations = append(s.log[idx].Violations, rule)
+		r := s.log[idx]
+		r.Violations = append(r.Violations, rule)
+		v.Method, v.URL = r.Method, safeURL(r.URL)
 	}
+	s.violations = append(s.violations, v)
 	s.logMu.Unlock()
 }
 
@@ -47,4 +61,18 @@ func (s *Server) TakeViolations() []Violation {
 	v := s.violations
 	s.violations = nil
 	return v
+}
+
+// safeURL returns u without its query, with every path segment of 32 or
+// more bytes (a token, a code) replaced by "…".
+func safeURL(u string) string {
+	u, _, _ = strings.Cut(u, "?")
+	u, _, _ = strings.Cut(u, "#")
+	parts := strings.Split(u, "/")
+	for i := 3; i < len(parts); i++ { // after "https:", "", host
+		if len(parts[i]) >= 32 {
+			parts[i] = "…"
+		}
+	}
+	return strings.Join(parts, "/")
 }

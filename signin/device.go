@@ -126,9 +126,9 @@ func Device(ctx context.Context, sess *poppy.Session, opts *poppy.SignInOptions,
 		case "slow_down": // PA-4.6-07
 			interval += slowDownStep
 		case "access_denied": // PA-4.6-09
-			return nil, fmt.Errorf("%w: %w", ErrAccessDenied, err)
+			return nil, because(ErrAccessDenied, err)
 		case "expired_token": // PA-4.6-10
-			return nil, fmt.Errorf("%w: %w", ErrDeviceCodeExpired, err)
+			return nil, because(ErrDeviceCodeExpired, err)
 		default:
 			return nil, err
 		}

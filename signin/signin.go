@@ -149,33 +149,51 @@ type PrompterFuncs struct {
 	OneTimeCodeFunc func(ctx context.Context, p *OneTimeCodePrompt) (string, error)
 }
 
+// OpenURL calls OpenURLFunc, or fails naming it when it is nil.
 func (f PrompterFuncs) OpenURL(ctx context.Context, p *URLPrompt) error {
 	if f.OpenURLFunc == nil {
-		return errors.New("signin: the prompter cannot open URLs")
+		return errors.New("signin: PrompterFuncs.OpenURLFunc is nil: the prompter cannot send the User to a Direct Sign-In page")
 	}
 	return f.OpenURLFunc(ctx, p)
 }
 
+// ShowCode calls ShowCodeFunc, or fails naming it when it is nil.
 func (f PrompterFuncs) ShowCode(ctx context.Context, p *CodePrompt) error {
 	if f.ShowCodeFunc == nil {
-		return errors.New("signin: the prompter cannot show codes")
+		return errors.New("signin: PrompterFuncs.ShowCodeFunc is nil: the prompter cannot show a Device Sign-In code")
 	}
 	return f.ShowCodeFunc(ctx, p)
 }
 
+// Credentials calls CredentialsFunc, or fails naming it when it is nil.
 func (f PrompterFuncs) Credentials(ctx context.Context, p *CredentialsPrompt) (*Credentials, error) {
 	if f.CredentialsFunc == nil {
-		return nil, errors.New("signin: the prompter cannot ask for credentials")
+		return nil, errors.New("signin: PrompterFuncs.CredentialsFunc is nil: the prompter cannot ask for Mediated Sign-In credentials")
 	}
 	return f.CredentialsFunc(ctx, p)
 }
 
+// OneTimeCode calls OneTimeCodeFunc, or fails naming it when it is nil.
 func (f PrompterFuncs) OneTimeCode(ctx context.Context, p *OneTimeCodePrompt) (string, error) {
 	if f.OneTimeCodeFunc == nil {
-		return "", errors.New("signin: the prompter cannot ask for one-time codes")
+		return "", errors.New("signin: PrompterFuncs.OneTimeCodeFunc is nil: the prompter cannot ask for a one-time code")
 	}
 	return f.OneTimeCodeFunc(ctx, p)
 }
+
+// causeError is one of this package's sentinels caused by the Company's
+// answer: it reads as the sentinel alone (the Company's error code would
+// say the same again) and matches both with errors.Is and errors.As.
+type causeError struct {
+	sentinel error
+	cause    error
+}
+
+func (e *causeError) Error() string   { return e.sentinel.Error() }
+func (e *causeError) Unwrap() []error { return []error{e.sentinel, e.cause} }
+
+// because returns sentinel, caused by the Company's error cause.
+func because(sentinel, cause error) error { return &causeError{sentinel: sentinel, cause: cause} }
 
 // protocolScopes describes the protocol's own scopes (spec 4.4).
 var protocolScopes = map[string]string{

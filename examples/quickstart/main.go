@@ -128,12 +128,16 @@ func run(ctx context.Context, out io.Writer) error {
 	step("GET %s/orders → %s", company.APIURL(), resp.Status)
 	step("  %s", strings.TrimSpace(string(body)))
 
-	reqs := company.Requests()
-	step("the fake Company saw %d requests and %d rule violations", len(reqs), len(company.Violations()))
-	for _, r := range reqs {
-		if r.Internal {
-			continue
+	// The fake's own fetches of the agent's metadata and JWKS are
+	// Internal: the list shows what the agent and the User's browser sent.
+	var sent []poppytest.Request
+	for _, r := range company.Requests() {
+		if !r.Internal {
+			sent = append(sent, r)
 		}
+	}
+	step("the fake Company answered %d requests from the agent and the User's browser, and recorded %d rule violations", len(sent), len(company.Violations()))
+	for _, r := range sent {
 		step("  %s %s → %d", r.Method, redact(r.URL), r.Status)
 	}
 	if v := company.Violations(); len(v) > 0 {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -25,5 +26,19 @@ func TestQuickstart(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
+	}
+	// The count it prints is the number of requests it lists.
+	var n, listed int
+	for _, l := range strings.Split(out.String(), "\n") {
+		if _, err := fmt.Sscanf(l, "the fake Company answered %d requests", &n); err == nil {
+			listed = 0
+			continue
+		}
+		if strings.HasPrefix(l, "  GET ") || strings.HasPrefix(l, "  POST ") {
+			listed++
+		}
+	}
+	if n == 0 || n != listed {
+		t.Errorf("says %d requests, lists %d:\n%s", n, listed, out.String())
 	}
 }

@@ -62,8 +62,8 @@ const (
 )
 
 // Store is a [keystore.Store] kept in one SQLite database file, which several
-// processes may share: the poppy command, scripts and a long-running agent
-// can all use one file at once. Open one with [Open]; [DefaultPath]
+// processes may share: command-line tools, scripts and a long-running
+// agent can all use one file at once. Open one with [Open]; [DefaultPath]
 // names the usual file. It is safe for concurrent use.
 //
 // Update takes an exclusive lock on its key that holds across goroutines and
@@ -134,7 +134,7 @@ func DefaultPath() (string, error) {
 // and its directory (mode 0700) if they don't exist. It is safe for several
 // processes to open one new file at once: each creates the schema only if no
 // other has. It fails if the file holds a schema newer than this SDK knows, or
-// belongs to another program. The store must be closed with [SQLite.Close].
+// belongs to another program. The store must be closed with [Store.Close].
 func Open(path string, opts *Options) (*Store, error) {
 	var o Options
 	if opts != nil {
