@@ -15,12 +15,21 @@
 //	resp, _ := sess.HTTPClient().Get("https://api.example.com/orders")
 //
 // The examples are the best way in; package poppytest is a strict fake
-// Company to run them, and your own tests, against.
+// Company to run them, and your own tests, against (package
+// poppytest/agenttest sets an Agent up for it in one call).
+//
+// # Rules and decisions
+//
+// The documentation cites the protocol's rules by ID (PA-4.3-02: a rule for
+// a Personal Agent; CO-…: one for a Company) and its open points by number
+// . docs/conformance.md in this module describes every rule and lists
+// the tests that show it (go generate keeps it current); docs/decisions.md
+// gives every decision on an open point.
 //
 // # Decisions on the specification's open points
 //
-// The draft leaves some points open (spec/AMBIGUITIES.md). Where this package
-// decides one, it chooses what works with every reading it can:
+// Where this package decides one, it chooses what works with every reading
+// it can:
 //
 //   - A-01 (host matching): organization.domain and the requested host are
 //     compared lower-cased, without port or trailing dot, after removing one

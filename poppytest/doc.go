@@ -161,8 +161,9 @@
 //
 // # Decisions on ambiguities
 //
-// The specification leaves some behaviour open (AMBIGUITIES.md). The fake
-// decides as follows.
+// The specification leaves some behaviour open; docs/decisions.md in this
+// module lists every point, numbered A-nn, with what the SDK and the fake
+// do. The fake decides as follows.
 //
 //   - organization.domain is compared with the requested host after
 //     lower-casing and removing one leading "www." from both.

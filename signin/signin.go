@@ -47,6 +47,8 @@
 //
 // # Decisions on the specification's open points
 //
+// All of them are in docs/decisions.md; this package's are:
+//
 //   - PKCE uses S256 only, with a 256-bit verifier. The Account Token
 //     from a Direct Sign-In is stored for the User whose Session started it.
 //   - a redirect without iss is refused (ErrIssuerMissing), before
