@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"net/http"
 
 	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/poppytest"
@@ -104,4 +105,65 @@ func ExampleDirect() {
 	// Output:
 	// open the sign-in page of Example Company
 	// granted: [poppy:read]
+}
+
+// Direct Sign-In in a web application: the "sign in" handler calls Start
+// and redirects the browser; after the Company sends it back, Handler
+// completes the sign-in and DirectOptions.Done answers the browser.
+func ExampleDirect_Start() {
+	company := poppytest.NewServer(nil, nil)
+	defer company.Close()
+	agent, identity := agenttest.New(nil, company, nil)
+	direct, err := signin.NewDirect(agent, &signin.DirectOptions{
+		Done: func(w http.ResponseWriter, r *http.Request, res *poppy.SignInResult, err error) {
+			// Check here that the request's state matches the browser's
+			// cookie (see Start), then send the browser on.
+			if err != nil {
+				http.Redirect(w, r, "/sign-in-failed", http.StatusSeeOther)
+				return
+			}
+			fmt.Println("signed in:", res.User, res.Granted)
+			http.Redirect(w, r, "/account", http.StatusSeeOther)
+		},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	company.HandleAgent("agent.test", identity.Handler(direct.Handler()))
+	ctx := context.Background()
+	c, _ := agent.Company(ctx, "example.test")
+	sess, _ := c.Session(ctx, "alice", nil)
+
+	// The application's "sign in" handler:
+	st, err := direct.Start(ctx, sess, &poppy.SignInOptions{Scopes: []string{"poppy:read"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if st.Result != nil {
+		fmt.Println("signed in already") // no URL: don't redirect
+		return
+	}
+	// http.SetCookie(w, &http.Cookie{Name: "signin", Value: st.State, Secure: true, HttpOnly: true, SameSite: http.SameSiteLaxMode})
+	// http.Redirect(w, r, st.URL, http.StatusFound)
+
+	// The User's browser: the Company's page, then back to the agent.
+	back, err := company.Browse(ctx, st.URL)
+	if err != nil {
+		log.Fatal(err)
+	}
+	browser := *company.Client()
+	browser.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	resp, err := browser.Get(back)
+	if err != nil {
+		log.Fatal(err)
+	}
+	resp.Body.Close()
+	fmt.Println(resp.StatusCode, resp.Header.Get("Location"))
+
+	st, _ = direct.Start(ctx, sess, &poppy.SignInOptions{Scopes: []string{"poppy:read"}})
+	fmt.Println("next time, reused:", st.Result.Reused)
+	// Output:
+	// signed in: alice [poppy:read]
+	// 303 /account
+	// next time, reused: true
 }

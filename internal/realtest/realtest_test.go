@@ -5,6 +5,8 @@ import (
 	"io"
 	"strings"
 	"testing"
+
+	"go.uber.org/goleak"
 )
 
 type fakeM struct{ run func() }
@@ -53,3 +55,5 @@ func TestNoSummary(t *testing.T) {
 		t.Fatalf("printed %q", buf.String())
 	}
 }
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
