@@ -19,6 +19,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -78,6 +79,13 @@ type DirectOptions struct {
 	// (see Start) before it trusts the outcome. res names the local User
 	// and Session (SignInResult.User, SignInResult.SessionName).
 	Done func(w http.ResponseWriter, r *http.Request, res *poppy.SignInResult, err error)
+	// StateCookie, if set, names a cookie that binds each sign-in to the
+	// browser that started it (RFC 6749 section 10.12): Redirect sets it to
+	// the sign-in's state, and Handler refuses, with ErrStateMismatch and
+	// before anything else, a redirect from a browser whose cookie doesn't
+	// hold that state. Use it when the browser that starts the sign-in is
+	// the one that comes back, as in a web application.
+	StateCookie string
 }
 
 // Direct runs Direct Sign-Ins for an Agent. Serve [Direct.Handler] at the
@@ -91,6 +99,7 @@ type Direct struct {
 	redirect    *url.URL
 	poll        time.Duration
 	done        func(http.ResponseWriter, *http.Request, *poppy.SignInResult, error)
+	cookie      string
 
 	mu      sync.Mutex
 	waiters map[string]*waiter
@@ -129,7 +138,7 @@ func NewDirect(agent *poppy.Agent, opts *DirectOptions) (*Direct, error) {
 	if o.PollInterval <= 0 {
 		o.PollInterval = 250 * time.Millisecond
 	}
-	return &Direct{agent: agent, redirectURI: o.RedirectURI, redirect: ru, poll: o.PollInterval, done: o.Done,
+	return &Direct{agent: agent, redirectURI: o.RedirectURI, redirect: ru, poll: o.PollInterval, done: o.Done, cookie: o.StateCookie,
 		waiters: map[string]*waiter{}}, nil
 }
 
@@ -197,9 +206,10 @@ func (st *DirectStart) resultOrNil() *poppy.SignInResult {
 // Bind the sign-in to the browser that starts it (RFC 6749 section 10.12):
 // otherwise anyone who gets a victim's browser to open a redirect of their
 // own sign-in makes the victim's Session sign in to the attacker's account.
-// Set a cookie holding st.State (Secure, HttpOnly, SameSite=Lax) when
-// redirecting, and in DirectOptions.Done, or before calling Complete,
-// check that the request's state parameter equals the cookie's value.
+// With DirectOptions.StateCookie set, Redirect and Handler do it: a cookie
+// holding st.State (Secure, HttpOnly, SameSite=Lax) goes with the redirect
+// to the Company and must come back with the browser. An application that
+// receives the redirect itself does the same before calling Complete.
 func (d *Direct) Start(ctx context.Context, sess *poppy.Session, opts *poppy.SignInOptions) (*DirectStart, error) {
 	if res, err := prepare(ctx, sess, "direct", opts); res != nil || err != nil {
 		if err != nil {
@@ -526,6 +536,46 @@ func codeOf(err error) string {
 	return "failed"
 }
 
+// Redirect sends the User's browser to the Company's sign-in page for st,
+// a sign-in Start began: a 302 to st.URL, after setting the StateCookie
+// when DirectOptions names one. When no sign-in is needed (st.Result is
+// set) it does nothing and returns false; the caller answers the browser
+// itself.
+func (d *Direct) Redirect(w http.ResponseWriter, r *http.Request, st *DirectStart) bool {
+	if st == nil || st.Result != nil || st.URL == "" {
+		return false
+	}
+	if d.cookie != "" {
+		http.SetCookie(w, &http.Cookie{
+			Name: d.cookie, Value: st.State, Path: cookiePath(d.redirect.Path),
+			MaxAge: int(pendingLifetime / time.Second), Secure: true, HttpOnly: true, SameSite: http.SameSiteLaxMode,
+		})
+	}
+	http.Redirect(w, r, st.URL, http.StatusFound)
+	return true
+}
+
+func cookiePath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	return p
+}
+
+// boundToBrowser reports whether r comes from the browser that started
+// the sign-in it names, when DirectOptions.StateCookie asks for that
+// check, and clears the cookie.
+func (d *Direct) boundToBrowser(w http.ResponseWriter, r *http.Request) bool {
+	if d.cookie == "" {
+		return true
+	}
+	c, err := r.Cookie(d.cookie)
+	http.SetCookie(w, &http.Cookie{Name: d.cookie, Value: "", Path: cookiePath(d.redirect.Path), MaxAge: -1,
+		Secure: true, HttpOnly: true, SameSite: http.SameSiteLaxMode})
+	state := r.URL.Query().Get("state")
+	return err == nil && state != "" && subtle.ConstantTimeCompare([]byte(c.Value), []byte(state)) == 1
+}
+
 // Handler serves the redirect URI: it completes the sign-in (Complete) and
 // then answers the browser with DirectOptions.Done, or else a short page
 // saying whether it worked and, if not, why. Requests for other paths get
@@ -540,9 +590,17 @@ func (d *Direct) Handler() http.Handler {
 			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 			return
 		}
-		full := *d.redirect
-		full.RawQuery = r.URL.RawQuery
-		res, err := d.Complete(r.Context(), full.String())
+		var res *poppy.SignInResult
+		var err error
+		if d.boundToBrowser(w, r) {
+			full := *d.redirect
+			full.RawQuery = r.URL.RawQuery
+			res, err = d.Complete(r.Context(), full.String())
+		} else {
+			// Another browser's sign-in: nothing is completed, and the
+			// sign-in stays pending for the browser that started it.
+			err = fmt.Errorf("%w: this browser did not start the sign-in", ErrStateMismatch)
+		}
 		if d.done != nil {
 			d.done(w, r, res, err)
 			return

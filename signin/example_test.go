@@ -116,8 +116,7 @@ func ExampleDirect_Start() {
 	agent, identity := agenttest.New(nil, company, nil)
 	direct, err := signin.NewDirect(agent, &signin.DirectOptions{
 		Done: func(w http.ResponseWriter, r *http.Request, res *poppy.SignInResult, err error) {
-			// Check here that the request's state matches the browser's
-			// cookie (see Start), then send the browser on.
+			// Send the browser on to the application's own pages.
 			if err != nil {
 				http.Redirect(w, r, "/sign-in-failed", http.StatusSeeOther)
 				return
@@ -143,8 +142,8 @@ func ExampleDirect_Start() {
 		fmt.Println("signed in already") // no URL: don't redirect
 		return
 	}
-	// http.SetCookie(w, &http.Cookie{Name: "signin", Value: st.State, Secure: true, HttpOnly: true, SameSite: http.SameSiteLaxMode})
-	// http.Redirect(w, r, st.URL, http.StatusFound)
+	// direct.Redirect(w, r, st): a 302 to st.URL, with a cookie that binds
+	// the sign-in to this browser when DirectOptions.StateCookie is set.
 
 	// The User's browser: the Company's page, then back to the agent.
 	back, err := company.Browse(ctx, st.URL)

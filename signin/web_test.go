@@ -2,6 +2,10 @@ package signin_test
 
 import (
 	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/poppyproto/poppy"
@@ -61,5 +65,69 @@ func TestDirectInAWebApp(t *testing.T) {
 	st, err = d.Start(ctx, sess, scopes("poppy:read"))
 	if err != nil || st.Result == nil || !st.Result.Reused || st.URL != "" {
 		t.Fatalf("second Start: %+v, %v", st, err)
+	}
+}
+
+// DirectOptions.StateCookie binds the sign-in to the browser that started
+// it (RFC 6749 section 10.12): a redirect arriving in another browser
+// completes nothing, and the sign-in stays open for the right one.
+func TestDirectStateCookieBindsTheBrowser(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	d, err := signin.NewDirect(e.Agent, &signin.DirectOptions{StateCookie: "poppy_signin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Serve(d.Handler())
+	sess := e.Session("alice")
+	st, err := d.Start(ctx, sess, scopes("poppy:read"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	if !d.Redirect(rec, httptest.NewRequest("GET", "https://agent.test/login", nil), st) {
+		t.Fatal("Redirect did not redirect")
+	}
+	if rec.Code != http.StatusFound || rec.Header().Get("Location") != st.URL {
+		t.Fatalf("Redirect answered %d %s", rec.Code, rec.Header().Get("Location"))
+	}
+	cookies := rec.Result().Cookies()
+	if len(cookies) != 1 || cookies[0].Value != st.State || !cookies[0].Secure || !cookies[0].HttpOnly || cookies[0].SameSite != http.SameSiteLaxMode {
+		t.Fatalf("cookies %v", cookies)
+	}
+	back, err := e.Srv.Browse(ctx, st.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An attacker's browser, without the cookie, opens the redirect.
+	resp, err := e.Srv.Client().Get(back)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if page := readAll(t, resp); resp.StatusCode != http.StatusBadRequest || !strings.Contains(page, "not from a sign-in this agent started") {
+		t.Fatalf("foreign browser: %d %s", resp.StatusCode, page)
+	}
+	if n := len(grants(e, "authorization_code")); n != 0 || sess.SignedIn() {
+		t.Fatalf("%d exchanges, signed in %v", n, sess.SignedIn())
+	}
+	// The User's own browser, with the cookie, completes it.
+	jar, _ := cookiejar.New(nil)
+	u, _ := url.Parse(back)
+	jar.SetCookies(u, cookies)
+	browser := *e.Srv.Client()
+	browser.Jar = jar
+	resp, err = browser.Get(back)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if page := readAll(t, resp); resp.StatusCode != http.StatusOK {
+		t.Fatalf("own browser: %d %s", resp.StatusCode, page)
+	}
+	if res, err := d.Wait(ctx, st.State); err != nil || !sess.SignedIn() || res.User != "alice" {
+		t.Fatalf("Wait: %+v, %v", res, err)
+	}
+	// Signed in: nothing to redirect to.
+	st, _ = d.Start(ctx, sess, scopes("poppy:read"))
+	if d.Redirect(httptest.NewRecorder(), httptest.NewRequest("GET", "https://agent.test/login", nil), st) {
+		t.Fatal("redirected although signed in")
 	}
 }
