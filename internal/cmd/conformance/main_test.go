@@ -13,19 +13,34 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
+// rid spells a rule ID written with "~" for "-", so that the IDs this
+// file uses as data don't count as rules its tests show.
+func rid(s string) string { return strings.ReplaceAll(s, "~", "-") }
+
+func rids(ss ...string) []string {
+	if ss == nil {
+		return nil
+	}
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = rid(s)
+	}
+	return out
+}
+
 func TestNamedIDs(t *testing.T) {
 	for name, want := range map[string][]string{
-		"TestPA_4_3_02_Proof":               {"PA-4.3-02"},
-		"TestPA_3_01_URL":                   {"PA-3-01"},
-		"TestPA_3_2_04_PoppyDomains":        {"PA-3.2-04"},
-		"TestPA_4_5_05_to_08_CallbackCheck": {"PA-4.5-05", "PA-4.5-06", "PA-4.5-07", "PA-4.5-08"},
-		"TestPA_4_6_10_and_11_Expiry":       {"PA-4.6-10", "PA-4.6-11"},
-		"TestCO_OPS5_03_TermsChanged":       {"CO-OPS5-03"},
-		"TestCO_4_1_05":                     {"CO-4.1-05"},
+		"TestPA_4_3_02_Proof":               {"PA~4.3~02"},
+		"TestPA_3_01_URL":                   {"PA~3~01"},
+		"TestPA_3_2_04_PoppyDomains":        {"PA~3.2~04"},
+		"TestPA_4_5_05_to_08_CallbackCheck": {"PA~4.5~05", "PA~4.5~06", "PA~4.5~07", "PA~4.5~08"},
+		"TestPA_4_6_10_and_11_Expiry":       {"PA~4.6~10", "PA~4.6~11"},
+		"TestCO_OPS5_03_TermsChanged":       {"CO~OPS5~03"},
+		"TestCO_4_1_05":                     {"CO~4.1~05"},
 		"TestDirectAcrossReplicas":          nil,
-		"TestPA_4_4_01_and_05_Types":        {"PA-4.4-01", "PA-4.4-05"},
+		"TestPA_4_4_01_and_05_Types":        {"PA~4.4~01", "PA~4.4~05"},
 	} {
-		if got := namedIDs(name); !slices.Equal(got, want) {
+		if got := namedIDs(name); !slices.Equal(got, rids(want...)) {
 			t.Errorf("namedIDs(%s) = %v, want %v", name, got, want)
 		}
 	}
@@ -38,19 +53,19 @@ func TestScanFile(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module x\n"), 0o644)
 	src := `package x
 
-// PA-3-01 above
+// PA~3~01 above
 func TestA(t *testing.T) {
-	// PA-3-02 inside
-	_ = "PA-3-03"
+	// PA~3~02 inside
+	_ = "PA~3~03"
 }
 
-// between: CO-3-01
+// between: CO~3~01
 
 func helperB() {}
 
 func TestPA_3_04_Name(t *testing.T) {}
 `
-	os.WriteFile(filepath.Join(dir, "a_test.go"), []byte(src), 0o644)
+	os.WriteFile(filepath.Join(dir, "a_test.go"), []byte(rid(src)), 0o644)
 	ms, err := scan(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -60,14 +75,14 @@ func TestPA_3_04_Name(t *testing.T) {}
 		got[m.id] = m.test
 	}
 	want := map[string]string{
-		"PA-3-01": "a_test.go: TestA", "PA-3-02": "a_test.go: TestA",
-		"CO-3-01": "a_test.go: helperB", "PA-3-04": "a_test.go: TestPA_3_04_Name",
+		"PA~3~01": "a_test.go: TestA", "PA~3~02": "a_test.go: TestA",
+		"CO~3~01": "a_test.go: helperB", "PA~3~04": "a_test.go: TestPA_3_04_Name",
 	}
 	if len(got) != len(want) {
 		t.Fatalf("got %v", got)
 	}
 	for k, v := range want {
-		if got[k] != v {
+		if k = rid(k); got[k] != v {
 			t.Errorf("%s: %q, want %q", k, got[k], v)
 		}
 	}
@@ -103,7 +118,7 @@ func TestDocUpToDate(t *testing.T) {
 	if err != nil || !bytes.Equal(cur, doc) {
 		t.Fatalf("docs/conformance.md is stale (%v): run go generate github.com/poppyproto/poppy", err)
 	}
-	if !strings.Contains(string(doc), "| PA-4.2-16 |") {
-		t.Fatal("the document lacks PA-4.2-16")
+	if !strings.Contains(string(doc), "| "+rid("PA~4.2~16")+" |") {
+		t.Fatal("the document lacks PA~4.2~16")
 	}
 }
