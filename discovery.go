@@ -449,6 +449,9 @@ type flight struct {
 	done chan struct{}
 	body []byte
 	err  error
+	// callerGone: the ctx of the caller that fetched had ended, so err
+	// may be that ctx's and not the Company's answer.
+	callerGone bool
 }
 
 func newDocCache() *docCache {
@@ -457,34 +460,44 @@ func newDocCache() *docCache {
 
 // get returns the body for rawURL: from the cache while fresh, else by a
 // request (revalidating with If-None-Match when the cache has an ETag).
-// Concurrent callers for one URL share one request.
+// Concurrent callers for one URL share one request, sent with the ctx of
+// the caller that started it; if that caller's ctx ends first, each
+// waiter whose own ctx is still alive tries again itself, so one caller's
+// cancellation or deadline never becomes another's error (as token
+// renewal does, session.go).
 func (c *docCache) get(ctx context.Context, a *Agent, rawURL, what string) ([]byte, error) {
-	now := a.clock.Now()
-	c.mu.Lock()
-	if e, ok := c.entries[rawURL]; ok && now.Before(e.expires) {
-		c.mu.Unlock()
-		return e.body, nil
-	}
-	if f, ok := c.flight[rawURL]; ok {
-		c.mu.Unlock()
-		select {
-		case <-f.done:
-			return f.body, f.err
-		case <-ctx.Done():
-			return nil, ctx.Err()
+	for {
+		now := a.clock.Now()
+		c.mu.Lock()
+		if e, ok := c.entries[rawURL]; ok && now.Before(e.expires) {
+			c.mu.Unlock()
+			return e.body, nil
 		}
-	}
-	f := &flight{done: make(chan struct{})}
-	c.flight[rawURL] = f
-	stale := c.entries[rawURL]
-	c.mu.Unlock()
+		if f, ok := c.flight[rawURL]; ok {
+			c.mu.Unlock()
+			select {
+			case <-f.done:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			if f.err != nil && f.callerGone && ctx.Err() == nil {
+				continue // the fetching caller gave up; try ourselves
+			}
+			return f.body, f.err
+		}
+		f := &flight{done: make(chan struct{})}
+		c.flight[rawURL] = f
+		stale := c.entries[rawURL]
+		c.mu.Unlock()
 
-	f.body, f.err = c.fetch(ctx, a, rawURL, what, stale)
-	c.mu.Lock()
-	delete(c.flight, rawURL)
-	c.mu.Unlock()
-	close(f.done)
-	return f.body, f.err
+		f.body, f.err = c.fetch(ctx, a, rawURL, what, stale)
+		f.callerGone = ctx.Err() != nil
+		c.mu.Lock()
+		delete(c.flight, rawURL)
+		c.mu.Unlock()
+		close(f.done)
+		return f.body, f.err
+	}
 }
 
 const maxRedirects = 10
@@ -581,10 +594,14 @@ func (c *docCache) store(key string, body []byte, etag, lastURL string, resp *ht
 	c.entries[key] = &cacheEntry{body: body, etag: etag, lastURL: lastURL, expires: now.Add(ttl)}
 }
 
-// freshness reads Cache-Control, Age and Expires. keep is false for no-store.
+// freshness reads Cache-Control, Age and Expires. keep is false for
+// no-store. Every duration is clamped to rangeMaxAge (durations.go).
 func freshness(h http.Header, now time.Time) (ttl time.Duration, keep bool) {
 	cc := strings.ToLower(strings.Join(h.Values("Cache-Control"), ","))
-	maxAge := -1
+	if len(cc) > 4<<10 {
+		cc = cc[:4<<10]
+	}
+	maxAge, haveMaxAge := 0.0, false
 	for _, d := range strings.Split(cc, ",") {
 		d = strings.TrimSpace(d)
 		switch {
@@ -593,21 +610,22 @@ func freshness(h http.Header, now time.Time) (ttl time.Duration, keep bool) {
 		case d == "no-cache":
 			return 0, true
 		case strings.HasPrefix(d, "max-age="):
-			if n, err := strconv.Atoi(strings.Trim(d[len("max-age="):], `"`)); err == nil && n >= 0 {
-				maxAge = n
+			v := strings.Trim(d[len("max-age="):], `"`)
+			if isDigits(v) {
+				maxAge, haveMaxAge = parseSeconds(v)
 			}
 		}
 	}
-	if maxAge >= 0 {
-		ttl = time.Duration(maxAge) * time.Second
-		if age, err := strconv.Atoi(h.Get("Age")); err == nil && age > 0 {
-			ttl -= time.Duration(age) * time.Second
+	if haveMaxAge {
+		if age := strings.TrimSpace(h.Get("Age")); isDigits(age) {
+			a, _ := parseSeconds(age)
+			maxAge -= a
 		}
-		return max(ttl, 0), true
+		return clampSeconds(maxAge, rangeMaxAge), true
 	}
 	if exp := h.Get("Expires"); exp != "" {
 		if t, err := http.ParseTime(exp); err == nil {
-			return max(t.Sub(now), 0), true
+			return clampDuration(t.Sub(now), rangeMaxAge), true
 		}
 		return 0, true
 	}

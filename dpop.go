@@ -57,8 +57,8 @@ func newDPoPKey(priv *ecdsa.PrivateKey) (*dpopKey, error) {
 // request URL without query and fragment; ath is the token's hash, or "" at
 // the token endpoint; nonce is the origin's nonce, or "".
 func (k *dpopKey) proof(method, htu, ath, nonce string, now time.Time) (string, error) {
-	c := jose.NewClaims(160+len(htu)+len(nonce)).
-		String("jti", jose.RandomID(12)).
+	c := jose.NewClaims(168+len(htu)+len(nonce)).
+		String("jti", jose.RandomID(16)). // 128 bits: what assertions need too (A-04)
 		String("htm", method).
 		String("htu", htu).
 		Int("iat", now.Unix())
@@ -177,77 +177,170 @@ func validNonce(s string) bool {
 	return true
 }
 
-// challenge is a parsed WWW-Authenticate challenge.
-type challenge struct {
-	scheme string
-	params map[string]string
-}
+// Bounds on what the SDK reads of WWW-Authenticate (a Company's input).
+// The transport also caps response headers (maxResponseHeaderBytes), but a
+// caller-supplied client may not, so the parser is bounded by itself.
+const (
+	// maxChallengeBytes is how much of the WWW-Authenticate values, in
+	// total, is parsed; a challenge starting later is not seen.
+	maxChallengeBytes = 8 << 10
+	// maxScopes and maxScopeBytes bound Error.Scope: at most 64 scopes of
+	// at most 128 bytes each.
+	maxScopes     = 64
+	maxScopeBytes = 128
+)
 
-// parseChallenges parses WWW-Authenticate headers (RFC 9110 section 11.6.1)
-// leniently: scheme, then comma-separated name=value or name="quoted".
-func parseChallenges(h http.Header) []challenge {
-	var out []challenge
-	for _, line := range h.Values("WWW-Authenticate") {
-		s := line
-		var cur *challenge
-		for {
-			s = strings.TrimLeft(s, " \t,")
-			if s == "" {
-				break
-			}
-			// token
-			i := strings.IndexAny(s, " \t=,")
-			if i < 0 {
-				i = len(s)
-			}
-			tok := s[:i]
-			rest := strings.TrimLeft(s[i:], " \t")
-			if strings.HasPrefix(rest, "=") && cur != nil {
-				rest = strings.TrimLeft(rest[1:], " \t")
-				var val string
-				if strings.HasPrefix(rest, `"`) {
-					var b strings.Builder
-					j := 1
-					for ; j < len(rest); j++ {
-						if rest[j] == '\\' && j+1 < len(rest) {
-							j++
-							b.WriteByte(rest[j])
-							continue
-						}
-						if rest[j] == '"' {
-							break
-						}
-						b.WriteByte(rest[j])
-					}
-					val = b.String()
-					rest = rest[min(j+1, len(rest)):]
-				} else {
-					k := strings.IndexAny(rest, ", \t")
-					if k < 0 {
-						k = len(rest)
-					}
-					val, rest = rest[:k], rest[k:]
-				}
-				cur.params[strings.ToLower(tok)] = val
-				s = rest
-				continue
-			}
-			out = append(out, challenge{scheme: strings.ToLower(tok), params: map[string]string{}})
-			cur = &out[len(out)-1]
-			s = rest
-		}
-	}
-	return out
-}
-
-// dpopChallenge returns the DPoP (or Bearer) challenge's error and scope.
+// dpopChallenge returns the error and scope of the first DPoP or Bearer
+// challenge in WWW-Authenticate that has an error attribute (RFC 9110
+// section 11.6.1, RFC 6750 section 3, RFC 9449 section 7.1).
+//
+// It is one pass over at most maxChallengeBytes bytes, allocating only the
+// two values it returns: a header of a million "a," costs no more than a
+// short one. The grammar is read leniently: a scheme, then comma-separated
+// name=token or name="quoted" attributes, until the next scheme.
 func dpopChallenge(h http.Header) (code string, scope []string, ok bool) {
-	for _, c := range parseChallenges(h) {
-		if c.scheme == "dpop" || c.scheme == "bearer" {
-			if e := c.params["error"]; e != "" {
-				return e, strings.Fields(c.params["scope"]), true
-			}
+	budget := maxChallengeBytes
+	for _, line := range h.Values("WWW-Authenticate") {
+		if budget <= 0 {
+			break
+		}
+		if len(line) > budget {
+			line = line[:budget]
+		}
+		budget -= len(line)
+		if code, scope, ok = scanChallenges(line); ok {
+			return code, scope, true
 		}
 	}
 	return "", nil, false
+}
+
+// scanChallenges is dpopChallenge for one header value.
+func scanChallenges(s string) (code string, scope []string, ok bool) {
+	wanted := false // inside a DPoP or Bearer challenge
+	var errVal, scopeVal string
+	var haveErr bool
+	finish := func() bool {
+		if wanted && haveErr && errVal != "" {
+			code, scope, ok = errVal, boundedScopes(scopeVal), true
+			return true
+		}
+		return false
+	}
+	i := 0
+	for i < len(s) {
+		// Skip separators.
+		for i < len(s) && (s[i] == ' ' || s[i] == '\t' || s[i] == ',') {
+			i++
+		}
+		if i >= len(s) {
+			break
+		}
+		// A token: a scheme or an attribute name.
+		j := i
+		for j < len(s) && s[j] != ' ' && s[j] != '\t' && s[j] != '=' && s[j] != ',' {
+			j++
+		}
+		tok := s[i:j]
+		k := j
+		for k < len(s) && (s[k] == ' ' || s[k] == '\t') {
+			k++
+		}
+		if k < len(s) && s[k] == '=' && j > i {
+			// An attribute: name=value.
+			k++
+			for k < len(s) && (s[k] == ' ' || s[k] == '\t') {
+				k++
+			}
+			var val string
+			if k < len(s) && s[k] == '"' {
+				val, k = quoted(s, k, wanted)
+			} else {
+				e := k
+				for e < len(s) && s[e] != ',' && s[e] != ' ' && s[e] != '\t' {
+					e++
+				}
+				val, k = s[k:e], e
+			}
+			if wanted {
+				switch {
+				case strings.EqualFold(tok, "error") && !haveErr:
+					errVal, haveErr = val, true
+				case strings.EqualFold(tok, "scope") && scopeVal == "":
+					scopeVal = val
+				}
+			}
+			i = k
+			continue
+		}
+		if j == i {
+			// A lone "=": skip it.
+			i = j + 1
+			continue
+		}
+		// A new challenge begins: settle the previous one.
+		if finish() {
+			return code, scope, ok
+		}
+		wanted = strings.EqualFold(tok, "dpop") || strings.EqualFold(tok, "bearer")
+		errVal, scopeVal, haveErr = "", "", false
+		i = j
+	}
+	finish()
+	return code, scope, ok
+}
+
+// quoted reads the quoted-string starting at s[k] == '"' and returns its
+// value (unescaped only when keep is set; otherwise "") and the index after
+// it.
+func quoted(s string, k int, keep bool) (string, int) {
+	k++ // opening quote
+	start := k
+	escaped := false
+	for k < len(s) && s[k] != '"' {
+		if s[k] == '\\' && k+1 < len(s) {
+			escaped = true
+			k++
+		}
+		k++
+	}
+	raw := s[start:min(k, len(s))]
+	if k < len(s) {
+		k++ // closing quote
+	}
+	if !keep {
+		return "", k
+	}
+	if !escaped {
+		return raw, k
+	}
+	var b strings.Builder
+	b.Grow(len(raw))
+	for i := 0; i < len(raw); i++ {
+		if raw[i] == '\\' && i+1 < len(raw) {
+			i++
+		}
+		b.WriteByte(raw[i])
+	}
+	return b.String(), k
+}
+
+// boundedScopes splits a scope attribute (RFC 6749 section 3.3) into at
+// most maxScopes scopes of at most maxScopeBytes bytes of NQCHAR each; a
+// scope that breaks those rules is dropped.
+func boundedScopes(v string) []string {
+	var out []string
+	for len(v) > 0 && len(out) < maxScopes {
+		v = strings.TrimLeft(v, " ")
+		i := strings.IndexByte(v, ' ')
+		if i < 0 {
+			i = len(v)
+		}
+		sc := v[:i]
+		v = v[i:]
+		if sc != "" && len(sc) <= maxScopeBytes && validNonce(sc) {
+			out = append(out, sc)
+		}
+	}
+	return out
 }

@@ -38,4 +38,6 @@ func init() {
 	hooks.RestartSession = func(ctx context.Context, s any, ended string) error {
 		return s.(*Session).restart(ctx, ended)
 	}
+	hooks.ParseURL = func(a any, raw string) (*url.URL, error) { return a.(*Agent).parseURL(raw) }
+	hooks.DeviceDurations = deviceDurations
 }

@@ -458,3 +458,26 @@ func (a *Agent) UserID(ctx context.Context, user, issuer string) (string, error)
 	}
 	return out, nil
 }
+
+// String describes the identity by its client_id and key IDs, never a key.
+func (id *Identity) String() string {
+	if id == nil {
+		return "poppy.Identity(nil)"
+	}
+	var kids []string
+	if ks := id.keys.Load(); ks != nil {
+		for _, k := range ks.keys {
+			kids = append(kids, k.kid)
+		}
+	}
+	return fmt.Sprintf("poppy.Identity(%s, keys %q)", id.clientID, kids)
+}
+
+// GoString is String.
+func (id *Identity) GoString() string { return id.String() }
+
+// Format writes String for every verb.
+func (id *Identity) Format(f fmt.State, _ rune) { _, _ = f.Write([]byte(id.String())) }
+
+// LogValue logs String.
+func (id *Identity) LogValue() slog.Value { return slog.StringValue(id.String()) }

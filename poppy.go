@@ -75,13 +75,14 @@ package poppy
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -119,10 +120,16 @@ type AgentOptions struct {
 	// a fresh in-memory store, which forgets everything when the process
 	// ends; use package keystore/sqlitestore to keep state on disk.
 	Store keystore.Store
-	// HTTPClient sends every request. Nil means a client with dial, TLS and
-	// idle timeouts that reuses connections. The SDK copies it and adds a
-	// redirect policy that refuses non-HTTPS targets; it never changes the
-	// caller's client.
+	// HTTPClient sends every request. Nil means the SDK's own client (see
+	// DefaultHTTPClient): it connects only to public addresses (relaxed by
+	// UnsafeAllowLoopbackHTTP and AllowNetworks), waits at most 30 s for a
+	// response to begin (WithResponseHeaderTimeout changes that for one
+	// ctx, as long polls and event streams need) and caps response headers
+	// at 64 KiB. A client given here keeps its own policy for all of that:
+	// the SDK neither guards its dials nor adds timeouts, so an agent that
+	// supplies one and talks to Companies it doesn't trust must guard it
+	// itself. The SDK copies it and adds a redirect policy that refuses
+	// non-HTTPS targets; it never changes the caller's client.
 	HTTPClient *http.Client
 	// Logger receives debug and warning records. Nil discards. No record
 	// holds a token, proof, key, credential or code.
@@ -148,7 +155,18 @@ type AgentOptions struct {
 	// an agent identity under development on the same machine. The protocol
 	// requires HTTPS everywhere: never set this in production. Nothing else
 	// relaxes HTTPS.
+	//
+	// It also lets the SDK's own client (HTTPClient nil) connect to loopback
+	// addresses, which it otherwise refuses (see DefaultHTTPClient).
 	UnsafeAllowLoopbackHTTP bool
+	// AllowNetworks lists networks the SDK's own client (HTTPClient nil)
+	// may connect to although they are not public, such as a Company
+	// reached over a private network or a VPN: by default it refuses
+	// loopback, private, link-local (cloud metadata), CGNAT and other
+	// special-purpose addresses, so that a Company's documents can't aim
+	// the agent's requests into the network it runs in. It has no effect on
+	// a caller-supplied HTTPClient.
+	AllowNetworks []netip.Prefix
 }
 
 // Agent is a Personal Agent: an identity, a keystore and an HTTP client. It
@@ -214,7 +232,11 @@ func NewAgent(identity *Identity, opts *AgentOptions) (*Agent, error) {
 		opts:      o,
 		companies: map[string]*issuerState{},
 	}
-	a.client = a.secureClient(o.HTTPClient)
+	base := o.HTTPClient
+	if base == nil {
+		base = newDefaultClient(&dialGuard{allowLoopback: o.UnsafeAllowLoopbackHTTP, allow: slices.Clone(o.AllowNetworks)})
+	}
+	a.client = a.secureClient(base)
 	direct := *a.client
 	direct.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	a.direct = &direct
@@ -242,25 +264,6 @@ func (a *Agent) Logger() *slog.Logger { return a.log }
 
 // Clock returns the agent's clock.
 func (a *Agent) Clock() Clock { return a.clock }
-
-// DefaultHTTPClient returns the client the SDK uses when none is given:
-// connections are reused, and dialing, TLS handshakes and idle connections
-// time out. It has no overall timeout, because conversation streams and
-// long polls stay open; every call is bounded by its ctx, and token and
-// discovery requests by 30 s more.
-func DefaultHTTPClient() *http.Client {
-	return &http.Client{Transport: &http.Transport{
-		Proxy:                 http.ProxyFromEnvironment,
-		DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		ForceAttemptHTTP2:     true,
-		TLSHandshakeTimeout:   10 * time.Second,
-		TLSClientConfig:       &tls.Config{MinVersion: tls.VersionTLS12},
-		MaxIdleConns:          100,
-		MaxIdleConnsPerHost:   32,
-		IdleConnTimeout:       90 * time.Second,
-		ExpectContinueTimeout: time.Second,
-	}}
-}
 
 // secureClient copies c (or the default client) and refuses redirects to
 // URLs that are not HTTPS.
@@ -314,7 +317,12 @@ func isLoopback(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// parseURL parses raw and applies checkURL.
+// parseURL parses raw, a URL a Company sent, and applies checkURL: an
+// absolute https:// URL with a host (or http:// on loopback with
+// UnsafeAllowLoopbackHTTP), without user information, which could make a
+// URL shown to the User look like another host's. It is the one check of
+// Company URLs for the whole module: subpackages reach it through
+// internal/sdk.ParseURL.
 func (a *Agent) parseURL(raw string) (*url.URL, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
@@ -322,6 +330,9 @@ func (a *Agent) parseURL(raw string) (*url.URL, error) {
 	}
 	if err := a.checkURL(u); err != nil {
 		return nil, err
+	}
+	if u.Opaque != "" || u.User != nil {
+		return nil, fmt.Errorf("%w: %s://%s is not a plain absolute URL", ErrInsecureURL, u.Scheme, u.Host)
 	}
 	return u, nil
 }
@@ -353,3 +364,21 @@ func readCapped(r io.Reader, limit int64) ([]byte, error) {
 func withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, requestTimeout)
 }
+
+// String describes the Agent by its client_id. Neither it nor any other
+// verb of fmt or slog shows the keystore, keys or tokens the Agent holds.
+func (a *Agent) String() string {
+	if a == nil {
+		return "poppy.Agent(nil)"
+	}
+	return "poppy.Agent(" + a.id.clientID + ")"
+}
+
+// GoString is String.
+func (a *Agent) GoString() string { return a.String() }
+
+// Format writes String for every verb.
+func (a *Agent) Format(f fmt.State, _ rune) { _, _ = f.Write([]byte(a.String())) }
+
+// LogValue logs String.
+func (a *Agent) LogValue() slog.Value { return slog.StringValue(a.String()) }

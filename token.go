@@ -18,9 +18,10 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
-	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -39,9 +40,25 @@ type tokenResponse struct {
 	SessionID             string          `json:"session_id"`
 	SignedIn              bool            `json:"signed_in"`
 	RefreshToken          string          `json:"refresh_token,omitempty"`
-	RefreshTokenExpiresIn int64           `json:"refresh_token_expires_in,omitempty"`
+	RefreshTokenExpiresIn accountSeconds  `json:"refresh_token_expires_in,omitempty"`
 
 	expiresIn time.Duration
+}
+
+// accountSeconds is refresh_token_expires_in (PA-4.4-12): whole seconds,
+// clamped by companySeconds to rangeAccountLifetime, so that multiplying it
+// by time.Second can't overflow; 0 when the Company gave no usable
+// positive number.
+type accountSeconds int64
+
+// UnmarshalJSON reads any JSON value; a non-number or non-positive number
+// is 0 (no expiry), a huge one the range's maximum.
+func (s *accountSeconds) UnmarshalJSON(b []byte) error {
+	*s = 0
+	if d, positive, ok := companySeconds(string(b), rangeAccountLifetime); ok && positive {
+		*s = accountSeconds(d / time.Second)
+	}
+	return nil
 }
 
 // oauthError is the OAuth error body.
@@ -64,12 +81,13 @@ func (a *Agent) postForm(ctx context.Context, c *Company, endpoint string, key *
 		return nil, err
 	}
 	htu := htuOf(u)
-	nonceRetried := false
+	nonceRetried, connRetried := false, false
 	for attempt := 0; ; attempt++ {
 		form, err := build()
 		if err != nil {
 			return nil, err
 		}
+		replaySafe := replaySafeGrant(form.Get("grant_type"))
 		now := a.clock.Now()
 		ca, err := a.id.clientAssertion(c.meta.TokenEndpoint, now)
 		if err != nil {
@@ -91,8 +109,20 @@ func (a *Agent) postForm(ctx context.Context, c *Company, endpoint string, key *
 			}
 			req.Header.Set("DPoP", p)
 		}
+		var tr connTrace
+		req = req.WithContext(httptrace.WithClientTrace(ctx, tr.trace()))
 		resp, err := a.direct.Do(req) // never redirected: the body holds credentials
 		if err != nil {
+			// A pooled connection the server closed as the request went out
+			// (its keep-alive timeout): sent again once, on a new
+			// connection, with a fresh assertion and proof, when a replay
+			// is harmless. net/http itself resends any request it provably
+			// did not write, which covers a rotating refresh.
+			if replaySafe && !connRetried && tr.reusedNoAnswer() && ctx.Err() == nil {
+				connRetried = true
+				a.log.DebugContext(ctx, "poppy: token endpoint connection closed before any answer; retrying once", "url", endpointOf(u), "error", err)
+				continue
+			}
 			return nil, fmt.Errorf("poppy: POST %s: %w", endpointOf(u), unwrapURLError(err))
 		}
 		_, learned := a.nonces.learn(u, resp.Header)
@@ -124,6 +154,53 @@ func (a *Agent) postForm(ctx context.Context, c *Company, endpoint string, key *
 }
 
 const maxRateRetries = 3
+
+// replaySafeGrant reports whether a token endpoint request may be sent again
+// when it is unknown whether the Company received it (spec 4.2, 4.6): a
+// jwt-bearer grant (a replay starts or renews a Session again), a
+// device_code poll (a replay is one more poll), and the requests without a
+// grant_type (revocation, device authorization). A rotating refresh_token
+// or an authorization code is used up by its first use, so a replay could
+// lose the Account Token or trip code-replay detection.
+func replaySafeGrant(grantType string) bool {
+	switch grantType {
+	case grantJWTBearer, grantDeviceCode, "":
+		return true
+	}
+	return false
+}
+
+const grantDeviceCode = "urn:ietf:params:oauth:grant-type:device_code"
+
+// connTrace records whether a request went out on a reused connection and
+// whether any byte of an answer came back.
+type connTrace struct {
+	mu            sync.Mutex
+	reused, heard bool
+}
+
+func (c *connTrace) trace() *httptrace.ClientTrace {
+	return &httptrace.ClientTrace{
+		GotConn: func(i httptrace.GotConnInfo) {
+			c.mu.Lock()
+			c.reused = i.Reused
+			c.mu.Unlock()
+		},
+		GotFirstResponseByte: func() {
+			c.mu.Lock()
+			c.heard = true
+			c.mu.Unlock()
+		},
+	}
+}
+
+// reusedNoAnswer reports a failure on a pooled connection before any byte
+// of an answer: the signature of a server closing an idle connection.
+func (c *connTrace) reusedNoAnswer() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.reused && !c.heard
+}
 
 // waitRateLimit sleeps before retrying a 429 (spec 4.3): at least
 // Retry-After, or 1 s, 2 s, 4 s without it (A-40). It returns the 429 as an
@@ -187,20 +264,18 @@ func (a *Agent) responseError(u *url.URL, resp *http.Response, body []byte) *Err
 	return e
 }
 
-// parseRetryAfter reads delta-seconds or an HTTP-date (PA-4.3-28).
+// parseRetryAfter reads delta-seconds or an HTTP-date (PA-4.3-28), clamped
+// to rangeRetryAfter: any run of digits is a wait, however long, so that a
+// value too large for an integer is "longer than MaxRetryWait" rather than
+// absent (PA-4.3-27). Anything else is absent (0).
 func parseRetryAfter(v string, now time.Time) time.Duration {
 	v = strings.TrimSpace(v)
-	if v == "" {
-		return 0
+	if isDigits(v) {
+		d, _, _ := companySeconds(v, rangeRetryAfter)
+		return d
 	}
-	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-		if n < 0 {
-			return 0
-		}
-		if n > 1<<31 {
-			n = 1 << 31
-		}
-		return time.Duration(n) * time.Second
+	if len(v) > 64 {
+		return 0 // no HTTP-date is this long
 	}
 	if t, err := http.ParseTime(v); err == nil {
 		// Round up: waiting "at least" the date must not end a fraction early.
@@ -208,7 +283,7 @@ func parseRetryAfter(v string, now time.Time) time.Duration {
 		if d <= 0 {
 			return 0
 		}
-		return d.Truncate(time.Second) + time.Second
+		return clampDuration(d.Truncate(time.Second)+time.Second, rangeRetryAfter)
 	}
 	return 0
 }
@@ -231,11 +306,13 @@ func parseTokenResponse(body []byte, bearer bool) (*tokenResponse, error) {
 	if !strings.EqualFold(tr.TokenType, want) {
 		return nil, fmt.Errorf("%w: got %q, want %q", ErrUnexpectedTokenType, cleanText(tr.TokenType), want)
 	}
-	var n int64
-	if err := json.Unmarshal(tr.ExpiresIn, &n); err != nil || n <= 0 {
-		return nil, fmt.Errorf("%w: expires_in must be a positive integer", ErrInvalidTokenResponse)
+	// PA-4.2-13: required and positive; clamped so that no value overflows
+	// into an expiry in the past.
+	d, positive, ok := companySeconds(string(tr.ExpiresIn), rangeTokenLifetime)
+	if !ok || !positive {
+		return nil, fmt.Errorf("%w: expires_in must be a positive number of seconds", ErrInvalidTokenResponse)
 	}
-	tr.expiresIn = time.Duration(n) * time.Second
+	tr.expiresIn = d
 	if tr.SessionID == "" {
 		return nil, fmt.Errorf("%w: no session_id", ErrInvalidTokenResponse)
 	}

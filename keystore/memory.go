@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -125,3 +126,27 @@ func (m *Memory) List(ctx context.Context, kind Kind, user, issuer string) ([]Ke
 	})
 	return keys, nil
 }
+
+// String describes the store without any record: records hold private
+// keys and tokens.
+func (m *Memory) String() string {
+	if m == nil {
+		return "keystore.Memory(nil)"
+	}
+	m.mu.RLock()
+	n := 0
+	for _, ids := range m.records {
+		n += len(ids)
+	}
+	m.mu.RUnlock()
+	return fmt.Sprintf("keystore.Memory(%d records, values redacted)", n)
+}
+
+// GoString is String, so %#v shows no record either.
+func (m *Memory) GoString() string { return m.String() }
+
+// Format writes String for every verb.
+func (m *Memory) Format(f fmt.State, _ rune) { _, _ = f.Write([]byte(m.String())) }
+
+// LogValue logs String.
+func (m *Memory) LogValue() slog.Value { return slog.StringValue(m.String()) }

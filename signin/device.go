@@ -25,8 +25,8 @@ import (
 )
 
 const (
-	defaultInterval = 5 * time.Second
 	slowDownStep    = 5 * time.Second
+	maxInterval     = 10 * time.Minute // as sdk.DeviceDurations clamps interval
 	grantDeviceCode = "urn:ietf:params:oauth:grant-type:device_code"
 	// maxRestarts bounds how many times one sign-in starts a new Session
 	// because the Company answered invalid_session.
@@ -38,7 +38,7 @@ type deviceAuthorization struct {
 	UserCode                string          `json:"user_code"`
 	VerificationURI         string          `json:"verification_uri"`
 	VerificationURIComplete string          `json:"verification_uri_complete"`
-	ExpiresIn               int64           `json:"expires_in"`
+	ExpiresIn               json.RawMessage `json:"expires_in"`
 	Interval                json.RawMessage `json:"interval"`
 }
 
@@ -62,24 +62,25 @@ func Device(ctx context.Context, sess *poppy.Session, opts *poppy.SignInOptions,
 	if err := json.Unmarshal(body, &da); err != nil || da.DeviceCode == "" || da.UserCode == "" || da.VerificationURI == "" {
 		return nil, errors.New("signin: invalid device authorization response")
 	}
+	// The User opens these: absolute HTTPS URLs with a host (http:// on
+	// loopback only with UnsafeAllowLoopbackHTTP), the module's one check.
 	for _, raw := range []string{da.VerificationURI, da.VerificationURIComplete} {
 		if raw == "" {
 			continue
 		}
-		if u, err := url.Parse(raw); err != nil || u.Scheme != "https" {
-			return nil, errors.New("signin: verification URI is not an HTTPS URL")
+		if _, err := sdk.ParseURL(c.Agent(), raw); err != nil {
+			return nil, fmt.Errorf("signin: verification URI: %w", err)
 		}
 	}
-	interval := defaultInterval // PA-4.6-05
-	var secs int64
-	if json.Unmarshal(da.Interval, &secs) == nil && secs > 0 {
-		interval = time.Duration(secs) * time.Second
+	// Both clamped (durations.go in package poppy): a huge interval can't
+	// overflow into a busy loop, and a missing expires_in, which RFC 8628
+	// requires, can't make the agent poll until ctx ends.
+	interval, lifetime, err := sdk.DeviceDurations(string(da.Interval), string(da.ExpiresIn)) // PA-4.6-05
+	if err != nil {
+		return nil, err
 	}
 	start := clock.Now()
-	expires := time.Time{}
-	if da.ExpiresIn > 0 {
-		expires = start.Add(time.Duration(da.ExpiresIn) * time.Second)
-	}
+	expires := start.Add(lifetime)
 	// PA-4.6-02: exactly what the Company returned; never the device code.
 	if err := p.ShowCode(ctx, &CodePrompt{
 		Company: c.Name(), VerificationURI: da.VerificationURI, UserCode: da.UserCode,
@@ -91,7 +92,7 @@ func Device(ctx context.Context, sess *poppy.Session, opts *poppy.SignInOptions,
 	restarts := 0
 	for {
 		// PA-4.6-11: stop at expires_in, whatever the Company says.
-		if !expires.IsZero() && !clock.Now().Add(interval).Before(expires.Add(time.Nanosecond)) {
+		if !clock.Now().Add(interval).Before(expires.Add(time.Nanosecond)) {
 			return nil, ErrDeviceCodeExpired
 		}
 		// PA-4.6-04: never sooner than interval after the previous poll.
@@ -124,7 +125,7 @@ func Device(ctx context.Context, sess *poppy.Session, opts *poppy.SignInOptions,
 			}
 		case "authorization_pending": // PA-4.6-06
 		case "slow_down": // PA-4.6-07
-			interval += slowDownStep
+			interval = min(interval+slowDownStep, maxInterval)
 		case "access_denied": // PA-4.6-09
 			return nil, because(ErrAccessDenied, err)
 		case "expired_token": // PA-4.6-10

@@ -115,8 +115,8 @@ func Mediated(ctx context.Context, sess *poppy.Session, opts *poppy.SignInOption
 	}
 	c := sess.Company()
 	m := c.Document().Auth.Mediated
-	endpoint, err := url.Parse(m.Endpoint)
-	if err != nil || endpoint.Scheme != "https" || endpoint.RawQuery != "" {
+	endpoint, err := sdk.ParseURL(c.Agent(), m.Endpoint) // http:// on loopback only with UnsafeAllowLoopbackHTTP
+	if err != nil || endpoint.RawQuery != "" {
 		return nil, errors.New("signin: auth.mediated.endpoint is not an HTTPS URL")
 	}
 	prompt := &CredentialsPrompt{Company: c.Name(), Fields: append([]poppy.MediatedField(nil), m.Fields...), Scopes: describe(c, opts.Scopes)}

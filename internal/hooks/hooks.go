@@ -13,6 +13,7 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"time"
 )
 
 var (
@@ -36,4 +37,10 @@ var (
 
 	// RestartSession: func(ctx, s *poppy.Session, ended string) error
 	RestartSession func(ctx context.Context, s any, ended string) error
+
+	// ParseURL: func(a *poppy.Agent, raw string) (*url.URL, error)
+	ParseURL func(a any, raw string) (*url.URL, error)
+
+	// DeviceDurations: func(interval, expiresIn string) (time.Duration, time.Duration, error)
+	DeviceDurations func(interval, expiresIn string) (time.Duration, time.Duration, error)
 )

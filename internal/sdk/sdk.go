@@ -10,6 +10,7 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"time"
 
 	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/internal/hooks"
@@ -76,4 +77,21 @@ func BoundHTTPClient(s *poppy.Session, sessionID string) *http.Client {
 // the Session is already another one than ended, it does nothing.
 func RestartSession(ctx context.Context, s *poppy.Session, ended string) error {
 	return hooks.RestartSession(ctx, s, ended)
+}
+
+// ParseURL parses raw, a URL a Company sent, with the one check the whole
+// module applies to Company URLs: absolute https:// with a host and no user
+// information, or http:// on a loopback host when the Agent was made with
+// UnsafeAllowLoopbackHTTP. Its errors match poppy.ErrInsecureURL.
+func ParseURL(a *poppy.Agent, raw string) (*url.URL, error) {
+	return hooks.ParseURL(a, raw)
+}
+
+// DeviceDurations reads a device authorization response's interval and
+// expires_in (RFC 8628 section 3.2; the JSON values as they came, "" when
+// absent) through the SDK's one duration clamp: interval defaults to 5 s
+// when absent or not positive and lies in [1 s, 10 min]; expires_in is
+// required and positive, else an error, and is at most 1 hour.
+func DeviceDurations(interval, expiresIn string) (time.Duration, time.Duration, error) {
+	return hooks.DeviceDurations(interval, expiresIn)
 }

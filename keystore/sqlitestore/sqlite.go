@@ -133,8 +133,10 @@ func DefaultPath() (string, error) {
 // Open opens the SQLite keystore at path, creating the file (mode 0600)
 // and its directory (mode 0700) if they don't exist. It is safe for several
 // processes to open one new file at once: each creates the schema only if no
-// other has. It fails if the file holds a schema newer than this SDK knows, or
-// belongs to another program. The store must be closed with [Store.Close].
+// other has. It fails if the file holds a schema newer than this SDK knows,
+// or is not a new, empty file or a keystore: another program's database
+// (ErrForeignDatabase) is left exactly as it was, its mode included. The
+// store must be closed with [Store.Close].
 func Open(path string, opts *Options) (*Store, error) {
 	var o Options
 	if opts != nil {
@@ -157,17 +159,26 @@ func Open(path string, opts *Options) (*Store, error) {
 	if err := createPrivate(path); err != nil {
 		return nil, fmt.Errorf("sqlitestore: creating %s: %w", path, err)
 	}
-	if err := os.Mkdir(lockDir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
-		return nil, fmt.Errorf("sqlitestore: %w", err)
-	}
-	if err := tightenModes(path); err != nil {
-		return nil, err
-	}
-
 	db, err := sql.Open("sqlite", sqliteDSN(path, o.BusyTimeout))
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: opening %s: %w", path, err)
 	}
+	// Before anything is changed (its mode, a lock directory beside it, its
+	// journal mode, a table): the file must be new and empty or already a
+	// keystore, never another program's database.
+	if err := checkOwnership(db); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("sqlitestore: opening %s: %w", path, err)
+	}
+	if err := os.Mkdir(lockDir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		db.Close()
+		return nil, fmt.Errorf("sqlitestore: %w", err)
+	}
+	if err := tightenModes(path); err != nil {
+		db.Close()
+		return nil, err
+	}
+
 	// A few connections let Gets run side by side; writes take turns anyway.
 	db.SetMaxOpenConns(8)
 	db.SetMaxIdleConns(8)
@@ -191,7 +202,7 @@ func Open(path string, opts *Options) (*Store, error) {
 }
 
 // sqliteDSN returns the data source name for the database at path. Every
-// connection gets the busy timeout and synchronous=FULL, and begins
+// connection gets the busy timeout, synchronous=FULL and secure_delete, and begins
 // transactions with BEGIN IMMEDIATE, which takes the write lock at once
 // instead of failing at the first write when another process got there first.
 func sqliteDSN(path string, busy time.Duration) string {
@@ -204,6 +215,9 @@ func sqliteDSN(path string, busy time.Duration) string {
 	q := url.Values{}
 	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busy.Milliseconds()))
 	q.Add("_pragma", "synchronous(FULL)")
+	// Deleted and overwritten records are zeroed in the file, so that a
+	// deleted Account Token can't be read from free pages (docs/stores.md).
+	q.Add("_pragma", "secure_delete(ON)")
 	q.Set("_txlock", "immediate")
 	return u.String() + "?" + q.Encode()
 }
@@ -321,6 +335,17 @@ func (s *Store) init() error {
 	if appID != 0 && appID != sqliteApplicationID {
 		return fmt.Errorf("not a keystore database (application_id %#x)", appID)
 	}
+	if appID == 0 {
+		// Not ours yet: only an empty database becomes a keystore (another
+		// process may have created the schema since checkOwnership).
+		var objects int
+		if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_master").Scan(&objects); err != nil {
+			return err
+		}
+		if objects > 0 || version != 0 {
+			return ErrForeignDatabase
+		}
+	}
 	switch {
 	case version == sqliteSchemaVersion:
 		return nil
@@ -345,6 +370,34 @@ func (s *Store) init() error {
 		}
 	}
 	return tx.Commit()
+}
+
+// ErrForeignDatabase is returned by Open for a file that is a database of
+// another program: neither empty nor a keystore. Open changes nothing in it.
+var ErrForeignDatabase = errors.New("sqlitestore: the file is another program's database, not a keystore")
+
+// checkOwnership reads, without writing anything, whether db is new (no
+// schema at all) or a keystore, and fails with ErrForeignDatabase
+// otherwise. A file that isn't a SQLite database fails too.
+func checkOwnership(db *sql.DB) error {
+	ctx := context.Background() // bounded by the busy timeout, like init
+	var appID, version, objects int
+	if err := db.QueryRowContext(ctx, "PRAGMA application_id").Scan(&appID); err != nil {
+		return err
+	}
+	if err := db.QueryRowContext(ctx, "PRAGMA user_version").Scan(&version); err != nil {
+		return err
+	}
+	if err := db.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_master").Scan(&objects); err != nil {
+		return err
+	}
+	switch {
+	case appID == sqliteApplicationID:
+		return nil
+	case appID == 0 && version == 0 && objects == 0:
+		return nil // empty: it becomes a keystore
+	}
+	return ErrForeignDatabase
 }
 
 func (s *Store) prepare() error {
@@ -443,6 +496,14 @@ func (s *Store) Update(ctx context.Context, key keystore.Key, fn func(current []
 		return err
 	}
 	deleted = next == nil
+	if deleted && key.Kind.Secret() {
+		// secure_delete zeroes the record in the database's pages, but the
+		// write-ahead log still holds the frames that wrote it: copy the
+		// log into the database and empty it. Best effort: a reader of
+		// another process can make SQLite give up; the next checkpoint
+		// then does it.
+		_, _ = s.db.ExecContext(context.WithoutCancel(ctx), "PRAGMA wal_checkpoint(TRUNCATE)")
+	}
 	return nil
 }
 
