@@ -263,7 +263,7 @@ func ResponseError(resp *http.Response) error {
 			io.Closer
 		}{io.MultiReader(bytes.NewReader(head), rest), rest}
 		var oe oauthError
-		if err == nil && json.Unmarshal(head, &oe) == nil {
+		if err == nil && headOAuthError(head, &oe) {
 			if oe.Error != "" && e.Code == "" {
 				e.Code = oe.Error
 			}
@@ -287,6 +287,44 @@ func ResponseError(resp *http.Response) error {
 		}
 	}
 	return e
+}
+
+// headOAuthError decodes the OAuth error members of an error body's head,
+// which may be cut short at maxErrorBody: members that come before the
+// cut are found even when the rest of the object is missing.
+func headOAuthError(head []byte, oe *oauthError) bool {
+	if json.Unmarshal(head, oe) == nil {
+		return true
+	}
+	d := json.NewDecoder(bytes.NewReader(head))
+	if t, err := d.Token(); err != nil || t != json.Delim('{') {
+		return false
+	}
+	found := false
+	for d.More() {
+		t, err := d.Token()
+		if err != nil {
+			break
+		}
+		name, _ := t.(string)
+		var dst *string
+		switch name {
+		case "error":
+			dst = &oe.Error
+		case "error_description":
+			dst = &oe.Description
+		case "extension":
+			dst = &oe.Extension
+		}
+		var v json.RawMessage
+		if err := d.Decode(&v); err != nil {
+			break
+		}
+		if dst != nil && json.Unmarshal(v, dst) == nil {
+			found = true
+		}
+	}
+	return found
 }
 
 // isJSON reports whether a Content-Type is JSON (application/json or a

@@ -1,0 +1,43 @@
+package poppy
+
+import (
+	"crypto/x509"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"time"
+)
+
+// GuardOptions builds the SDK's default client for a test: a resolver, the
+// roots to trust, the guard's relaxations, the environment's proxy and the
+// response header timeout (0: the default).
+type GuardOptions struct {
+	Resolver      *net.Resolver
+	Roots         *x509.CertPool
+	AllowLoopback bool
+	Allow         []netip.Prefix
+	Proxy         func(*http.Request) (*url.URL, error)
+	HeaderTimeout time.Duration
+}
+
+// GuardedClient returns the client newDefaultClient builds with o.
+func GuardedClient(o GuardOptions) *http.Client {
+	g := &dialGuard{allowLoopback: o.AllowLoopback, allow: o.Allow, resolver: o.Resolver, roots: o.Roots, proxyFunc: o.Proxy}
+	c := newDefaultClient(g)
+	if o.HeaderTimeout > 0 {
+		c.Transport.(*headerTimeoutTransport).d = o.HeaderTimeout
+	}
+	return c
+}
+
+// IsPublicAddr is isPublicAddr.
+var IsPublicAddr = isPublicAddr
+
+// DefaultTransportLimits reports the default client's header cap, idle
+// timeout and header timeout.
+func DefaultTransportLimits() (headerBytes int64, idle, headerTimeout time.Duration) {
+	ht := DefaultHTTPClient().Transport.(*headerTimeoutTransport)
+	t := ht.base.(*http.Transport)
+	return t.MaxResponseHeaderBytes, t.IdleConnTimeout, ht.d
+}

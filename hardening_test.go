@@ -1,0 +1,881 @@
+package poppy_test
+
+// Attacks on the root package by a hostile Company and a careless caller
+// (issue 8), kept together so that the next attack finds its neighbours.
+// Each test names its attack; each failed on the code before its fix
+// (commit b9fcb33), except TestAttackLargeErrorBody, whose fix landed in
+// b9fcb33 itself (the transport no longer reads error bodies) and which
+// checks that it holds on every path.
+//
+// A hostile Company is played by the strict fake, with a hostile
+// transport in front of it that rewrites what it answers.
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/poppyproto/poppy"
+	"github.com/poppyproto/poppy/keystore"
+	"github.com/poppyproto/poppy/keystore/sqlitestore"
+	"github.com/poppyproto/poppy/poppytest"
+	"github.com/poppyproto/poppy/signin"
+)
+
+// hostile sits between the SDK and the fake Company and lets a test change
+// the Company's answers on chosen paths.
+type hostile struct {
+	base  http.RoundTripper
+	mu    sync.Mutex
+	rules map[string]func(req *http.Request, next http.RoundTripper) (*http.Response, error)
+}
+
+func (h *hostile) on(path string, fn func(req *http.Request, next http.RoundTripper) (*http.Response, error)) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.rules[path] = fn
+}
+
+// onJSON rewrites the JSON object of every 200 answer on path.
+func (h *hostile) onJSON(path string, fn func(m map[string]any)) {
+	h.on(path, func(req *http.Request, next http.RoundTripper) (*http.Response, error) {
+		resp, err := next.RoundTrip(req)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			return resp, err
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		d := json.NewDecoder(bytes.NewReader(b))
+		d.UseNumber()
+		var m map[string]any
+		if d.Decode(&m) != nil {
+			setBody(resp, b)
+			return resp, nil
+		}
+		fn(m)
+		nb, _ := json.Marshal(m)
+		setBody(resp, nb)
+		return resp, nil
+	})
+}
+
+func (h *hostile) RoundTrip(req *http.Request) (*http.Response, error) {
+	h.mu.Lock()
+	fn := h.rules[req.URL.Path]
+	h.mu.Unlock()
+	if fn != nil {
+		return fn(req, h.base)
+	}
+	return h.base.RoundTrip(req)
+}
+
+func setBody(resp *http.Response, b []byte) {
+	resp.Body = io.NopCloser(bytes.NewReader(b))
+	resp.ContentLength = int64(len(b))
+	resp.Header.Del("Content-Length")
+}
+
+// answer is a canned response to req.
+func answer(req *http.Request, status int, h http.Header, body string) *http.Response {
+	if h == nil {
+		h = http.Header{}
+	}
+	return &http.Response{StatusCode: status, Status: http.StatusText(status), Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: h, Body: io.NopCloser(strings.NewReader(body)), ContentLength: int64(len(body)), Request: req}
+}
+
+// hostileEnv is newEnv whose agent talks to the fake through a hostile
+// transport.
+func hostileEnv(t *testing.T, srvOpts *poppytest.Options, aopts *poppy.AgentOptions) (*env, *hostile) {
+	t.Helper()
+	e := newEnv(t, srvOpts, aopts)
+	h := &hostile{base: e.srv.Transport(), rules: map[string]func(*http.Request, http.RoundTripper) (*http.Response, error){}}
+	var o poppy.AgentOptions
+	if aopts != nil {
+		o = *aopts
+	}
+	o.HTTPClient = &http.Client{Transport: h}
+	e.agent = e.newAgent(&o)
+	return e, h
+}
+
+const tokenPath = "/oauth/token"
+
+// Item 3, PA-4.2-13: an expires_in too large for time.Duration overflowed
+// into an expiry in the past, so every API call asked for a new token.
+func TestAttackExpiresInOverflow(t *testing.T) {
+	for _, v := range []any{json.Number("9223372037"), json.Number("99999999999999999999"), json.Number("1e30")} {
+		t.Run(fmt.Sprint(v), func(t *testing.T) {
+			e, h := hostileEnv(t, nil, nil)
+			h.onJSON(tokenPath, func(m map[string]any) { m["expires_in"] = v })
+			s := e.session("alice")
+			for range 3 {
+				if st, _ := e.get(s, "/products"); st != 200 {
+					t.Fatalf("GET status %d", st)
+				}
+			}
+			if n := len(grantsOf(e, "urn:ietf:params:oauth:grant-type:jwt-bearer")); n != 1 {
+				t.Fatalf("%d token requests for one Session and 3 calls, want 1", n)
+			}
+			tok, err := s.Token(ctx, nil)
+			if err != nil || !tok.Expiry.After(e.srv.Clock().Now().Add(24*time.Hour)) {
+				t.Fatalf("token expiry %v (%v): clamped to 30 days expected", tok.Expiry, err)
+			}
+		})
+	}
+	// PA-4.2-13 still: missing, non-positive or non-numeric is an error.
+	for _, v := range []any{nil, json.Number("0"), json.Number("-5"), "3600"} {
+		e, h := hostileEnv(t, nil, nil)
+		h.onJSON(tokenPath, func(m map[string]any) {
+			if v == nil {
+				delete(m, "expires_in")
+			} else {
+				m["expires_in"] = v
+			}
+		})
+		_, err := e.agent.Company(ctx, "example.test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.company("example.test").Session(ctx, "alice", nil); !errors.Is(err, poppy.ErrInvalidTokenResponse) {
+			t.Fatalf("expires_in %v: %v, want ErrInvalidTokenResponse", v, err)
+		}
+	}
+}
+
+// Item 3, PA-4.4-12: the same overflow in refresh_token_expires_in made a
+// fresh Account Token look expired at once.
+func TestAttackAccountTokenLifetimeOverflow(t *testing.T) {
+	e, h := hostileEnv(t, nil, nil)
+	huge := func(m map[string]any) {
+		if _, ok := m["refresh_token"]; ok {
+			m["refresh_token_expires_in"] = json.Number("9223372037")
+		}
+	}
+	h.onJSON(tokenPath, huge)
+	h.onJSON("/poppy/sign-in", huge)
+	s := signedIn(t, e, "default")
+	at, err := s.AccountToken(ctx, "")
+	if err != nil {
+		t.Fatalf("AccountToken after a sign-in with a huge refresh_token_expires_in: %v", err)
+	}
+	if !at.Expiry.After(e.srv.Clock().Now().Add(365 * 24 * time.Hour)) {
+		t.Fatalf("Account Token expiry %v", at.Expiry)
+	}
+}
+
+// Item 3, PA-4.3-27: a Retry-After too long for an integer was taken as
+// absent, and the request retried after 1 s.
+func TestAttackRetryAfterHuge(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	s := e.session("alice")
+	before := len(sdkRequests(e.srv, poppytest.EndpointAPI))
+	e.srv.RateLimit(poppytest.EndpointAPI, 1, "99999999999999999999")
+	resp, err := s.HTTPClient().Get(e.srv.APIURL() + "/products")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rerr := poppy.ResponseError(resp)
+	resp.Body.Close()
+	var pe *poppy.Error
+	if resp.StatusCode != 429 || !errors.As(rerr, &pe) || pe.RetryAfter < 2*time.Minute {
+		t.Fatalf("status %d, error %v: want the 429 back with its (clamped) Retry-After", resp.StatusCode, rerr)
+	}
+	if n := len(sdkRequests(e.srv, poppytest.EndpointAPI)) - before; n != 1 {
+		t.Fatalf("%d requests: a wait longer than MaxRetryWait must not be retried", n)
+	}
+}
+
+// Item 3 and 1 (cache max-age), PA-3-04, PA-3.2-08: max-age values that
+// overflow time.Duration, or any int, are a day at most, not "revalidate
+// every time" nor "forever".
+func TestAttackCacheMaxAgeOverflow(t *testing.T) {
+	e := newEnv(t, &poppytest.Options{
+		PoppyCacheControl:    "max-age=9223372036854775807",
+		MetadataCacheControl: "max-age=99999999999999999999",
+	}, nil)
+	gets := func() (int, int) {
+		return len(sdkRequests(e.srv, poppytest.EndpointPoppyJSON)), len(sdkRequests(e.srv, poppytest.EndpointMetadata))
+	}
+	e.company("example.test")
+	e.srv.Clock().Advance(time.Hour)
+	e.company("example.test")
+	if p, m := gets(); p != 1 || m != 1 {
+		t.Fatalf("%d poppy.json and %d metadata GETs within an hour, want 1 and 1", p, m)
+	}
+	e.srv.Clock().Advance(24 * time.Hour)
+	e.company("example.test")
+	if p, m := gets(); p != 2 || m != 2 {
+		t.Fatalf("%d poppy.json and %d metadata GETs after 25 h, want 2 and 2 (max-age is clamped to a day)", p, m)
+	}
+}
+
+// quietLog discards a test server's log of the handshakes the tests make
+// fail.
+var quietLog = log.New(io.Discard, "", 0)
+
+// hostileHeader is 9 MiB of "a,": a challenge list of 4.7 million schemes.
+var hostileHeader = sync.OnceValue(func() string { return strings.Repeat("a,", 9<<19) })
+
+// allocated returns the bytes fn allocates.
+func allocated(fn func()) uint64 {
+	var m0, m1 runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&m0)
+	fn()
+	runtime.ReadMemStats(&m1)
+	return m1.TotalAlloc - m0.TotalAlloc
+}
+
+// Item 2: parsing a 9 MiB WWW-Authenticate cost ~540 MiB of heap. A
+// caller-supplied client does not cap headers, so the parser must bound
+// itself: one pass over at most 8 KiB, output bounded.
+func TestAttackWWWAuthenticateHeap(t *testing.T) {
+	hdr := hostileHeader()
+	resp := &http.Response{StatusCode: 401, Header: http.Header{"Www-Authenticate": {hdr}}, Body: http.NoBody, Request: &http.Request{}}
+	n := allocated(func() { _ = poppy.ResponseError(resp) })
+	t.Logf("ResponseError on a 9 MiB WWW-Authenticate allocated %d bytes", n)
+	if n > 256<<10 {
+		t.Fatalf("ResponseError allocated %d bytes for one hostile header, want under 256 KiB", n)
+	}
+
+	// The token endpoint's path: a 401 with the header, through the SDK.
+	e, h := hostileEnv(t, nil, nil)
+	h.on(tokenPath, func(req *http.Request, next http.RoundTripper) (*http.Response, error) {
+		resp, err := next.RoundTrip(req)
+		if err != nil {
+			return nil, err
+		}
+		drainClose(resp)
+		return answer(req, 401, http.Header{"Www-Authenticate": {hdr}, "Content-Type": {"application/json"}}, `{"error":"invalid_client"}`), nil
+	})
+	c := e.company("example.test")
+	var err error
+	n = allocated(func() { _, err = c.Session(ctx, "alice", nil) })
+	t.Logf("a Session start answered with a 9 MiB WWW-Authenticate allocated %d bytes", n)
+	if !errors.Is(err, poppy.ErrInvalidClient) {
+		t.Fatalf("Session: %v", err)
+	}
+	if n > 2<<20 {
+		t.Fatalf("the token endpoint path allocated %d bytes for one hostile header, want under 2 MiB", n)
+	}
+}
+
+func drainClose(resp *http.Response) {
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+}
+
+// Item 2: one 403 named 1.6 MB of scopes, and its error string held them
+// all. Error.Scope is bounded.
+func TestAttackScopeBound(t *testing.T) {
+	scope := strings.Repeat("poppy:read ", 150_000)
+	resp := &http.Response{StatusCode: 403, Body: http.NoBody, Request: &http.Request{},
+		Header: http.Header{"Www-Authenticate": {`DPoP error="insufficient_scope", scope="` + scope + `"`}}}
+	err := poppy.ResponseError(resp)
+	var pe *poppy.Error
+	if !errors.As(err, &pe) || pe.Code != "insufficient_scope" {
+		t.Fatalf("%v", err)
+	}
+	if len(pe.Scope) > 64 || len(err.Error()) > 16<<10 {
+		t.Fatalf("%d scopes, error string of %d bytes", len(pe.Scope), len(err.Error()))
+	}
+}
+
+// Item 2: the SDK's own client refuses response headers over 64 KiB
+// before anything parses them.
+func TestAttackHeaderCapDefaultClient(t *testing.T) {
+	if n, _, _ := poppy.DefaultTransportLimits(); n != 64<<10 {
+		t.Fatalf("MaxResponseHeaderBytes %d", n)
+	}
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Www-Authenticate", strings.Repeat("a,", 1<<19))
+		w.WriteHeader(401)
+	}))
+	defer srv.Close()
+	c := poppy.GuardedClient(poppy.GuardOptions{Roots: rootsOf(srv), AllowLoopback: true})
+	defer c.CloseIdleConnections()
+	resp, err := c.Get(srv.URL)
+	if err == nil {
+		resp.Body.Close()
+		t.Fatalf("a 1 MiB header was accepted (status %d)", resp.StatusCode)
+	}
+	if !strings.Contains(err.Error(), "header") {
+		t.Fatalf("error %v", err)
+	}
+}
+
+func rootsOf(srv *httptest.Server) *x509.CertPool {
+	return srv.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs
+}
+
+// Item 4: a 403 whose JSON body is over 64 KiB reached the caller empty.
+// Checked on b9fcb33 for every path: the Session transport (the body
+// whole, the code found in its head), the token endpoint (the Company's
+// error) and discovery (the status).
+func TestAttackLargeErrorBody(t *testing.T) {
+	pad := strings.Repeat("a", 200<<10)
+	big := `{"error":"sign_in_required","error_description":"sign in","pad":"` + pad + `"}`
+	e, h := hostileEnv(t, nil, nil)
+	h.on("/orders", func(req *http.Request, next http.RoundTripper) (*http.Response, error) {
+		return answer(req, 403, http.Header{"Content-Type": {"application/json"}}, big), nil
+	})
+	s := e.session("alice")
+	resp, err := s.HTTPClient().Get(e.srv.APIURL() + "/orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rerr := poppy.ResponseError(resp)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(b) != big {
+		t.Fatalf("body of %d bytes reached the caller, want %d", len(b), len(big))
+	}
+	if !errors.Is(rerr, poppy.ErrSignInRequired) {
+		t.Fatalf("ResponseError %v: the code in the body's first 64 KiB", rerr)
+	}
+
+	// The token endpoint: the error in a 200 KiB body.
+	e, h = hostileEnv(t, nil, nil)
+	h.on(tokenPath, func(req *http.Request, next http.RoundTripper) (*http.Response, error) {
+		return answer(req, 400, http.Header{"Content-Type": {"application/json"}}, `{"error":"invalid_grant","pad":"`+pad+`"}`), nil
+	})
+	if _, err := e.company("example.test").Session(ctx, "alice", nil); !errors.Is(err, poppy.ErrInvalidGrant) {
+		t.Fatalf("token endpoint: %v", err)
+	}
+	// Discovery: the status of a 403 with a large body.
+	e, h = hostileEnv(t, nil, nil)
+	h.on("/.well-known/poppy.json", func(req *http.Request, next http.RoundTripper) (*http.Response, error) {
+		return answer(req, 403, http.Header{"Content-Type": {"application/json"}}, big), nil
+	})
+	if _, err := e.agent.Company(ctx, "example.test"); err == nil || !strings.Contains(err.Error(), "HTTP 403") {
+		t.Fatalf("discovery: %v", err)
+	}
+}
+
+// Item 5: one caller's cancelled ctx failed every caller waiting on the
+// same discovery.
+func TestAttackSharedDiscoveryCancel(t *testing.T) {
+	e, h := hostileEnv(t, nil, nil)
+	arrived := make(chan struct{})
+	var n atomic.Int32
+	h.on("/.well-known/poppy.json", func(req *http.Request, next http.RoundTripper) (*http.Response, error) {
+		if n.Add(1) == 1 {
+			close(arrived)
+			<-req.Context().Done() // a silent Company, until the first caller gives up
+			return nil, req.Context().Err()
+		}
+		return next.RoundTrip(req)
+	})
+	ctxA, cancelA := context.WithCancel(ctx)
+	errA := make(chan error, 1)
+	go func() {
+		_, err := e.agent.Company(ctxA, "example.test")
+		errA <- err
+	}()
+	<-arrived
+	errB := make(chan error, 1)
+	go func() {
+		_, err := e.agent.Company(ctx, "example.test") // no deadline at all
+		errB <- err
+	}()
+	// Let B join A's fetch. Should it not have yet, it fetches by itself
+	// and the test still holds.
+	time.Sleep(50 * time.Millisecond)
+	cancelA()
+	if err := <-errA; !errors.Is(err, context.Canceled) {
+		t.Fatalf("first caller: %v", err)
+	}
+	if err := <-errB; err != nil {
+		t.Fatalf("the second caller, whose ctx never ended, got: %v", err)
+	}
+}
+
+// Item 6: the default client waits 30 s for response headers; a ctx from
+// WithResponseHeaderTimeout changes or lifts that wait per request.
+func TestAttackSilentServerHeaderTimeout(t *testing.T) {
+	if _, _, d := poppy.DefaultTransportLimits(); d != 30*time.Second {
+		t.Fatalf("default header timeout %v", d)
+	}
+	release := make(chan struct{})
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/silent":
+			select { // never answers
+			case <-r.Context().Done():
+			case <-release:
+			}
+		case "/slow":
+			time.Sleep(300 * time.Millisecond)
+			io.WriteString(w, "ok")
+		}
+	}))
+	defer srv.Close()
+	defer close(release)
+	c := poppy.GuardedClient(poppy.GuardOptions{Roots: rootsOf(srv), AllowLoopback: true, HeaderTimeout: 100 * time.Millisecond})
+	defer c.CloseIdleConnections()
+	bound, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+
+	req, _ := http.NewRequestWithContext(bound, http.MethodGet, srv.URL+"/silent", nil)
+	if _, err := c.Do(req); !errors.Is(err, poppy.ErrResponseHeaderTimeout) {
+		t.Fatalf("silent server: %v, want ErrResponseHeaderTimeout", err)
+	}
+	// A long poll opts out: it gets its answer however late.
+	req, _ = http.NewRequestWithContext(poppy.WithResponseHeaderTimeout(bound, 0), http.MethodGet, srv.URL+"/slow", nil)
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("opted out: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(b) != "ok" {
+		t.Fatalf("body %q", b)
+	}
+	// And a ctx may set its own, shorter wait on a client with a long one.
+	long := poppy.GuardedClient(poppy.GuardOptions{Roots: rootsOf(srv), AllowLoopback: true, HeaderTimeout: time.Hour})
+	defer long.CloseIdleConnections()
+	req, _ = http.NewRequestWithContext(poppy.WithResponseHeaderTimeout(bound, 50*time.Millisecond), http.MethodGet, srv.URL+"/silent", nil)
+	if _, err := long.Do(req); !errors.Is(err, poppy.ErrResponseHeaderTimeout) {
+		t.Fatalf("per-request timeout: %v", err)
+	}
+}
+
+// Item 7: %+v, %s or slog of keystore.Memory, and %s of the *Agent holding
+// it, printed the DPoP private key, the tokens and the PKCE verifier.
+func TestAttackSecretsInFormatting(t *testing.T) {
+	mem := keystore.NewMemory()
+	dir := t.TempDir()
+	sealer, err := keystore.NewAESGCMSealer(bytes.Repeat([]byte{7}, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sq, err := sqlitestore.Open(dir+"/k.db", &sqlitestore.Options{Sealer: sealer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sq.Close()
+	for _, store := range []keystore.Store{mem, sq} {
+		e := newEnv(t, nil, &poppy.AgentOptions{Store: store})
+		s := signedIn(t, e, "default")
+		tok, err := s.Token(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		secrets := []string{tok.Value()}
+		keys, _ := store.List(ctx, keystore.KindDPoPKey, "alice", e.srv.Issuer())
+		for _, k := range keys {
+			b, _ := store.Get(ctx, k)
+			var sk struct{ D string }
+			_ = json.Unmarshal(b, &sk)
+			secrets = append(secrets, sk.D)
+		}
+		if len(secrets) < 2 || secrets[1] == "" {
+			t.Fatal("no DPoP key found to look for")
+		}
+		var buf bytes.Buffer
+		for _, v := range []any{store, e.agent, e.id, s} {
+			for _, verb := range []string{"%v", "%+v", "%#v", "%s", "%q", "%x"} {
+				fmt.Fprintf(&buf, verb+"\n", v)
+			}
+			slog.New(slog.NewTextHandler(&buf, nil)).Info("x", "v", v)
+			slog.New(slog.NewJSONHandler(&buf, nil)).Info("x", "v", v)
+		}
+		out := buf.String()
+		for _, sec := range secrets {
+			for _, form := range []string{sec, fmt.Sprintf("%x", sec), strings.Trim(fmt.Sprint([]byte(sec)), "[]")} {
+				if strings.Contains(out, form) {
+					t.Fatalf("%T: a secret appears in formatted output:\n%.400s", store, out)
+				}
+			}
+		}
+	}
+}
+
+// Item 11: DPoP proof jti was 96 bits; an independent Company demands 128.
+func TestAttackDPoPJTI128(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	s := e.session("alice")
+	e.get(s, "/products")
+	n := 0
+	for _, r := range sdkRequests(e.srv, poppytest.EndpointToken, poppytest.EndpointAPI) {
+		if r.Proof == nil {
+			continue
+		}
+		jti, _ := r.Proof.Claims["jti"].(string)
+		b, err := base64.RawURLEncoding.DecodeString(jti)
+		if err != nil || len(b) < 16 {
+			t.Fatalf("proof jti %q: %d bytes, want 16 (128 bits)", jti, len(b))
+		}
+		n++
+	}
+	if n < 2 {
+		t.Fatalf("%d proofs seen", n)
+	}
+}
+
+// keepAlive is what a client sees of a server with a keep-alive timeout
+// (Node's 5 s default): a pooled connection idle for at least timeout, by
+// the fake clock, is closed by the server just as the next request
+// arrives, before any answer. It runs between the client's transport and
+// the fake as a byte pump, so TLS stays end to end; the connection is
+// HTTP/1.1, as with Node.
+type keepAlive struct {
+	clock   *poppytest.Clock
+	timeout time.Duration
+	closed  atomic.Int32 // connections closed that way
+}
+
+func (k *keepAlive) transport(base *http.Transport) *http.Transport {
+	t := base.Clone()
+	t.ForceAttemptHTTP2 = false
+	t.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
+	t.TLSClientConfig.NextProtos = []string{"http/1.1"}
+	t.IdleConnTimeout = 0 // the client keeps its connections; the server decides
+	dial := t.DialContext
+	t.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		up, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		client, mine := net.Pipe()
+		go k.pump(mine, up)
+		return client, nil
+	}
+	return t
+}
+
+func (k *keepAlive) pump(c, up net.Conn) {
+	var mu sync.Mutex
+	last := k.clock.Now() // the last byte the server sent
+	go func() {
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := up.Read(buf)
+			if n > 0 {
+				mu.Lock()
+				last = k.clock.Now()
+				mu.Unlock()
+				if _, werr := c.Write(buf[:n]); werr != nil {
+					up.Close()
+					return
+				}
+			}
+			if err != nil {
+				c.Close()
+				return
+			}
+		}
+	}()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := c.Read(buf)
+		if err != nil {
+			up.Close()
+			return
+		}
+		mu.Lock()
+		idle := k.clock.Now().Sub(last)
+		mu.Unlock()
+		if idle >= k.timeout {
+			// The keep-alive timer fired as the request arrived: the
+			// request is never read, the connection closes.
+			k.closed.Add(1)
+			c.Close()
+			up.Close()
+			return
+		}
+		if _, err := up.Write(buf[:n]); err != nil {
+			c.Close()
+			return
+		}
+	}
+}
+
+// Item 14: a token POST on a pooled keep-alive connection failed with EOF
+// when the server closed it at the same instant (1 in 89 Device polls at
+// 6 s against Node). A jwt-bearer renewal and device_code polls at 5 and
+// 6 s of idle now go through: the SDK sends them again once, on a new
+// connection, with a fresh assertion and proof.
+func TestAttackKeepAliveEOF(t *testing.T) {
+	e := newEnv(t, &poppytest.Options{DeviceInterval: 5 * time.Second}, nil)
+	ka := &keepAlive{clock: e.srv.Clock(), timeout: 5 * time.Second}
+	e.agent = e.newAgent(&poppy.AgentOptions{HTTPClient: &http.Client{Transport: ka.transport(e.srv.Transport())}})
+	s := e.session("alice")
+
+	// Session renewals after 5 s and 6 s idle (jwt-bearer).
+	for _, idle := range []time.Duration{5 * time.Second, 6 * time.Second, 5 * time.Second, 6 * time.Second} {
+		e.srv.Clock().Advance(idle)
+		if _, err := s.Token(ctx, &poppy.TokenOptions{Renew: true}); err != nil {
+			t.Fatalf("renewal after %v idle: %v", idle, err)
+		}
+	}
+	// Device polls 5 s apart, and 10 s after a slow_down; the User
+	// approves after 12 polls.
+	e.srv.HoldDevicePolls(10)
+	e.srv.ScriptDevicePolls(poppytest.PollSlowDown)
+	show := signin.PrompterFuncs{ShowCodeFunc: func(ctx context.Context, p *signin.CodePrompt) error {
+		_, err := e.srv.Browse(ctx, p.VerificationURIComplete)
+		return err
+	}}
+	if _, err := signin.Device(ctx, s, &poppy.SignInOptions{Scopes: []string{"poppy:read"}}, show); err != nil {
+		t.Fatalf("Device Sign-In with polls at 5-10 s idle: %v", err)
+	}
+	polls := len(grantsOf(e, "urn:ietf:params:oauth:grant-type:device_code"))
+	t.Logf("%d connections closed by the keep-alive timeout; %d polls, 0 failures", ka.closed.Load(), polls)
+	if ka.closed.Load() < 10 {
+		t.Fatalf("only %d connections were closed under the requests: the test didn't exercise the race", ka.closed.Load())
+	}
+}
+
+// answerDNS is a DNS server over a stream connection (as Go's resolver
+// uses when Dial returns one) that answers names from a table: A and AAAA
+// records, NXDOMAIN for names it doesn't know.
+func answerDNS(c net.Conn, table map[string]string) {
+	defer c.Close()
+	for {
+		var l [2]byte
+		if _, err := io.ReadFull(c, l[:]); err != nil {
+			return
+		}
+		q := make([]byte, int(l[0])<<8|int(l[1]))
+		if _, err := io.ReadFull(c, q); err != nil || len(q) < 17 {
+			return
+		}
+		i := 12
+		var labels []string
+		for i < len(q) && q[i] != 0 {
+			n := int(q[i])
+			if i+1+n > len(q) {
+				return
+			}
+			labels = append(labels, string(q[i+1:i+1+n]))
+			i += 1 + n
+		}
+		i++
+		if i+4 > len(q) {
+			return
+		}
+		qtype := int(q[i])<<8 | int(q[i+1])
+		question := q[12 : i+4]
+		name := strings.ToLower(strings.Join(labels, "."))
+		var rdata []byte
+		addr, known := table[name]
+		if ip := net.ParseIP(addr); ip != nil {
+			if v4 := ip.To4(); v4 != nil && qtype == 1 {
+				rdata = v4
+			} else if v4 == nil && qtype == 28 {
+				rdata = ip.To16()
+			}
+		}
+		flags := []byte{0x81, 0x80}
+		if !known {
+			flags[1] |= 3 // NXDOMAIN
+		}
+		an := 0
+		if rdata != nil {
+			an = 1
+		}
+		msg := append([]byte{q[0], q[1], flags[0], flags[1], 0, 1, 0, byte(an), 0, 0, 0, 0}, question...)
+		if rdata != nil {
+			msg = append(msg, 0xc0, 0x0c, byte(qtype>>8), byte(qtype), 0, 1, 0, 0, 0, 60, 0, byte(len(rdata)))
+			msg = append(msg, rdata...)
+		}
+		if _, err := c.Write(append([]byte{byte(len(msg) >> 8), byte(len(msg))}, msg...)); err != nil {
+			return
+		}
+	}
+}
+
+func fakeResolver(table map[string]string) *net.Resolver {
+	return &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, address string) (net.Conn, error) {
+		c, s := net.Pipe()
+		go answerDNS(s, table)
+		return c, nil
+	}}
+}
+
+// countingTLS is a TLS server on loopback that counts the connections it
+// accepts: the internal service a hostile Company aims the agent at.
+func countingTLS(t *testing.T) (*httptest.Server, *atomic.Int32) {
+	var conns atomic.Int32
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "internal") }))
+	srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Config.ErrorLog = quietLog
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	return srv, &conns
+}
+
+// SSRF: a public name that resolves to a private address (DNS rebinding,
+// or a Company's own record) is refused at connect time, on the resolved
+// address; the service behind it never sees a connection.
+func TestSSRFResolvedAddressRefused(t *testing.T) {
+	srv, conns := countingTLS(t)
+	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	table := map[string]string{
+		"api.attacker.example":      "127.0.0.1",
+		"metadata.attacker.example": "169.254.169.254",
+		"intranet.attacker.example": "10.0.0.7",
+		"v6.attacker.example":       "fd00::7",
+	}
+	c := poppy.GuardedClient(poppy.GuardOptions{Resolver: fakeResolver(table), Roots: rootsOf(srv)})
+	defer c.CloseIdleConnections()
+	for name := range table {
+		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		req, _ := http.NewRequestWithContext(dctx, http.MethodGet, "https://"+name+":"+port+"/", nil)
+		_, err := c.Do(req)
+		cancel()
+		if !errors.Is(err, poppy.ErrForbiddenAddress) {
+			t.Fatalf("%s (%s): %v, want ErrForbiddenAddress", name, table[name], err)
+		}
+	}
+	if n := conns.Load(); n != 0 {
+		t.Fatalf("the internal service saw %d connections", n)
+	}
+	// The same client with the address allowed reaches it (the resolver
+	// works, and only the guard stood in the way).
+	allowed := poppy.GuardedClient(poppy.GuardOptions{Resolver: fakeResolver(table), Roots: rootsOf(srv), AllowLoopback: true})
+	defer allowed.CloseIdleConnections()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "https://api.attacker.example:"+port+"/", nil)
+	if resp, err := allowed.Do(req); err == nil {
+		resp.Body.Close()
+	}
+	if conns.Load() == 0 {
+		t.Fatal("with loopback allowed the service saw no connection: the refusal above proves nothing")
+	}
+}
+
+// SSRF: the address classes the guard refuses, and what AllowNetworks and
+// UnsafeAllowLoopbackHTTP relax.
+func TestSSRFAddressClasses(t *testing.T) {
+	for addr, public := range map[string]bool{
+		"93.184.215.14": true, "2606:4700::1111": true, "8.8.8.8": true,
+		"127.0.0.1": false, "::1": false, "10.1.2.3": false, "172.16.0.1": false, "192.168.1.1": false,
+		"169.254.169.254": false, "fe80::1": false, "fc00::1": false, "fd12::1": false, "100.64.0.1": false,
+		"0.0.0.0": false, "::": false, "224.0.0.1": false, "255.255.255.255": false, "198.18.0.1": false,
+		"::ffff:10.0.0.1": false, "64:ff9b::a9fe:a9fe": false, "64:ff9b::808:808": true, "fd00:ec2::254": false,
+	} {
+		ip := netip.MustParseAddr(addr)
+		if got := poppy.IsPublicAddr(ip.Unmap()); got != public {
+			t.Errorf("%s: public %v, want %v", addr, got, public)
+		}
+	}
+}
+
+// SSRF: an Agent with the default client refuses a Company on a private
+// address from the first request; UnsafeAllowLoopbackHTTP and
+// AllowNetworks relax it.
+func TestSSRFDefaultAgent(t *testing.T) {
+	srv, conns := countingTLS(t)
+	id, _ := newIdentity(t, nil)
+	a, err := poppy.NewAgent(id, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := srv.Listener.Addr().String() // 127.0.0.1:port
+	if _, err := a.Company(ctx, host); !errors.Is(err, poppy.ErrForbiddenAddress) {
+		t.Fatalf("Company(%s) with the default client: %v, want ErrForbiddenAddress", host, err)
+	}
+	if conns.Load() != 0 {
+		t.Fatal("the loopback service saw a connection")
+	}
+	for _, o := range []*poppy.AgentOptions{
+		{UnsafeAllowLoopbackHTTP: true},
+		{AllowNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}},
+	} {
+		a, err := poppy.NewAgent(id, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = a.Company(ctx, host) // the test certificate isn't trusted: a TLS error, after connecting
+		if errors.Is(err, poppy.ErrForbiddenAddress) {
+			t.Fatalf("%+v: %v", o, err)
+		}
+		a.HTTPClient().CloseIdleConnections()
+	}
+	if conns.Load() != 2 {
+		t.Fatalf("%d connections with the guard relaxed, want 2", conns.Load())
+	}
+}
+
+// connectProxy is an HTTP proxy on loopback that records CONNECT targets
+// and refuses them all.
+func connectProxy(t *testing.T) (*httptest.Server, func() []string) {
+	var mu sync.Mutex
+	var seen []string
+	p := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.Method+" "+r.Host)
+		mu.Unlock()
+		http.Error(w, "no", http.StatusBadGateway)
+	}))
+	t.Cleanup(p.Close)
+	return p, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(seen)
+	}
+}
+
+// SSRF with a proxy from the environment: the operator's loopback proxy is
+// dialed (the operator chose it), a literal private target is not sent to
+// it, and a direct request to the proxy's own address is refused.
+func TestSSRFProxy(t *testing.T) {
+	p, seen := connectProxy(t)
+	pu, _ := url.Parse(p.URL)
+	proxyFn := func(req *http.Request) (*url.URL, error) {
+		if req.URL.Host == pu.Host { // NO_PROXY for the proxy itself
+			return nil, nil
+		}
+		return pu, nil
+	}
+	c := poppy.GuardedClient(poppy.GuardOptions{Proxy: proxyFn})
+	defer c.CloseIdleConnections()
+	get := func(u string) error {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+		resp, err := c.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err
+	}
+	if err := get("https://api.example.com/"); errors.Is(err, poppy.ErrForbiddenAddress) {
+		t.Fatalf("through the operator's loopback proxy: %v", err)
+	}
+	if got := seen(); len(got) != 1 || got[0] != "CONNECT api.example.com:443" {
+		t.Fatalf("proxy saw %v", got)
+	}
+	for _, u := range []string{"https://169.254.169.254/latest/meta-data/", "https://[fd00::1]/", "https://localhost/", "http://" + pu.Host + "/"} {
+		if err := get(u); !errors.Is(err, poppy.ErrForbiddenAddress) {
+			t.Fatalf("%s: %v, want ErrForbiddenAddress", u, err)
+		}
+	}
+	if got := seen(); len(got) != 1 {
+		t.Fatalf("proxy saw %v: a refused request reached it", got)
+	}
+}
