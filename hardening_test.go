@@ -36,80 +36,19 @@ import (
 	"time"
 
 	"github.com/poppyproto/poppy"
+	"github.com/poppyproto/poppy/internal/testenv"
 	"github.com/poppyproto/poppy/keystore"
 	"github.com/poppyproto/poppy/keystore/sqlitestore"
 	"github.com/poppyproto/poppy/poppytest"
 	"github.com/poppyproto/poppy/signin"
 )
 
-// hostile sits between the SDK and the fake Company and lets a test change
-// the Company's answers on chosen paths.
-type hostile struct {
-	base  http.RoundTripper
-	mu    sync.Mutex
-	rules map[string]func(req *http.Request, next http.RoundTripper) (*http.Response, error)
-}
-
-func (h *hostile) on(path string, fn func(req *http.Request, next http.RoundTripper) (*http.Response, error)) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.rules[path] = fn
-}
-
-// onJSON rewrites the JSON object of every 200 answer on path.
-func (h *hostile) onJSON(path string, fn func(m map[string]any)) {
-	h.on(path, func(req *http.Request, next http.RoundTripper) (*http.Response, error) {
-		resp, err := next.RoundTrip(req)
-		if err != nil || resp.StatusCode != http.StatusOK {
-			return resp, err
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		d := json.NewDecoder(bytes.NewReader(b))
-		d.UseNumber()
-		var m map[string]any
-		if d.Decode(&m) != nil {
-			setBody(resp, b)
-			return resp, nil
-		}
-		fn(m)
-		nb, _ := json.Marshal(m)
-		setBody(resp, nb)
-		return resp, nil
-	})
-}
-
-func (h *hostile) RoundTrip(req *http.Request) (*http.Response, error) {
-	h.mu.Lock()
-	fn := h.rules[req.URL.Path]
-	h.mu.Unlock()
-	if fn != nil {
-		return fn(req, h.base)
-	}
-	return h.base.RoundTrip(req)
-}
-
-func setBody(resp *http.Response, b []byte) {
-	resp.Body = io.NopCloser(bytes.NewReader(b))
-	resp.ContentLength = int64(len(b))
-	resp.Header.Del("Content-Length")
-}
-
-// answer is a canned response to req.
-func answer(req *http.Request, status int, h http.Header, body string) *http.Response {
-	if h == nil {
-		h = http.Header{}
-	}
-	return &http.Response{StatusCode: status, Status: http.StatusText(status), Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-		Header: h, Body: io.NopCloser(strings.NewReader(body)), ContentLength: int64(len(body)), Request: req}
-}
-
 // hostileEnv is newEnv whose agent talks to the fake through a hostile
 // transport.
-func hostileEnv(t *testing.T, srvOpts *poppytest.Options, aopts *poppy.AgentOptions) (*env, *hostile) {
+func hostileEnv(t *testing.T, srvOpts *poppytest.Options, aopts *poppy.AgentOptions) (*env, *testenv.Hostile) {
 	t.Helper()
 	e := newEnv(t, srvOpts, aopts)
-	h := &hostile{base: e.srv.Transport(), rules: map[string]func(*http.Request, http.RoundTripper) (*http.Response, error){}}
+	h := testenv.NewHostile(e.srv.Transport())
 	var o poppy.AgentOptions
 	if aopts != nil {
 		o = *aopts
@@ -127,7 +66,7 @@ func TestAttackExpiresInOverflow(t *testing.T) {
 	for _, v := range []any{json.Number("9223372037"), json.Number("99999999999999999999"), json.Number("1e30")} {
 		t.Run(fmt.Sprint(v), func(t *testing.T) {
 			e, h := hostileEnv(t, nil, nil)
-			h.onJSON(tokenPath, func(m map[string]any) { m["expires_in"] = v })
+			h.OnJSON(tokenPath, func(m map[string]any) { m["expires_in"] = v })
 			s := e.session("alice")
 			for range 3 {
 				if st, _ := e.get(s, "/products"); st != 200 {
@@ -146,7 +85,7 @@ func TestAttackExpiresInOverflow(t *testing.T) {
 	// PA-4.2-13 still: missing, non-positive or non-numeric is an error.
 	for _, v := range []any{nil, json.Number("0"), json.Number("-5"), "3600"} {
 		e, h := hostileEnv(t, nil, nil)
-		h.onJSON(tokenPath, func(m map[string]any) {
+		h.OnJSON(tokenPath, func(m map[string]any) {
 			if v == nil {
 				delete(m, "expires_in")
 			} else {
@@ -172,8 +111,8 @@ func TestAttackAccountTokenLifetimeOverflow(t *testing.T) {
 			m["refresh_token_expires_in"] = json.Number("9223372037")
 		}
 	}
-	h.onJSON(tokenPath, huge)
-	h.onJSON("/poppy/sign-in", huge)
+	h.OnJSON(tokenPath, huge)
+	h.OnJSON("/poppy/sign-in", huge)
 	s := signedIn(t, e, "default")
 	at, err := s.AccountToken(ctx, "")
 	if err != nil {
@@ -261,13 +200,13 @@ func TestAttackWWWAuthenticateHeap(t *testing.T) {
 
 	// The token endpoint's path: a 401 with the header, through the SDK.
 	e, h := hostileEnv(t, nil, nil)
-	h.on(tokenPath, func(req *http.Request, next http.RoundTripper) (*http.Response, error) {
+	h.On(tokenPath, func(req *http.Request, next http.RoundTripper) (*http.Response, error) {
 		resp, err := next.RoundTrip(req)
 		if err != nil {
 			return nil, err
 		}
 		drainClose(resp)
-		return answer(req, 401, http.Header{"Www-Authenticate": {hdr}, "Content-Type": {"application/json"}}, `{"error":"invalid_client"}`), nil
+		return testenv.Answer(req, 401, http.Header{"Www-Authenticate": {hdr}, "Content-Type": {"application/json"}}, `{"error":"invalid_client"}`), nil
 	})
 	c := e.company("example.test")
 	var err error
@@ -337,8 +276,8 @@ func TestAttackLargeErrorBody(t *testing.T) {
 	pad := strings.Repeat("a", 200<<10)
 	big := `{"error":"sign_in_required","error_description":"sign in","pad":"` + pad + `"}`
 	e, h := hostileEnv(t, nil, nil)
-	h.on("/orders", func(req *http.Request, next http.RoundTripper) (*http.Response, error) {
-		return answer(req, 403, http.Header{"Content-Type": {"application/json"}}, big), nil
+	h.On("/orders", func(req *http.Request, next http.RoundTripper) (*http.Response, error) {
+		return testenv.Answer(req, 403, http.Header{"Content-Type": {"application/json"}}, big), nil
 	})
 	s := e.session("alice")
 	resp, err := s.HTTPClient().Get(e.srv.APIURL() + "/orders")
@@ -357,16 +296,16 @@ func TestAttackLargeErrorBody(t *testing.T) {
 
 	// The token endpoint: the error in a 200 KiB body.
 	e, h = hostileEnv(t, nil, nil)
-	h.on(tokenPath, func(req *http.Request, next http.RoundTripper) (*http.Response, error) {
-		return answer(req, 400, http.Header{"Content-Type": {"application/json"}}, `{"error":"invalid_grant","pad":"`+pad+`"}`), nil
+	h.On(tokenPath, func(req *http.Request, next http.RoundTripper) (*http.Response, error) {
+		return testenv.Answer(req, 400, http.Header{"Content-Type": {"application/json"}}, `{"error":"invalid_grant","pad":"`+pad+`"}`), nil
 	})
 	if _, err := e.company("example.test").Session(ctx, "alice", nil); !errors.Is(err, poppy.ErrInvalidGrant) {
 		t.Fatalf("token endpoint: %v", err)
 	}
 	// Discovery: the status of a 403 with a large body.
 	e, h = hostileEnv(t, nil, nil)
-	h.on("/.well-known/poppy.json", func(req *http.Request, next http.RoundTripper) (*http.Response, error) {
-		return answer(req, 403, http.Header{"Content-Type": {"application/json"}}, big), nil
+	h.On("/.well-known/poppy.json", func(req *http.Request, next http.RoundTripper) (*http.Response, error) {
+		return testenv.Answer(req, 403, http.Header{"Content-Type": {"application/json"}}, big), nil
 	})
 	if _, err := e.agent.Company(ctx, "example.test"); err == nil || !strings.Contains(err.Error(), "HTTP 403") {
 		t.Fatalf("discovery: %v", err)
@@ -379,7 +318,7 @@ func TestAttackSharedDiscoveryCancel(t *testing.T) {
 	e, h := hostileEnv(t, nil, nil)
 	arrived := make(chan struct{})
 	var n atomic.Int32
-	h.on("/.well-known/poppy.json", func(req *http.Request, next http.RoundTripper) (*http.Response, error) {
+	h.On("/.well-known/poppy.json", func(req *http.Request, next http.RoundTripper) (*http.Response, error) {
 		if n.Add(1) == 1 {
 			close(arrived)
 			<-req.Context().Done() // a silent Company, until the first caller gives up
