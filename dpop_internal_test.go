@@ -130,7 +130,17 @@ func FuzzParseChallenges(f *testing.F) {
 	f.Fuzz(func(t *testing.T, v string) {
 		h := http.Header{}
 		h.Set("WWW-Authenticate", v)
-		_, _, _ = dpopChallenge(h) // must not panic
+		code, scope, _ := dpopChallenge(h) // must not panic
+		// Bounded output (issue 8): at most what was read, 64 scopes of
+		// at most 128 bytes.
+		if len(code) > maxChallengeBytes || len(scope) > maxScopes {
+			t.Fatalf("code of %d bytes, %d scopes", len(code), len(scope))
+		}
+		for _, sc := range scope {
+			if sc == "" || len(sc) > maxScopeBytes || !validNonce(sc) {
+				t.Fatalf("scope %q", sc)
+			}
+		}
 	})
 }
 
@@ -253,7 +263,7 @@ func FuzzTokenResponse(f *testing.F) {
 	f.Add([]byte(`{"expires_in":"3600"}`), false)
 	f.Fuzz(func(t *testing.T, b []byte, bearer bool) {
 		tr, err := parseTokenResponse(b, bearer)
-		if err == nil && (tr.AccessToken == "" || tr.expiresIn <= 0 || tr.SessionID == "") {
+		if err == nil && (tr.AccessToken == "" || tr.expiresIn <= 0 || tr.expiresIn > rangeTokenLifetime.max || tr.SessionID == "") {
 			t.Fatalf("accepted an unusable token response: %s", b)
 		}
 	})

@@ -68,6 +68,12 @@ func companySeconds(raw string, r durationRange) (d time.Duration, positive, ok 
 // magnitude beyond float64 gives ±Inf.
 func parseSeconds(raw string) (float64, bool) {
 	raw = strings.TrimSpace(raw)
+	if isDigits(raw) {
+		// delta-seconds and max-age may have leading zeros; JSON may not.
+		if raw = strings.TrimLeft(raw, "0"); raw == "" {
+			raw = "0"
+		}
+	}
 	if !isJSONNumber(raw) {
 		return 0, false
 	}

@@ -18,7 +18,10 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/internal/sdk"
@@ -42,6 +45,42 @@ type deviceAuthorization struct {
 	Interval                json.RawMessage `json:"interval"`
 }
 
+// maxUserCode bounds the user_code shown to the User.
+const maxUserCode = 64
+
+// parseDeviceAuthorization reads a device authorization response
+// (RFC 8628 section 3.2), a Company's input: the codes and the URI are
+// required; the URIs must pass the module's one URL check (absolute
+// HTTPS with a host; http:// on loopback only with
+// UnsafeAllowLoopbackHTTP), since the User opens them; the user_code the
+// User sees is short and holds no control characters, so it can't drive a
+// terminal; interval and expires_in go through the SDK's one duration
+// clamp, so a huge interval can't overflow into a busy loop and a missing
+// expires_in, which RFC 8628 requires, can't make the agent poll until ctx
+// ends.
+func parseDeviceAuthorization(a *poppy.Agent, body []byte) (*deviceAuthorization, time.Duration, time.Duration, error) {
+	var da deviceAuthorization
+	if err := json.Unmarshal(body, &da); err != nil || da.DeviceCode == "" || da.UserCode == "" || da.VerificationURI == "" {
+		return nil, 0, 0, errors.New("signin: invalid device authorization response")
+	}
+	if len(da.UserCode) > maxUserCode || strings.ContainsFunc(da.UserCode, unicode.IsControl) || !utf8.ValidString(da.UserCode) {
+		return nil, 0, 0, errors.New("signin: invalid device authorization response: unusable user_code")
+	}
+	for _, raw := range []string{da.VerificationURI, da.VerificationURIComplete} {
+		if raw == "" {
+			continue
+		}
+		if _, err := sdk.ParseURL(a, raw); err != nil {
+			return nil, 0, 0, fmt.Errorf("signin: verification URI: %w", err)
+		}
+	}
+	interval, lifetime, err := sdk.DeviceDurations(string(da.Interval), string(da.ExpiresIn)) // PA-4.6-05
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	return &da, interval, lifetime, nil
+}
+
 // Device signs the Session in with Device Sign-In: it shows the User a link
 // and a code through p, then polls until the User approves or declines, the
 // code expires, or ctx ends. A stored Account Token that covers the scopes
@@ -58,24 +97,7 @@ func Device(ctx context.Context, sess *poppy.Session, opts *poppy.SignInOptions,
 	if err != nil {
 		return nil, err
 	}
-	var da deviceAuthorization
-	if err := json.Unmarshal(body, &da); err != nil || da.DeviceCode == "" || da.UserCode == "" || da.VerificationURI == "" {
-		return nil, errors.New("signin: invalid device authorization response")
-	}
-	// The User opens these: absolute HTTPS URLs with a host (http:// on
-	// loopback only with UnsafeAllowLoopbackHTTP), the module's one check.
-	for _, raw := range []string{da.VerificationURI, da.VerificationURIComplete} {
-		if raw == "" {
-			continue
-		}
-		if _, err := sdk.ParseURL(c.Agent(), raw); err != nil {
-			return nil, fmt.Errorf("signin: verification URI: %w", err)
-		}
-	}
-	// Both clamped (durations.go in package poppy): a huge interval can't
-	// overflow into a busy loop, and a missing expires_in, which RFC 8628
-	// requires, can't make the agent poll until ctx ends.
-	interval, lifetime, err := sdk.DeviceDurations(string(da.Interval), string(da.ExpiresIn)) // PA-4.6-05
+	da, interval, lifetime, err := parseDeviceAuthorization(c.Agent(), body)
 	if err != nil {
 		return nil, err
 	}

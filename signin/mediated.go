@@ -22,6 +22,7 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/internal/sdk"
@@ -173,7 +174,7 @@ func Mediated(ctx context.Context, sess *poppy.Session, opts *poppy.SignInOption
 			if mr.ExpiresAt != "" {
 				exp, _ = time.Parse(time.RFC3339, mr.ExpiresAt)
 			}
-			code, err := p.OneTimeCode(ctx, &OneTimeCodePrompt{Company: c.Name(), SentTo: mr.Code.SentTo, Expires: exp, Retry: retry})
+			code, err := p.OneTimeCode(ctx, &OneTimeCodePrompt{Company: c.Name(), SentTo: companyText(mr.Code.SentTo), Expires: exp, Retry: retry})
 			if err != nil {
 				return nil, err
 			}
@@ -246,9 +247,28 @@ func readMediated(status int, b []byte) (*mediatedResponse, error) {
 	if mr.Status != "" && status < 300 || mr.Status == "failed" || mr.Status == "expired" || mr.Status == "code_required" {
 		return &mr, nil
 	}
-	code := mr.Error
+	code := companyText(mr.Error)
 	if code == "" {
 		code = "error"
 	}
 	return nil, &poppy.Error{Endpoint: "auth.mediated.endpoint", Status: status, Code: code}
+}
+
+// maxCompanyText bounds a Company's text that reaches the User or an error.
+const maxCompanyText = 200
+
+// companyText returns a Company's text fit to show: control characters
+// (which could drive a terminal) become spaces, and it is cut to
+// maxCompanyText bytes.
+func companyText(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, s)
+	if len(s) > maxCompanyText {
+		s = strings.ToValidUTF8(s[:maxCompanyText], "") + "…"
+	}
+	return s
 }

@@ -1,0 +1,120 @@
+package poppy
+
+// Fuzz targets for the parsers that read a Company's input and had none
+// (issue 8): Retry-After, cache headers, the duration clamp, device
+// authorization durations and ResponseError. The older targets
+// (FuzzParseChallenges, FuzzTokenResponse, FuzzDocument) are in
+// dpop_internal_test.go. Seed corpora are in testdata/fuzz; .ci/run runs
+// each target for a few seconds.
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+	"unicode"
+)
+
+func FuzzRetryAfter(f *testing.F) {
+	for _, s := range []string{"5", "0", "99999999999999999999", "-1", "1.5", "Wed, 21 Oct 2026 07:28:00 GMT", " 7 ", "", "1e3"} {
+		f.Add(s)
+	}
+	now := time.Date(2026, 10, 21, 7, 0, 0, 0, time.UTC)
+	f.Fuzz(func(t *testing.T, v string) {
+		d := parseRetryAfter(v, now)
+		if d < 0 || d > rangeRetryAfter.max {
+			t.Fatalf("Retry-After %q gave %v, outside [0, %v]", v, d, rangeRetryAfter.max)
+		}
+		if isDigits(strings.TrimSpace(v)) && strings.Trim(strings.TrimSpace(v), "0") != "" && d == 0 {
+			t.Fatalf("Retry-After %q (a positive number of seconds) read as absent", v)
+		}
+	})
+}
+
+func FuzzFreshness(f *testing.F) {
+	f.Add("max-age=300", "", "")
+	f.Add("max-age=9223372036854775807", "10", "")
+	f.Add("no-cache, max-age=5", "", "")
+	f.Add("", "", "Wed, 21 Oct 2099 07:28:00 GMT")
+	f.Add(`max-age="60"`, "99999999999999999999", "")
+	now := time.Date(2026, 10, 21, 7, 0, 0, 0, time.UTC)
+	f.Fuzz(func(t *testing.T, cc, age, expires string) {
+		h := http.Header{}
+		h.Set("Cache-Control", cc)
+		h.Set("Age", age)
+		h.Set("Expires", expires)
+		ttl, _ := freshness(h, now)
+		if ttl < 0 || ttl > rangeMaxAge.max {
+			t.Fatalf("ttl %v for Cache-Control %q, Age %q, Expires %q", ttl, cc, age, expires)
+		}
+	})
+}
+
+func FuzzCompanySeconds(f *testing.F) {
+	for _, s := range []string{"3600", "9223372037", "1e30", "-5", "0.5", "1e-400", "-0", "00", "1E+2", "", "null", `"3600"`} {
+		f.Add(s)
+	}
+	ranges := []durationRange{rangeTokenLifetime, rangeAccountLifetime, rangeDeviceInterval, rangeDeviceExpiry, rangeRetryAfter, rangeMaxAge}
+	f.Fuzz(func(t *testing.T, raw string) {
+		for _, r := range ranges {
+			d, positive, ok := companySeconds(raw, r)
+			if !ok && (d != 0 || positive) {
+				t.Fatalf("%q: not a number but %v, %v", raw, d, positive)
+			}
+			if ok && (d < r.min || d > r.max) {
+				t.Fatalf("%q: %v outside [%v, %v]", raw, d, r.min, r.max)
+			}
+		}
+	})
+}
+
+func FuzzDeviceDurations(f *testing.F) {
+	f.Add("5", "600")
+	f.Add("10000000000", "1e30")
+	f.Add("", "")
+	f.Add("-1", "0")
+	f.Add(`"5"`, "null")
+	f.Fuzz(func(t *testing.T, interval, expiresIn string) {
+		iv, exp, err := deviceDurations(interval, expiresIn)
+		if err != nil {
+			return
+		}
+		if iv < time.Second || iv > 10*time.Minute || exp < time.Second || exp > time.Hour {
+			t.Fatalf("interval %q → %v, expires_in %q → %v", interval, iv, expiresIn, exp)
+		}
+	})
+}
+
+func FuzzResponseError(f *testing.F) {
+	f.Add(403, `DPoP error="insufficient_scope", scope="poppy:read"`, "application/json", `{"error":"sign_in_required","error_description":"x"}`, "")
+	f.Add(429, "", "application/problem+json", `{"error":"rate_limited"}`, "99999999999999999999")
+	f.Add(400, `Bearer error=invalid_token, error_description="a \"b\""`, "text/plain", `{`, "Wed, 21 Oct 2026 07:28:00 GMT")
+	f.Add(401, strings.Repeat("a,", 5000), "application/json", `{"error":"x","pad":"`+strings.Repeat("p", 70<<10), "")
+	f.Fuzz(func(t *testing.T, status int, wwwAuth, ct, body, retryAfter string) {
+		if status < 400 || status > 599 {
+			return
+		}
+		h := http.Header{}
+		h.Set("WWW-Authenticate", wwwAuth)
+		h.Set("Content-Type", ct)
+		h.Set("Retry-After", retryAfter)
+		resp := &http.Response{StatusCode: status, Header: h, Body: io.NopCloser(strings.NewReader(body)), Request: &http.Request{}}
+		err := ResponseError(resp)
+		e, ok := err.(*Error)
+		if !ok {
+			t.Fatalf("ResponseError gave %T", err)
+		}
+		rest, _ := io.ReadAll(resp.Body)
+		if !bytes.Equal(rest, []byte(body)) {
+			t.Fatalf("the body changed: %d bytes, want %d", len(rest), len(body))
+		}
+		if len(e.Scope) > maxScopes || len(e.Code) > maxDescription+3 || len(e.Error()) > 16<<10 {
+			t.Fatalf("unbounded error: %d scopes, code of %d bytes, message of %d", len(e.Scope), len(e.Code), len(e.Error()))
+		}
+		if strings.ContainsFunc(e.Error(), func(r rune) bool { return unicode.IsControl(r) }) {
+			t.Fatalf("control character in %q", e.Error())
+		}
+	})
+}
