@@ -71,6 +71,18 @@
 //     the Session carries on signed out.
 //   - A-44 (User ID format): "usr_" followed by 128 random bits, base64url.
 //   - A-46 (algorithms): every signature the SDK makes is ES256.
+//   - DPoP proofs carry a 128-bit jti, like assertions (RFC 9449 allows
+//     96 bits; some Companies demand 128).
+//   - Durations a Company sends are clamped (durations.go): expires_in to
+//     at most 30 days (a missing or non-positive one is still a protocol
+//     error, PA-4.2-13), refresh_token_expires_in to 10 years, Retry-After
+//     to 30 days (any run of digits is a wait, so a value too large for an
+//     integer is "longer than MaxRetryWait"), max-age to a day.
+//   - Token requests whose replay is harmless (jwt-bearer, device_code,
+//     revocation, device authorization) are sent again once, with a fresh
+//     assertion and proof, when a pooled connection closed before any
+//     answer; a refresh or an authorization code is resent only by
+//     net/http, when it provably was not written.
 package poppy
 
 import (

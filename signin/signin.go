@@ -53,9 +53,13 @@
 //     from a Direct Sign-In is stored for the User whose Session started it.
 //   - a redirect without iss is refused (ErrIssuerMissing), before
 //     access_denied is even looked at: RFC 9207 is what stops a mix-up.
-//   - interval defaults to 5 s; slow_down adds 5 s to every later
-//     poll; polling stops at expires_in even if the Company never answers
-//     expired_token.
+//   - interval defaults to 5 s (also for a non-positive one) and is
+//     clamped to [1 s, 10 min]; slow_down adds 5 s to every later poll;
+//     polling stops at expires_in even if the Company never answers
+//     expired_token. expires_in is required (RFC 8628 section 3.2): a
+//     device authorization response without a positive one is refused
+//     before the User sees a code, and a longer one than an hour is taken
+//     as an hour.
 //   - a Mediated Sign-In error other than the four statuses is read as
 //     an OAuth error body ({"error": …}) whatever its HTTP status.
 package signin
