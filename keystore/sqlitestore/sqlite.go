@@ -166,7 +166,7 @@ func Open(path string, opts *Options) (*Store, error) {
 	// Before anything is changed (its mode, a lock directory beside it, its
 	// journal mode, a table): the file must be new and empty or already a
 	// keystore, never another program's database.
-	if err := checkOwnership(db); err != nil {
+	if err := retryBusy(o.BusyTimeout, func() error { return checkOwnership(db) }); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("sqlitestore: opening %s: %w", path, err)
 	}
@@ -288,9 +288,15 @@ func tightenModes(path string) error {
 // contend for the switch to WAL mode and for the WAL index's first set-up,
 // where SQLite may return SQLITE_BUSY without waiting in its busy handler.
 func (s *Store) initRetrying(busy time.Duration) error {
+	return retryBusy(busy, s.init)
+}
+
+// retryBusy runs fn, again after a short sleep while SQLite answers
+// SQLITE_BUSY, for at most busy.
+func retryBusy(busy time.Duration, fn func() error) error {
 	deadline := time.Now().Add(busy)
 	for attempt := 0; ; attempt++ {
-		err := s.init()
+		err := fn()
 		if err == nil || !isBusy(err) || time.Now().After(deadline) {
 			return err
 		}
@@ -382,13 +388,11 @@ var ErrForeignDatabase = errors.New("sqlitestore: the file is another program's 
 func checkOwnership(db *sql.DB) error {
 	ctx := context.Background() // bounded by the busy timeout, like init
 	var appID, version, objects int
-	if err := db.QueryRowContext(ctx, "PRAGMA application_id").Scan(&appID); err != nil {
-		return err
-	}
-	if err := db.QueryRowContext(ctx, "PRAGMA user_version").Scan(&version); err != nil {
-		return err
-	}
-	if err := db.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_master").Scan(&objects); err != nil {
+	// One statement, so one snapshot: another process may be creating the
+	// schema at this moment.
+	err := db.QueryRowContext(ctx, `SELECT (SELECT application_id FROM pragma_application_id()),
+		(SELECT user_version FROM pragma_user_version()), (SELECT count(*) FROM sqlite_master)`).Scan(&appID, &version, &objects)
+	if err != nil {
 		return err
 	}
 	switch {
