@@ -585,6 +585,36 @@ func TestAttackKeepAliveEOF(t *testing.T) {
 	if ka.closed.Load() < 10 {
 		t.Fatalf("only %d connections were closed under the requests: the test didn't exercise the race", ka.closed.Load())
 	}
+	// The SDK's own client closes idle connections before such a server
+	// does.
+	if _, idle, _ := poppy.DefaultTransportLimits(); idle >= 5*time.Second {
+		t.Fatalf("IdleConnTimeout %v is not below the common 5 s keep-alive timeout", idle)
+	}
+
+	// A rotating refresh that went out is not sent again by the SDK (the
+	// Company may have rotated the token): the renewal fails, the Account
+	// Token is kept, and the next renewal, on a new connection, works.
+	before := ka.closed.Load()
+	e.srv.Clock().Advance(6 * time.Second)
+	refreshes := len(grantsOf(e, "refresh_token"))
+	_, err := s.Token(ctx, &poppy.TokenOptions{Renew: true})
+	t.Logf("refresh after 6 s idle: %v", err)
+	if err == nil {
+		if ka.closed.Load() > before {
+			t.Fatal("a refresh closed under its request was sent again")
+		}
+	} else if !strings.Contains(err.Error(), "EOF") {
+		t.Fatalf("refresh on a closed connection: %v", err)
+	}
+	if n := len(grantsOf(e, "refresh_token")) - refreshes; n > 1 {
+		t.Fatalf("%d refresh requests reached the Company", n)
+	}
+	if _, err := s.AccountToken(ctx, ""); err != nil {
+		t.Fatalf("the Account Token was lost: %v", err)
+	}
+	if _, err := s.Token(ctx, &poppy.TokenOptions{Renew: true}); err != nil {
+		t.Fatalf("the next renewal: %v", err)
+	}
 }
 
 // answerDNS is a DNS server over a stream connection (as Go's resolver

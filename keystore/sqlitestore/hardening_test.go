@@ -1,7 +1,8 @@
 package sqlitestore_test
 
-// Attacks on the SQLite store (issue 8), kept together. Each failed on the
-// code before its fix (commit b9fcb33).
+// Attacks on the SQLite store (issue 8), kept together. The first two
+// failed on the code before their fix (commit b9fcb33); the third guards
+// what already held there.
 
 import (
 	"bytes"
