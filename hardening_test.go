@@ -236,6 +236,7 @@ func TestAttackScopeBound(t *testing.T) {
 	if !errors.As(err, &pe) || pe.Code != "insufficient_scope" {
 		t.Fatalf("%v", err)
 	}
+	t.Logf("a 403 naming %d bytes of scopes: %d scopes kept, error string of %d bytes", len(scope), len(pe.Scope), len(err.Error()))
 	if len(pe.Scope) > 64 || len(err.Error()) > 16<<10 {
 		t.Fatalf("%d scopes, error string of %d bytes", len(pe.Scope), len(err.Error()))
 	}

@@ -160,6 +160,9 @@ func BenchmarkDeleteSecret(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+			if _, err := s.Get(ctx, key); !errors.Is(err, keystore.ErrNotFound) {
+				b.Fatalf("the record survived its deletion: %v", err)
+			}
 		})
 	}
 }
