@@ -433,6 +433,13 @@ func TestAttackSecretsInFormatting(t *testing.T) {
 		if len(secrets) < 2 || secrets[1] == "" {
 			t.Fatal("no DPoP key found to look for")
 		}
+		// A pending Direct Sign-In holds the PKCE verifier.
+		verifier := "pkce-verifier-" + strings.Repeat("V", 43)
+		pk := keystore.Key{Kind: keystore.KindPendingSignIn, User: "poppy:signin", Issuer: "poppy:state", ID: "st"}
+		if err := store.Update(ctx, pk, func([]byte) ([]byte, error) { return []byte(`{"code_verifier":"` + verifier + `"}`), nil }); err != nil {
+			t.Fatal(err)
+		}
+		secrets = append(secrets, verifier)
 		var buf bytes.Buffer
 		for _, v := range []any{store, e.agent, e.id, s} {
 			for _, verb := range []string{"%v", "%+v", "%#v", "%s", "%q", "%x"} {
@@ -452,7 +459,8 @@ func TestAttackSecretsInFormatting(t *testing.T) {
 	}
 }
 
-// Item 11: DPoP proof jti was 96 bits; an independent Company demands 128.
+// Item 11: DPoP proof jti was 96 bits; an independent Company demands 128
+// (PA-4.3-05: a fresh proof, with its own jti, for every request).
 func TestAttackDPoPJTI128(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	s := e.session("alice")
