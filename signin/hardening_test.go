@@ -140,7 +140,8 @@ func TestAttackSignInHonoursLoopbackOption(t *testing.T) {
 			m["auth"].(map[string]any)["mediated"].(map[string]any)["endpoint"] = mediated
 		})
 		if !allow {
-			// Discovery itself refuses the document (PA-3.2-06 family).
+			// Discovery itself refuses the document: an http:// mediated
+			// endpoint without the option.
 			if _, err := e.Agent.Company(ctx, "example.test"); !errors.Is(err, poppy.ErrInvalidDocument) {
 				t.Fatalf("discovery of an http mediated endpoint without the option: %v", err)
 			}
