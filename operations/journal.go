@@ -8,6 +8,7 @@ package operations
 // request until the operation is final.
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
@@ -16,7 +17,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"bytes"
 	"time"
 
 	"github.com/poppyproto/poppy/keystore"

@@ -84,7 +84,9 @@ type Term struct {
 func AnyValue(path string) Term { return Term{Path: path, Op: OpAny} }
 
 // Equal covers the term at path when it equals v.
-func Equal(path string, v any) Term { return Term{Path: path, Op: OpEqual, Values: []json.RawMessage{mustJSON(v)}} }
+func Equal(path string, v any) Term {
+	return Term{Path: path, Op: OpEqual, Values: []json.RawMessage{mustJSON(v)}}
+}
 
 // OneOf covers the term at path when it equals one of vs.
 func OneOf[T any](path string, vs ...T) Term {
@@ -97,11 +99,15 @@ func OneOf[T any](path string, vs ...T) Term {
 
 // AtMost covers the term at path when it is a decimal number no greater
 // than max ("20.00").
-func AtMost(path, max string) Term { return Term{Path: path, Op: OpAtMost, Values: []json.RawMessage{mustJSON(max)}} }
+func AtMost(path, max string) Term {
+	return Term{Path: path, Op: OpAtMost, Values: []json.RawMessage{mustJSON(max)}}
+}
 
 // AtLeast covers the term at path when it is a decimal number no less than
 // min.
-func AtLeast(path, min string) Term { return Term{Path: path, Op: OpAtLeast, Values: []json.RawMessage{mustJSON(min)}} }
+func AtLeast(path, min string) Term {
+	return Term{Path: path, Op: OpAtLeast, Values: []json.RawMessage{mustJSON(min)}}
+}
 
 func mustJSON(v any) json.RawMessage {
 	b, err := json.Marshal(v)
