@@ -81,6 +81,9 @@ type entry struct {
 	action    Action
 	proposal  string // key of the proposing request, "" if unknown
 	finalSeen bool
+	// broken holds the protocol error of a Company that changed a
+	// revision it had issued: such an operation is never confirmed.
+	broken error
 }
 
 // New returns a Client for sess's Company. It returns ErrNotSupported, and
@@ -160,6 +163,9 @@ func (c *Client) observe(op *Operation, action *Action, proposal string) (*Opera
 		e.proposal = proposal
 	}
 	next, err := merge(e.op, op.Clone())
+	if err != nil && e.broken == nil && next.Revision == op.Revision {
+		e.broken = err // PA-OPS3-09: terms changed under a revision
+	}
 	if next != e.op {
 		e.op = next
 	} else if err == nil && e.op.State == op.State && e.op.Revision == op.Revision {
@@ -183,6 +189,17 @@ func (c *Client) view(id string) *Operation {
 	defer c.mu.Unlock()
 	if e := c.ops[id]; e != nil {
 		return e.op.Clone()
+	}
+	return nil
+}
+
+// brokenErr returns the protocol error that makes an operation
+// unconfirmable, or nil.
+func (c *Client) brokenErr(id string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.ops[id]; e != nil {
+		return e.broken
 	}
 	return nil
 }
@@ -289,6 +306,9 @@ func (c *Client) approve(ctx context.Context, op *Operation, reason string, user
 		return nil, ErrNoOperation
 	}
 	cur, err := c.observe(op, nil, "")
+	if err == nil {
+		err = c.brokenErr(cur.ID)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -360,6 +380,18 @@ const maxConfirmAttempts = 8
 // terms on its own (PA-OPS5-15). An operation that is already past proposed
 // is returned as it is, tracked if in_progress (PA-OPS5-18).
 func (c *Client) Confirm(ctx context.Context, a *Approval) (*Operation, error) {
+	op, err := c.Submit(ctx, a)
+	if err != nil || op.State != StateInProgress {
+		return op, err
+	}
+	return c.Track(ctx, op.ID)
+}
+
+// Submit is Confirm without the tracking: it sends the journalled confirm
+// until the Company answers it and returns the operation as the Company
+// answered, which may be in_progress. Track it, or Recover it after a
+// restart.
+func (c *Client) Submit(ctx context.Context, a *Approval) (*Operation, error) {
 	if a == nil || a.c != c {
 		return nil, errors.New("operations: Confirm needs an Approval from this Client")
 	}
@@ -370,9 +402,12 @@ func (c *Client) Confirm(ctx context.Context, a *Approval) (*Operation, error) {
 	if cur == nil {
 		return nil, fmt.Errorf("operations: unknown operation %s", a.OperationID)
 	}
+	if err := c.brokenErr(cur.ID); err != nil {
+		return nil, err
+	}
 	switch {
 	case cur.State == StateInProgress:
-		return c.Track(ctx, cur.ID)
+		return cur, nil
 	case cur.State == StateExpired:
 		return cur, fmt.Errorf("%w: %s", ErrOperationExpired, cur.ID) // PA-OPS3-07
 	case cur.State.Final():
@@ -419,12 +454,24 @@ func (c *Client) Confirm(ctx context.Context, a *Approval) (*Operation, error) {
 	if op.State == StateProposed {
 		return op, protocolError("operation %s is still proposed after its confirm", op.ID)
 	}
-	return c.Track(ctx, op.ID)
+	return op, nil
 }
 
 // sendConfirm sends the journalled confirm until the Company answers it.
 func (c *Client) sendConfirm(ctx context.Context, id string, jc journalConfirm) (*Operation, error) {
 	body, _ := json.Marshal(map[string]any{"revision": jc.Revision, "approved_by": jc.ApprovedBy})
+	op, err := c.sendRetrying(ctx, c.opURL(id, "confirm"), id, body)
+	if err != nil && isTransient(err) {
+		return nil, fmt.Errorf("operations: confirm of %s unanswered after %d attempts; it is journalled, so Recover or Track it: %w", id, maxConfirmAttempts, err)
+	}
+	return op, err
+}
+
+// sendRetrying POSTs body to target, an idempotent request about operation
+// id (confirm or cancel), until the Company answers it: a request that gets
+// no answer or a 5xx is sent again, same body, after a backoff that honours
+// Retry-After (PA-OPS6-03).
+func (c *Client) sendRetrying(ctx context.Context, target, id string, body []byte) (*Operation, error) {
 	var last error
 	for attempt := range maxConfirmAttempts {
 		if attempt > 0 {
@@ -432,7 +479,7 @@ func (c *Client) sendConfirm(ctx context.Context, id string, jc journalConfirm) 
 				return nil, err
 			}
 		}
-		resp, err := c.send(ctx, http.MethodPost, c.opURL(id, "confirm"), body)
+		resp, err := c.send(ctx, http.MethodPost, target, body)
 		if err == nil {
 			var op *Operation
 			if op, err = c.readOperation(ctx, resp, id); err == nil {
@@ -445,10 +492,10 @@ func (c *Client) sendConfirm(ctx context.Context, id string, jc journalConfirm) 
 		if !isTransient(err) {
 			return c.view(id), err
 		}
-		c.log.DebugContext(ctx, "operations: confirm got no answer, sending it again", "operation_id", id, "attempt", attempt+1, "error", err)
+		c.log.DebugContext(ctx, "operations: request got no answer, sending it again", "operation_id", id, "attempt", attempt+1, "error", err)
 		last = err
 	}
-	return nil, fmt.Errorf("operations: confirm of %s unanswered after %d attempts; it is journalled, so Recover or Track it: %w", id, maxConfirmAttempts, last)
+	return nil, last
 }
 
 // Handle takes a proposed operation through approval and confirmation to a
@@ -505,15 +552,7 @@ func (c *Client) viewOr(op *Operation) *Operation {
 // (OPS 7, A-37), then tracks it until final (PA-OPS7-03). A final
 // operation comes back as it is, without an error (PA-OPS7-04).
 func (c *Client) Cancel(ctx context.Context, id string) (*Operation, error) {
-	resp, err := c.send(ctx, http.MethodPost, c.opURL(id, "cancel"), []byte("{}"))
-	if err != nil {
-		return nil, err
-	}
-	op, err := c.readOperation(ctx, resp, id)
-	if err != nil {
-		return nil, err
-	}
-	v, err := c.afterRead(ctx, op)
+	v, err := c.sendRetrying(ctx, c.opURL(id, "cancel"), id, []byte("{}"))
 	if err != nil || v.State.Final() {
 		return v, err
 	}
