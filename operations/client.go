@@ -176,11 +176,27 @@ func (c *Client) observe(op *Operation, action *Action, proposal string) (*Opera
 	if notify {
 		e.finalSeen = true
 	}
+	if len(c.ops) > maxViews {
+		c.pruneLocked(op.ID)
+	}
 	c.mu.Unlock()
 	if notify && c.onFinal != nil {
 		c.onFinal(view.Clone())
 	}
 	return view, err
+}
+
+// maxViews bounds the operations a Client keeps in memory; beyond it, final
+// ones are dropped (the Company keeps them readable, and the journal keeps
+// those this Client proposed or confirmed).
+const maxViews = 4096
+
+func (c *Client) pruneLocked(keep string) {
+	for id, e := range c.ops {
+		if id != keep && e.op.State.Final() {
+			delete(c.ops, id)
+		}
+	}
 }
 
 // view returns the Client's view of an operation, or nil.

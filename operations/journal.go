@@ -141,7 +141,8 @@ func (c *Client) records(ctx context.Context) ([]journalRecord, error) {
 		if rec.Session != c.sess.Name() && (rec.Account == "" || rec.Account != account) {
 			continue
 		}
-		if rec.Final && c.clock.Now().Sub(rec.Updated) > keepFinal {
+		abandoned := rec.Confirm == nil && !rec.Operation.ExpiresAt.IsZero() && c.clock.Now().Sub(rec.Operation.ExpiresAt) > keepFinal
+		if rec.Final && c.clock.Now().Sub(rec.Updated) > keepFinal || abandoned {
 			_ = st.Update(ctx, k, func([]byte) ([]byte, error) { return nil, nil })
 			continue
 		}
