@@ -468,7 +468,7 @@ func TestUserApprovalRequiredAnswer(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	grantExchange(t, e, nil)
 	op := e.propose("itm_4Qa")
-	e.Srv.ForceError(poppytest.EndpointOperations, 403, "user_approval_required", 1)
+	e.Srv.ForceError(poppytest.EndpointOperations, poppytest.Fault{Status: 403, Code: "user_approval_required"})
 	done, err := e.c.Handle(ctx, op)
 	if err != nil || done.State != operations.StateSucceeded {
 		t.Fatalf("%v %v", done, err)
