@@ -75,19 +75,33 @@ type ApprovalRequest struct {
 
 // Approval is the approval of one revision of one operation, by the User
 // or by a standing permission. Confirm sends it; Withdraw takes it back.
+//
+// Its fields can't be changed: an approval covers the one revision it was
+// given for, in the way it was given (PA-OPS5-11, PA-OPS5-12).
 type Approval struct {
-	c           *Client
-	OperationID string
-	Revision    int
-	By          ApprovedBy
-	// PermissionID names the standing permission that matched, if By is
-	// standing_permission.
-	PermissionID string
+	c          *Client
+	opID       string
+	revision   int
+	by         ApprovedBy
+	permission string
 
 	mu        sync.Mutex
 	withdrawn bool
 	confirmed bool
 }
+
+// OperationID is the operation the approval is for.
+func (a *Approval) OperationID() string { return a.opID }
+
+// Revision is the revision the approval covers.
+func (a *Approval) Revision() int { return a.revision }
+
+// By says how the revision was approved.
+func (a *Approval) By() ApprovedBy { return a.by }
+
+// PermissionID names the standing permission that matched, when By is
+// standing_permission.
+func (a *Approval) PermissionID() string { return a.permission }
 
 // Withdraw takes the User's approval back (OPS 7). Before the approval was
 // confirmed, the SDK will not confirm it (PA-OPS7-05) and no request is
@@ -98,13 +112,13 @@ func (a *Approval) Withdraw(ctx context.Context) (*Operation, error) {
 	a.withdrawn = true
 	confirmed := a.confirmed
 	a.mu.Unlock()
-	if err := a.c.journalWithdraw(ctx, a.OperationID); err != nil {
+	if err := a.c.journalWithdraw(ctx, a.opID); err != nil {
 		return nil, err
 	}
 	if !confirmed {
-		return a.c.view(a.OperationID), nil
+		return a.c.view(a.opID), nil
 	}
-	return a.c.Cancel(ctx, a.OperationID)
+	return a.c.Cancel(ctx, a.opID)
 }
 
 // Withdrawn reports whether Withdraw was called.

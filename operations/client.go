@@ -354,7 +354,7 @@ func (c *Client) approve(ctx context.Context, op *Operation, reason string, user
 				continue
 			}
 			c.log.DebugContext(ctx, "operations: a standing permission covers the revision", "operation_id", cur.ID, "revision", cur.Revision, "permission", p.ID)
-			return &Approval{c: c, OperationID: cur.ID, Revision: cur.Revision, By: ApprovedByStandingPermission, PermissionID: p.ID}, nil
+			return &Approval{c: c, opID: cur.ID, revision: cur.Revision, by: ApprovedByStandingPermission, permission: p.ID}, nil
 		}
 		why = errors.Join(mismatches...)
 	}
@@ -374,7 +374,7 @@ func (c *Client) approve(ctx context.Context, op *Operation, reason string, user
 	if d != Approve {
 		return nil, ErrDeclined
 	}
-	return &Approval{c: c, OperationID: cur.ID, Revision: cur.Revision, By: ApprovedByUser}, nil
+	return &Approval{c: c, opID: cur.ID, revision: cur.Revision, by: ApprovedByUser}, nil
 }
 
 // maxConfirmAttempts bounds how often one Confirm call sends the confirm
@@ -414,9 +414,9 @@ func (c *Client) Submit(ctx context.Context, a *Approval) (*Operation, error) {
 	if err := c.load(ctx); err != nil {
 		return nil, err
 	}
-	cur := c.view(a.OperationID)
+	cur := c.view(a.opID)
 	if cur == nil {
-		return nil, fmt.Errorf("operations: unknown operation %s", a.OperationID)
+		return nil, fmt.Errorf("operations: unknown operation %s", a.opID)
 	}
 	if err := c.brokenErr(cur.ID); err != nil {
 		return nil, err
@@ -428,9 +428,9 @@ func (c *Client) Submit(ctx context.Context, a *Approval) (*Operation, error) {
 		return cur, fmt.Errorf("%w: %s", ErrOperationExpired, cur.ID) // PA-OPS3-07
 	case cur.State.Final():
 		return cur, nil
-	case a.Revision != cur.Revision:
-		return nil, fmt.Errorf("%w: approved revision %d, latest %d", ErrApprovalMismatch, a.Revision, cur.Revision)
-	case a.By == ApprovedByStandingPermission && cur.UserApprovalRequired:
+	case a.revision != cur.Revision:
+		return nil, fmt.Errorf("%w: approved revision %d, latest %d", ErrApprovalMismatch, a.revision, cur.Revision)
+	case a.by == ApprovedByStandingPermission && cur.UserApprovalRequired:
 		return nil, fmt.Errorf("%w: the operation requires the User's own approval", ErrApprovalMismatch)
 	case cur.Expired(c.clock.Now()):
 		return cur, fmt.Errorf("%w: %s revision %d", ErrOperationExpired, cur.ID, cur.Revision)
@@ -442,7 +442,7 @@ func (c *Client) Submit(ctx context.Context, a *Approval) (*Operation, error) {
 	}
 	a.confirmed = true
 	a.mu.Unlock()
-	jc := journalConfirm{Revision: a.Revision, ApprovedBy: a.By, Permission: a.PermissionID, At: c.clock.Now()}
+	jc := journalConfirm{Revision: a.revision, ApprovedBy: a.by, Permission: a.permission, At: c.clock.Now()}
 	if err := c.journalIntent(ctx, cur, jc); err != nil {
 		a.mu.Lock()
 		a.confirmed = false

@@ -240,7 +240,15 @@ func (c *Client) recoverOne(ctx context.Context, r journalRecord) (*Operation, e
 	case cur.Expired(c.clock.Now()):
 		return cur, fmt.Errorf("%w: %s", ErrOperationExpired, cur.ID)
 	}
-	a := &Approval{c: c, OperationID: cur.ID, Revision: r.Confirm.Revision, By: r.Confirm.ApprovedBy, PermissionID: r.Confirm.Permission}
+	if r.Confirm.ApprovedBy == ApprovedByStandingPermission {
+		// The permission must still cover the revision: the User may
+		// have revoked it since (PA-OPS5-10).
+		if err := c.stillPermitted(ctx, cur, r); err != nil {
+			_ = c.journalClearIntent(ctx, cur.ID)
+			return cur, err
+		}
+	}
+	a := &Approval{c: c, opID: cur.ID, revision: r.Confirm.Revision, by: r.Confirm.ApprovedBy, permission: r.Confirm.Permission}
 	return c.Confirm(ctx, a)
 }
 
@@ -264,4 +272,20 @@ func proposalKey(req *http.Request) (string, error) {
 		req.ContentLength = int64(len(b))
 	}
 	return base64.RawURLEncoding.EncodeToString(h.Sum(nil)), nil
+}
+
+// stillPermitted checks that the standing permission of a journalled
+// confirm still covers the operation.
+func (c *Client) stillPermitted(ctx context.Context, op *Operation, r journalRecord) error {
+	perms, err := c.Permissions(ctx)
+	if err != nil {
+		return err
+	}
+	sub := Subject{Issuer: c.sess.Company().Issuer(), Account: c.sess.Account(), Action: r.Action, Operation: op, Now: c.clock.Now()}
+	for _, p := range perms {
+		if p.ID == r.Confirm.Permission {
+			return p.Check(sub)
+		}
+	}
+	return fmt.Errorf("operations: standing permission %s was revoked", r.Confirm.Permission)
 }
