@@ -241,3 +241,37 @@ func TestRecoverResendsJournalledConfirm(t *testing.T) {
 		t.Errorf("second Recover: %v %v", ops, err)
 	}
 }
+
+// PA-OPS5-10 across a restart: a confirm journalled under a standing
+// permission the User revoked since is not sent again.
+func TestRecoverRevokedPermission(t *testing.T) {
+	var cut atomic.Bool
+	cut.Store(true)
+	e := newEnv(t, &poppytest.Options{Operations: poppytest.OperationsOptions{Faults: func(r poppytest.OperationRequest) poppytest.OperationFault {
+		if cut.Load() {
+			return poppytest.FaultCut
+		}
+		return poppytest.FaultNone
+	}}}, nil)
+	g := grantExchange(t, e, nil)
+	op := e.propose("itm_4Qa")
+	a, err := e.c.Approve(ctx, op)
+	if err != nil || a.By() != operations.ApprovedByStandingPermission {
+		t.Fatalf("%v %v", a, err)
+	}
+	if _, err := e.c.Confirm(ctx, a); err == nil {
+		t.Fatal("Confirm through cut connections")
+	}
+	cut.Store(false)
+	if err := e.c.Revoke(ctx, g.ID); err != nil {
+		t.Fatal(err)
+	}
+	n := len(e.confirms())
+	c2, _ := operations.New(e.sess, nil)
+	if ops, err := c2.Recover(ctx); err == nil {
+		t.Errorf("Recover confirmed under a revoked permission: %v", ops)
+	}
+	if len(e.confirms()) != n || info(t, e.Srv, op.ID).Performed != 0 {
+		t.Error("a confirm went out")
+	}
+}
