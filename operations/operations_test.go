@@ -691,7 +691,8 @@ func TestChannels(t *testing.T) {
 	resp.Body.Close()
 }
 
-// extension_required from an API is poppy.ErrExtensionRequired.
+// PA-3.3-06: extension_required from an API is a typed error naming the
+// extension, and nothing is retried.
 func TestExtensionRequired(t *testing.T) {
 	off := testenv.New(t, &poppytest.Options{Operations: poppytest.OperationsOptions{RequireOperations: true}}, nil)
 	sess := off.Session("u")
@@ -706,6 +707,18 @@ func TestExtensionRequired(t *testing.T) {
 	var xr poppy.ExtensionRequiredError
 	if !errors.Is(err, poppy.ErrExtensionRequired) || !errors.As(err, &xr) || xr.Extension != "operations" {
 		t.Errorf("%v", err)
+	}
+	if n := len(off.Requests(poppytest.EndpointAPI)); n != 1 {
+		t.Errorf("%d requests", n)
+	}
+}
+
+// PA-3.3-05: unknown members in every operation answer change nothing.
+func TestNoise(t *testing.T) {
+	e := newEnv(t, &poppytest.Options{Noise: true, Operations: poppytest.OperationsOptions{Perform: poppytest.PerformSlow}}, nil)
+	done, err := e.c.Handle(ctx, e.propose("itm_4Qa"))
+	if err != nil || done.State != operations.StateSucceeded {
+		t.Fatalf("%v %v", done, err)
 	}
 }
 

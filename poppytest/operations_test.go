@@ -178,7 +178,7 @@ func TestCO_OPS2_03_NoOperationsWithoutExtension(t *testing.T) {
 	a2 := newAgent(t, srv2, "agent.test")
 	_, tok2 := signedIn(t, srv2, a2, "usr_1", "acct_1")
 	r = a2.call("POST", "/orders/ord_7Hk2/exchanges", tok2, `{}`)
-	// CO-OPS2-04, A-41
+	// CO-OPS2-04, CO-3.3-04, A-41
 	if r.Status != 403 || r.str("error") != "extension_required" || r.str("extension") != "operations" || strings.Contains(string(r.Raw), `"operation"`) {
 		t.Errorf("CO-OPS2-04 RequireOperations: %d %s", r.Status, r.Raw)
 	}
