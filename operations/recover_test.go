@@ -15,6 +15,7 @@ import (
 
 	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/internal/testenv"
+	"github.com/poppyproto/poppy/keystore"
 	"github.com/poppyproto/poppy/keystore/sqlitestore"
 	"github.com/poppyproto/poppy/operations"
 	"github.com/poppyproto/poppy/poppytest"
@@ -273,5 +274,52 @@ func TestRecoverRevokedPermission(t *testing.T) {
 	}
 	if len(e.confirms()) != n || info(t, e.Srv, op.ID).Performed != 0 {
 		t.Error("a confirm went out")
+	}
+}
+
+// The journal and the permissions hold no token, proof or key: nothing a
+// Session sent in a header appears in their records.
+func TestJournalHoldsNoSecrets(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	grantExchange(t, e, nil)
+	if _, err := e.c.Handle(ctx, e.propose("itm_4Qa")); err != nil {
+		t.Fatal(err)
+	}
+	var secrets []string
+	for _, r := range e.Requests() {
+		if r.AccessToken != "" {
+			secrets = append(secrets, r.AccessToken)
+		}
+		if v := r.Header.Get("DPoP"); v != "" {
+			secrets = append(secrets, v)
+		}
+		if v := r.Form.Get("refresh_token"); v != "" {
+			secrets = append(secrets, v)
+		}
+	}
+	if len(secrets) == 0 {
+		t.Fatal("no secrets seen")
+	}
+	n := 0
+	for _, kind := range []keystore.Kind{keystore.KindOperation, keystore.KindPermission} {
+		keys, err := e.Store.List(ctx, kind, "local-user", e.Srv.Issuer())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range keys {
+			b, err := e.Store.Get(ctx, k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n++
+			for _, s := range secrets {
+				if strings.Contains(string(b), s) {
+					t.Errorf("%s holds a secret", k)
+				}
+			}
+		}
+	}
+	if n != 2 {
+		t.Errorf("%d records, want a journal entry and a permission", n)
 	}
 }
