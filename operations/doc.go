@@ -12,6 +12,9 @@
 // [Client.Observe] makes them one operation per operation_id. Approval
 // comes only from the caller's [Approver], or from a standing [Permission]
 // the User gave earlier that covers every term; never from Company text.
+// An [*Approval] can only be made by [Client.Approve] and can't be changed,
+// so code that holds a Client (an LLM tool runtime, say) can't confirm
+// anything the User's Approver didn't approve.
 // [Client.Handle] runs the whole flow:
 //
 //	c, _ := operations.New(sess, &operations.Options{Approver: myUI})
