@@ -395,6 +395,11 @@ const maxConfirmAttempts = 8
 // for terms_changed) and need a new approval: Confirm never confirms new
 // terms on its own (PA-OPS5-15). An operation that is already past proposed
 // is returned as it is, tracked if in_progress (PA-OPS5-18).
+//
+// A sign_in_required or insufficient_scope that the Session transport
+// could not settle with a stored Account Token comes back as the
+// *poppy.Error: sign the User in (package signin) and call Confirm again
+// with the same Approval, which sends the same confirm (PA-OPS5-14).
 func (c *Client) Confirm(ctx context.Context, a *Approval) (*Operation, error) {
 	op, err := c.Submit(ctx, a)
 	if err != nil || op.State != StateInProgress {

@@ -463,6 +463,29 @@ func TestConfirmAfterSignInRequired(t *testing.T) {
 	}
 }
 
+// PA-OPS5-14: insufficient_scope comes back; after signing in, the same
+// Approval sends the same confirm.
+func TestConfirmAfterInsufficientScope(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	op := e.propose("itm_4Qa")
+	a, _ := e.c.Approve(ctx, op)
+	e.Srv.ForceError(poppytest.EndpointOperations, poppytest.Fault{Code: "insufficient_scope"})
+	_, err := e.c.Confirm(ctx, a)
+	var pe *poppy.Error
+	if !errors.Is(err, poppy.ErrInsufficientScope) || !errors.As(err, &pe) || len(pe.Scope) != 2 {
+		t.Fatalf("Confirm: %v", err)
+	}
+	signIn(t, e.Env, e.sess)
+	done, err := e.c.Confirm(ctx, a)
+	if err != nil || done.State != operations.StateSucceeded {
+		t.Fatalf("%v %v", done, err)
+	}
+	cs := e.confirms()
+	if len(cs) != 2 || string(cs[0].Body) != string(cs[1].Body) {
+		t.Errorf("confirms %d", len(cs))
+	}
+}
+
 // PA-OPS5-16: user_approval_required → ask the User, confirm as "user".
 func TestUserApprovalRequiredAnswer(t *testing.T) {
 	e := newEnv(t, nil, nil)
