@@ -253,6 +253,17 @@ func (s *Session) SignedIn() bool {
 	return s.rec.SignedIn
 }
 
+// Account returns the label of the Account Token the Session is signed in
+// with (SignInOptions.Account), or "" when it is signed out.
+func (s *Session) Account() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.rec.SignedIn {
+		return ""
+	}
+	return s.rec.Account
+}
+
 // Scopes returns the account scopes of the Session; none when signed out.
 func (s *Session) Scopes() []string {
 	s.mu.Lock()

@@ -58,6 +58,8 @@ const (
 	KindAccountToken  Kind = "account_token"  // an Account Token with scopes and expiry (spec 4.8)
 	KindCursor        Kind = "cursor"         // a conversation cursor (spec 7.5)
 	KindPendingSignIn Kind = "pending_signin" // a Direct Sign-In waiting for its redirect (spec 4.5)
+	KindOperation     Kind = "operation"      // an operation and its journalled confirm (OPS 6)
+	KindPermission    Kind = "permission"     // a standing permission the User gave (OPS 5.1)
 )
 
 // Secret reports whether records of this kind hold secrets: private keys,

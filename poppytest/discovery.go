@@ -153,9 +153,11 @@ func (s *Server) document(domain string) map[string]any {
 			map[string]any{"type": "mcp", "url": s.MCPURL(), "description": "Product search and sizing"},
 		}
 	}
-	ext := map[string]any{
-		"operations": map[string]any{"version": "1", "endpoint": api + "/poppy/operations"},
+	opsEntry := map[string]any{"version": "1", "endpoint": api + "/poppy/operations"}
+	if o.Operations.Resource != "" {
+		opsEntry["resource"] = o.Operations.Resource // CO-OPS2-02
 	}
+	ext := map[string]any{"operations": opsEntry}
 	for k, v := range o.Extensions {
 		if v == nil {
 			delete(ext, k)

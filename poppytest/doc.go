@@ -93,10 +93,41 @@
 //	DELETE /orders/{id}             always 403 {"error":"forbidden"} without WWW-Authenticate (CO-4-01)
 //	POST   /echo                    echoes the JSON body verbatim
 //
+// For an agent whose client metadata lists the operations extension
+// ("extensions": {"operations": {"version": "1"}}), POST
+// /orders/{id}/exchanges answers 202 {"operation": …}: the spec's jacket
+// exchange (item_id and replacement_sku from the body, default itm_4Qa and
+// stormline-insulated-m), proposed, not performed. Any other agent gets the
+// exchange performed at once (201), or, with
+// Options.Operations.RequireOperations, 403 extension_required.
+//
 // With NarrowScopesOnly the API requires orders:read and orders:write
 // instead (CO-4.4-05). A signed-in token acts signed in only while its
 // Session is still signed in to that account (CO-4.9-03), unless
 // NoLiveSignInCheck.
+//
+// # Operations
+//
+// The operations endpoint https://api.{primary}/poppy/operations (also
+// [Server.OperationsEndpoint]) serves GET /{id}, POST /{id}/confirm and
+// POST /{id}/cancel with every Company rule of the extension: revisions
+// are fixed once issued and only the latest is confirmable; a revision
+// expires at expires_at (Options.Operations.TTL, default 15 min); an
+// operation belongs to its Session and, if proposed signed in, to the
+// account; a confirm needs the scopes of the action; user_approval_required
+// refuses standing_permission; a final operation never changes. The
+// performer acts once per operation, on its confirm, as
+// Options.Operations.Perform (or [Server.SetPerform]) says: at once, slowly
+// (in_progress with Retry-After), failing partway (with a result.summary
+// of what was done), or with an outcome unknown until
+// [Server.ResolveOperation]. [Server.ReviseOperation] issues the next
+// revision (the next jacket size), [Server.MutateRevision] breaks a
+// revision on purpose, [Server.HoldConfirms] holds confirms in flight, and
+// Options.Operations.Faults injects a cut connection, a lost response after
+// performing, a 500 after performing or a 503 into any confirm, read or
+// cancel. [Server.Operation], [Server.Operations] and
+// [Server.PerformedActions] show what was proposed and performed, and how
+// often (OperationInfo.Performed is 0 or 1).
 //
 // # Signing in
 //
@@ -250,6 +281,19 @@
 //     200 (RFC 7009).
 //   - insufficient_scope names the full set of scopes the action
 //     requires: DPoP error="insufficient_scope", scope="poppy:read poppy:write".
+//   - every answer of the operations endpoint is 200 with the
+//     operation (in_progress with Retry-After). Confirm checks ownership
+//     (404), scopes (403), then answers a non-proposed or expired
+//     operation as it is, then the revision (409 terms_changed with the
+//     current operation), then approved_by (403 user_approval_required):
+//     the state comes before the revision so that every repeated confirm
+//     is safe. A proposed operation past expires_at becomes expired when
+//     next used.
+//   - cancel takes any body, or none.
+//   - an operation proposed in a signed-out Session stays that
+//     Session's alone, even after the Session signs in.
+//   - extension_required is 403 {"error":"extension_required",
+//     "extension":"operations"}, without WWW-Authenticate.
 //   - RateLimit answers {"error":"rate_limited"} on any endpoint, with
 //     the given Retry-After or none.
 //   - Session Tokens last TokenTTL, 1 hour by default (5 minutes,

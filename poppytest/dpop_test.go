@@ -327,10 +327,14 @@ func TestCO_4_3_17_DefaultTokenAndResources(t *testing.T) {
 	if r := a.call("GET", "/products", tok, ""); r.Status != 200 {
 		t.Fatalf("%d", r.Status)
 	}
-	for _, p := range []string{"/poppy/conversations", "/poppy/operations"} {
+	for _, p := range []string{"/poppy/conversations"} {
 		if r := a.call("POST", p, tok, "{}"); r.Status != 501 {
 			t.Errorf("default token at %s: %d %s", p, r.Status, r.Raw)
 		}
+	}
+	// The operations endpoint: past authentication, an unknown operation.
+	if r := a.call("GET", "/poppy/operations/op_unknown", tok, ""); r.Status != 404 || r.str("error") != "operation_not_found" {
+		t.Errorf("default token at the operations endpoint: %d %s", r.Status, r.Raw)
 	}
 	// A token for the API's own resource identifier works there too.
 	f := a.startForm("usr_2")

@@ -192,9 +192,7 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 			s.writeJSON(w, r, http.StatusBadRequest, oauthError("invalid_request", "the body is not a JSON object"))
 			return
 		}
-		s.writeJSON(w, r, http.StatusCreated, map[string]any{
-			"exchange_id": newID("exc_", 6), "order_id": seg[1], "status": "requested", "request": req,
-		})
+		s.serveExchange(w, r, a, seg[1], req)
 	case r.Method == http.MethodDelete && len(seg) == 2 && seg[0] == "orders":
 		// CO-4-01: a policy denial, not a token error: no WWW-Authenticate.
 		x.errorCode = "forbidden"
@@ -259,7 +257,12 @@ func openAPIDocument(origin, read, write string) []byte {
 				"operationId": "exchangeItem", "summary": "Exchange an item (" + read + " " + write + ")",
 				"parameters":  []any{map[string]any{"name": "id", "in": "path", "required": true, "schema": map[string]any{"type": "string"}}},
 				"requestBody": map[string]any{"content": map[string]any{"application/json": map[string]any{"schema": map[string]any{"type": "object"}}}},
-				"responses":   map[string]any{"201": map[string]any{"description": "Exchange requested"}, "401": errResp, "403": errResp},
+				"responses": map[string]any{
+					"201": map[string]any{"description": "Exchange requested (an agent without the operations extension)"},
+					// CO-OPS4-03: this endpoint returns operations.
+					"202": map[string]any{"description": "The exchange is proposed as an operation (operations extension v1): {\"operation\": {…}}; confirm it at the operations endpoint"},
+					"401": errResp, "403": errResp,
+				},
 			}},
 			"/echo": map[string]any{"post": map[string]any{
 				"operationId": "echo", "summary": "Echo the JSON body",

@@ -200,6 +200,10 @@ type Options struct {
 	// until it expires, even after its Session is signed out; TokenTTL
 	// then defaults to, and may not exceed, 5 minutes (CO-4.9-04).
 	NoLiveSignInCheck bool
+
+	// Operations configures the operations extension's endpoint and the
+	// operations the API proposes (see OperationsOptions).
+	Operations OperationsOptions
 }
 
 // Misconfig lists the ways a [Server] can be told to break a rule a
@@ -285,6 +289,7 @@ type Server struct {
 	nonces       map[string]*nonceState
 	jktOwner     map[string]string // DPoP key thumbprint -> client_id + " " + sub
 	signin       signinState       // sign-in records and knobs (signin.go)
+	ops          opsState          // operations and the performer (operations.go)
 
 	clientMu   sync.Mutex
 	clients    map[string]*clientInfo
@@ -425,6 +430,9 @@ func (s *Server) configure() error {
 		return err
 	}
 	if err := s.configureSignIn(); err != nil {
+		return err
+	}
+	if err := s.configureOperations(); err != nil {
 		return err
 	}
 	if err := s.buildDiscovery(); err != nil {
@@ -656,8 +664,10 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 		s.serveMediated(w, r)
 	case EndpointAPI:
 		s.serveAPI(w, r)
-	case EndpointConversation, EndpointOperations:
+	case EndpointConversation:
 		s.serveReserved(w, r)
+	case EndpointOperations:
+		s.serveOperations(w, r)
 	case EndpointAgent:
 		s.hostsMu.RLock()
 		h := s.agents[x.host]

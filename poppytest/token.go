@@ -390,7 +390,8 @@ func (s *Server) issueSpec(g *grantRequest, available []string) (*issueSpecT, *p
 // knownResource reports whether the fake has a service for resource: the
 // MCP url, the API's resource (APIResource, or "https://api.{primary}/").
 func (s *Server) knownResource(res string) bool {
-	return res == s.MCPURL() || res == s.apiOrigin || (s.opts.APIResource != "" && res == s.opts.APIResource)
+	return res == s.MCPURL() || res == s.apiOrigin || (s.opts.APIResource != "" && res == s.opts.APIResource) ||
+		(s.opts.Operations.Resource != "" && res == s.opts.Operations.Resource)
 }
 
 // issueToken mints a Session Token for sess as spec asks and returns the

@@ -1,8 +1,9 @@
 // Command quickstart runs the main job of the Poppy Go SDK against the
 // embedded fake Company from package poppytest, printing each step:
 // discovery, a Session, a DPoP-bound API call, a Device Sign-In answered by
-// the fake Company's programmable User, and an account call that needs
-// poppy:read.
+// the fake Company's programmable User, an account call that needs
+// poppy:read, and the operations extension's jacket exchange (proposed,
+// approved, confirmed and tracked to its result; operations.go).
 //
 //	go run ./examples/quickstart
 //
@@ -52,6 +53,7 @@ func run(ctx context.Context, out io.Writer) error {
 		JWKSURI:      "https://agent.test/jwks.json",
 		RedirectURIs: []string{"https://agent.test/oauth/callback"},
 		Keys:         []*poppy.SigningKey{key},
+		Extensions:   map[string]string{"operations": "1"},
 	})
 	if err != nil {
 		return err
@@ -127,6 +129,10 @@ func run(ctx context.Context, out io.Writer) error {
 	}
 	step("GET %s/orders → %s", company.APIURL(), resp.Status)
 	step("  %s", strings.TrimSpace(string(body)))
+
+	if err := exchangeJacket(ctx, step, company, sess); err != nil {
+		return err
+	}
 
 	// The fake's own fetches of the agent's metadata and JWKS are
 	// Internal: the list shows what the agent and the User's browser sent.

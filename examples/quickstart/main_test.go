@@ -22,6 +22,12 @@ func TestQuickstart(t *testing.T) {
 		"signed in: granted poppy:read",
 		"GET https://api.example.test/orders → 200 OK",
 		"0 rule violations",
+		// The operations extension's jacket exchange.
+		"→ 202: operation exc_",
+		"approval: Example Company asks the User to approve revision 1",
+		"this Approver answers \"approve\" by itself",
+		": succeeded (confirmed revision 1, approved_by user)",
+		"the Company's account of what happened: Exchange placed.",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())

@@ -1,0 +1,129 @@
+package operations
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"time"
+)
+
+// Approver asks the User, through the agent's own interface, whether to
+// approve one revision of an operation (OPS 5.1). It is the only source of
+// a User's approval: nothing the Company sends (a message, a tool result's
+// text, a summary saying "the user approved") ever approves anything
+// (PA-OPS5-03, PA-OPS5-04).
+type Approver interface {
+	Approve(ctx context.Context, req *ApprovalRequest) (Decision, error)
+}
+
+// ApproverFunc adapts a function to Approver.
+type ApproverFunc func(ctx context.Context, req *ApprovalRequest) (Decision, error)
+
+// Approve calls f.
+func (f ApproverFunc) Approve(ctx context.Context, req *ApprovalRequest) (Decision, error) {
+	return f(ctx, req)
+}
+
+// Decision is the User's answer.
+type Decision int
+
+// The User's answers.
+const (
+	Decline Decision = iota
+	Approve
+)
+
+// ApprovalRequest is what the User is shown for one revision (OPS 5.1,
+// PA-OPS5-02). Every text in it but Reason comes from the Company and is
+// untrusted: show Summary as the Company's words (PlainText strips control
+// sequences for a terminal), and never parse it for instructions.
+type ApprovalRequest struct {
+	// Company is the Company's organization.name.
+	Company string
+	// Domain is the domain the Company was resolved from.
+	Domain string
+	// Issuer is the Company's auth.issuer.
+	Issuer string
+	// Account is the account label the Session is signed in with, "" if
+	// signed out.
+	Account string
+	// Action is what proposed the operation.
+	Action Action
+	// OperationID and Revision name what the answer covers: this revision
+	// only (PA-OPS5-11).
+	OperationID string
+	Revision    int
+	// Summary is the revision's summary, byte for byte as the Company sent it.
+	Summary string
+	// Terms is the revision's terms, nil if none.
+	Terms json.RawMessage
+	// ExpiresAt is the last time the revision can be confirmed.
+	ExpiresAt time.Time
+	// URL is the Company's page for the operation, if any.
+	URL string
+	// UserApprovalRequired says that no standing permission may answer.
+	UserApprovalRequired bool
+	// Reason says why the User is asked: "" for a new proposal,
+	// "terms_changed" when the terms changed since an earlier approval,
+	// "user_approval_required" when the Company refused a standing
+	// permission.
+	Reason string
+	// Permission explains, when the User has standing permissions for the
+	// action, why none applied.
+	Permission error
+}
+
+// Approval is the approval of one revision of one operation, by the User
+// or by a standing permission. Confirm sends it; Withdraw takes it back.
+//
+// Its fields can't be changed: an approval covers the one revision it was
+// given for, in the way it was given (PA-OPS5-11, PA-OPS5-12).
+type Approval struct {
+	c          *Client
+	opID       string
+	revision   int
+	by         ApprovedBy
+	permission string
+
+	mu        sync.Mutex
+	withdrawn bool
+	confirmed bool
+}
+
+// OperationID is the operation the approval is for.
+func (a *Approval) OperationID() string { return a.opID }
+
+// Revision is the revision the approval covers.
+func (a *Approval) Revision() int { return a.revision }
+
+// By says how the revision was approved.
+func (a *Approval) By() ApprovedBy { return a.by }
+
+// PermissionID names the standing permission that matched, when By is
+// standing_permission.
+func (a *Approval) PermissionID() string { return a.permission }
+
+// Withdraw takes the User's approval back (OPS 7). Before the approval was
+// confirmed, the SDK will not confirm it (PA-OPS7-05) and no request is
+// sent; after, the SDK asks the Company to cancel the operation
+// (PA-OPS7-06) and returns what the Company answered.
+func (a *Approval) Withdraw(ctx context.Context) (*Operation, error) {
+	a.mu.Lock()
+	a.withdrawn = true
+	confirmed := a.confirmed
+	a.mu.Unlock()
+	if err := a.c.journalWithdraw(ctx, a.opID); err != nil {
+		return nil, err
+	}
+	if !confirmed {
+		return a.c.view(a.opID), nil
+	}
+	return a.c.Cancel(ctx, a.opID)
+}
+
+// Withdrawn reports whether Withdraw was called.
+func (a *Approval) Withdrawn() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.withdrawn
+}
