@@ -204,6 +204,10 @@ type Options struct {
 	// Operations configures the operations extension's endpoint and the
 	// operations the API proposes (see OperationsOptions).
 	Operations OperationsOptions
+
+	// Web configures the Company's website and its browser-session
+	// endpoint (spec 5; see web.go).
+	Web WebOptions
 }
 
 // Misconfig lists the ways a [Server] can be told to break a rule a
@@ -290,6 +294,7 @@ type Server struct {
 	jktOwner     map[string]string // DPoP key thumbprint -> client_id + " " + sub
 	signin       signinState       // sign-in records and knobs (signin.go)
 	ops          opsState          // operations and the performer (operations.go)
+	web          webState          // the website (web.go)
 
 	clientMu   sync.Mutex
 	clients    map[string]*clientInfo
@@ -425,6 +430,9 @@ func (s *Server) configure() error {
 			return fmt.Errorf("poppytest: bad agent host %q", h)
 		}
 		s.hosts[h] = true
+	}
+	if err := s.configureWeb(); err != nil {
+		return err
 	}
 	if err := s.configureChain(); err != nil {
 		return err
@@ -625,6 +633,9 @@ func (s *Server) classify(scheme, host, path string) Endpoint {
 	case s.mcpHost:
 		return EndpointMCP
 	}
+	if ep := s.classifyWeb(host, path); ep != "" {
+		return ep
+	}
 	if s.isAgentHost(host) {
 		return EndpointAgent
 	}
@@ -668,6 +679,10 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 		s.serveReserved(w, r)
 	case EndpointOperations:
 		s.serveOperations(w, r)
+	case EndpointBrowserSession:
+		s.serveBrowserSession(w, r)
+	case EndpointWeb:
+		s.serveWeb(w, r)
 	case EndpointAgent:
 		s.hostsMu.RLock()
 		h := s.agents[x.host]
