@@ -3,6 +3,8 @@ package headless_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"image/png"
@@ -389,5 +391,68 @@ func TestJoinRefused(t *testing.T) {
 	}
 	if _, ok := b.Joined(); ok {
 		t.Fatal("a refused join left the browser joined")
+	}
+}
+
+// The fake's leaf key is pinned, not every certificate trusted: with
+// another hash in the list, Chromium refuses the fake's certificate.
+func TestPinnedKeyOnly(t *testing.T) {
+	env := testenv.New(t, nil, nil)
+	needChromium(t)
+	trust := env.Srv.BrowserTrust()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	wrong := sha256.Sum256([]byte("not the fake's key"))
+	b, err := headless.Start(ctx, &headless.Options{
+		HostResolverRules: "MAP example.test " + trust.Addr,
+		TrustSPKI:         []string{base64.StdEncoding.EncodeToString(wrong[:])},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if _, err := b.Navigate(ctx, &browser.NavigateRequest{URL: "https://example.test/"}); !errors.Is(err, headless.ErrNavigation) {
+		t.Fatalf("Navigate with an unpinned certificate: %v, want ErrNavigation", err)
+	}
+	if n := len(env.Srv.RequestsTo(poppytest.EndpointWeb)); n != 0 {
+		t.Fatalf("%d requests reached the fake over an unverified connection", n)
+	}
+}
+
+// Attach drives a page the caller started; Close leaves it open.
+func TestAttach(t *testing.T) {
+	env := testenv.New(t, nil, nil)
+	needChromium(t)
+	exec, _ := headless.LookPath()
+	trust := env.Srv.BrowserTrust()
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(exec), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-sync", true),
+		chromedp.Flag("host-resolver-rules", "MAP example.test "+trust.Addr),
+		chromedp.Flag("ignore-certificate-errors-spki-list", trust.SPKI))
+	defer cancelAlloc()
+	tab, cancelTab := chromedp.NewContext(alloc)
+	defer cancelTab()
+	b, err := headless.Attach(tab)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	nav, err := b.Navigate(ctx, &browser.NavigateRequest{URL: "https://example.test/"})
+	if err != nil || nav.Status != 200 {
+		t.Fatalf("Navigate = %+v, %v", nav, err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	loc, err := chromedp.Run(tab, chromedp.Location())
+	if err != nil || loc != "https://example.test/" {
+		t.Fatalf("the caller's page after Close: %q, %v", loc, err)
+	}
+	if err := chromedp.Cancel(tab); err != nil {
+		t.Fatal(err)
 	}
 }
