@@ -130,7 +130,7 @@ func TestBrowserSessionRefused(t *testing.T) {
 	tampered = tampered[:i] + b64.EncodeToString(sig)
 	cases := []struct {
 		name, assertion, rule string
-		query               bool
+		query                 bool
 	}{
 		// CO-5-01: the signature verifies with the client's keys.
 		{"tampered signature", tampered, "", false},
