@@ -178,6 +178,10 @@ type Options struct {
 	// PageTimeout bounds the wait for the join page's one load. Default
 	// DefaultPageTimeout.
 	PageTimeout time.Duration
+	// JoinTimeout bounds a whole join, from the page's load to the
+	// browser's landing on return_to or an error page. Default
+	// DefaultJoinTimeout.
+	JoinTimeout time.Duration
 	// Recognizes is the caller's check that a page of the Company's
 	// website, just loaded by Browse, shows the Session: for
 	// example, that it reads the page's text and finds the account's
@@ -185,6 +189,9 @@ type Options struct {
 	// URL as return_to and returns where that landed. Nil: no check.
 	Recognizes func(ctx context.Context, nav *Navigation) (bool, error)
 }
+
+// DefaultJoinTimeout is the default of Options.JoinTimeout.
+const DefaultJoinTimeout = 30 * time.Second
 
 // Browser is a controlled browser and the Session it joins at one
 // Company. It is safe for concurrent use; navigations are serialized.
@@ -220,6 +227,9 @@ func New(ctrl ControlledBrowser, c *poppy.Company, sess *poppy.Session, opts *Op
 	}
 	if b.opts.Logger == nil {
 		b.opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if b.opts.JoinTimeout <= 0 {
+		b.opts.JoinTimeout = DefaultJoinTimeout
 	}
 	return b, nil
 }
@@ -283,6 +293,9 @@ func (b *Browser) join(ctx context.Context, returnTo string) (*JoinResult, error
 	if err != nil {
 		return nil, err
 	}
+	parent := ctx
+	ctx, cancel := context.WithTimeout(ctx, b.opts.JoinTimeout)
+	defer cancel()
 	srv, err := ServePage(ctx, NewPage(a), &ServeOptions{Timeout: b.opts.PageTimeout, Logger: b.opts.Logger})
 	if err != nil {
 		return nil, err
@@ -295,6 +308,9 @@ func (b *Browser) join(ctx context.Context, returnTo string) (*JoinResult, error
 	})
 	b.joinedSID = "" // whatever happens next, the old cookie is no longer known good
 	if err != nil {
+		if parent.Err() == nil && ctx.Err() != nil {
+			return nil, fmt.Errorf("browser: the join did not finish within %v: %w", b.opts.JoinTimeout, err)
+		}
 		return nil, fmt.Errorf("browser: joining the browser: %w", err)
 	}
 	if !srv.Loaded() {

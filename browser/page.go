@@ -52,8 +52,11 @@ type Page struct {
 
 // NewPage builds the join page of a.
 func NewPage(a *Assertion) *Page {
-	csp := "default-src 'none'; script-src " + scriptHash +
-		"; form-action " + originOf(a.Endpoint) + " " + originOf(a.ReturnTo) +
+	forms := originOf(a.Endpoint)
+	if rt := originOf(a.ReturnTo); rt != forms {
+		forms += " " + rt
+	}
+	csp := "default-src 'none'; script-src " + scriptHash + "; form-action " + forms +
 		"; base-uri 'none'; frame-ancestors 'none'"
 	body := "<!doctype html>\n<html><head><meta charset=\"utf-8\"><meta name=\"referrer\" content=\"no-referrer\">" +
 		"<title>Joining the Session</title></head><body>\n" +

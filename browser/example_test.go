@@ -1,0 +1,60 @@
+package browser_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"strings"
+
+	"github.com/poppyproto/poppy"
+	"github.com/poppyproto/poppy/browser"
+	"github.com/poppyproto/poppy/poppytest"
+)
+
+// The part of a join that needs no browser: sign the browser assertion,
+// build the self-submitting join page and serve it once on loopback. A
+// browser the agent controls (package browser/headless) then loads the
+// page's URL; Browser.Join does all of it.
+func Example() {
+	company := poppytest.NewServer(nil, nil)
+	defer company.Close()
+	key, _ := poppy.GenerateSigningKey()
+	identity, _ := poppy.NewIdentity(poppy.IdentityConfig{
+		ClientID: "https://agent.test/agent.json", JWKSURI: "https://agent.test/jwks.json", Keys: []*poppy.SigningKey{key},
+	})
+	company.HandleAgent("agent.test", identity.Handler(nil))
+	agent, _ := poppy.NewAgent(identity, &poppy.AgentOptions{HTTPClient: company.Client(), Clock: company.Clock()})
+	ctx := context.Background()
+	c, _ := agent.Company(ctx, "example.test")
+	sess, _ := c.Session(ctx, "local-user-42", nil)
+
+	// return_to must be on the Company's domain: checked before signing.
+	_, err := browser.SignAssertion(sess, "https://evil.test/")
+	fmt.Println("evil.test refused:", errors.Is(err, browser.ErrReturnTo))
+
+	a, err := browser.SignAssertion(sess, "https://example.test/orders")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("aud:", a.Endpoint)
+	fmt.Println("lifetime:", a.ExpiresAt.Sub(a.IssuedAt))
+	fmt.Println("redacted:", !strings.Contains(fmt.Sprint(a), a.Value()))
+
+	page := browser.NewPage(a)
+	fmt.Println("CSP:", page.CSP())
+
+	srv, err := browser.ServePage(ctx, page, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer srv.Close()
+	fmt.Println("served at http://127.0.0.1:…:", strings.HasPrefix(srv.URL(), "http://127.0.0.1:"))
+	// Output:
+	// evil.test refused: true
+	// aud: https://example.test/poppy/browser-session
+	// lifetime: 1m0s
+	// redacted: true
+	// CSP: default-src 'none'; script-src 'sha256-8lDeP0UDwCO6/RhblgeH/ctdBzjVpJxrXizsnIk3cEQ='; form-action https://example.test; base-uri 'none'; frame-ancestors 'none'
+	// served at http://127.0.0.1:…: true
+}
