@@ -28,7 +28,7 @@ import (
 
 var b64 = base64.RawURLEncoding
 
-func webEnv(t *testing.T, opts *poppytest.Options) (*testenv.Env, *poppy.Session) {
+func webEnv(t testing.TB, opts *poppytest.Options) (*testenv.Env, *poppy.Session) {
 	t.Helper()
 	if opts == nil {
 		opts = &poppytest.Options{}
@@ -565,4 +565,35 @@ func status(t *testing.T, u string) int {
 	resp.Body.Close()
 	http.DefaultTransport.(*http.Transport).CloseIdleConnections()
 	return resp.StatusCode
+}
+
+// A-19, PA-5-13: when the Company ended the Session and the SDK started
+// another, Browse joins the new Session before loading the page.
+func TestBrowseRejoinsNewSession(t *testing.T) {
+	env, sess := webEnv(t, nil)
+	ctx := context.Background()
+	fb := newFormBrowser(t, env.Srv)
+	b, _ := browser.New(fb, sess.Company(), sess, nil)
+	if _, err := b.Join(ctx, "https://example.test/"); err != nil {
+		t.Fatal(err)
+	}
+	old := sess.ID()
+	env.Srv.EndSession(old)
+	if code, _ := env.Get(sess, "/products"); code != 200 {
+		t.Fatalf("API call after the Session ended: %d", code)
+	}
+	if sess.ID() == old {
+		t.Fatal("the SDK kept the ended Session")
+	}
+	nav, err := b.Browse(ctx, "https://example.test/orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	joins := env.Srv.RequestsTo(poppytest.EndpointBrowserSession)
+	if len(joins) != 2 || joins[1].Assertion.Claims["session_id"] != sess.ID() || nav.URL != "https://example.test/orders" {
+		t.Fatalf("%d joins, landed on %+v", len(joins), nav)
+	}
+	if sid, _ := b.Joined(); sid != sess.ID() || !strings.Contains(fb.lastPage(), "Session "+sess.ID()) {
+		t.Fatalf("joined %s, page %s", sid, fb.lastPage())
+	}
 }

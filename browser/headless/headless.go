@@ -38,6 +38,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -180,7 +181,7 @@ func Start(ctx context.Context, opts *Options) (*Browser, error) {
 	// The browser outlives ctx; ctx only bounds the start below.
 	allocCtx, allocCancel := chromedp.NewExecAllocator(context.WithoutCancel(ctx), flags...)
 	tabCtx, tabCancel := chromedp.NewContext(allocCtx,
-		chromedp.WithErrorf(func(format string, args ...any) { o.Logger.Debug("headless: " + fmt.Sprintf(format, args...)) }))
+		chromedp.WithErrorf(func(format string, args ...any) { o.Logger.Debug("headless: " + redact(fmt.Sprintf(format, args...))) }))
 	b := &Browser{ctx: tabCtx, cancels: []context.CancelFunc{tabCancel, allocCancel}, log: o.Logger, owned: true}
 	if made {
 		b.dir = dir
@@ -418,6 +419,19 @@ func (b *Browser) Close() error {
 	}
 	b.log.Debug("headless: Chromium closed")
 	return nil
+}
+
+// jwtRE matches a compact JWS, such as a browser assertion inside an
+// event chromedp could not decode (its postData).
+var jwtRE = regexp.MustCompile(`eyJ[A-Za-z0-9_-]*\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+`)
+
+// redact keeps chromedp's error lines short and free of JWTs.
+func redact(s string) string {
+	s = jwtRE.ReplaceAllString(s, "[JWT redacted]")
+	if len(s) > 512 {
+		s = s[:512] + "…"
+	}
+	return s
 }
 
 func stripQuery(u string) string {
