@@ -31,6 +31,8 @@
 //	https://auth.example.test/poppy/sign-in[/{id}]      auth.mediated.endpoint and its code URLs (Mediated Sign-In)
 //	https://api.example.test/…                          the OpenAPI resource server
 //	https://mcp.example.test/mcp                        the MCP server (reserved)
+//	https://example.test/poppy/browser-session          web.browser_session_endpoint (spec 5)
+//	https://example.test/…, www.example.test/…          the website (and Web.Subdomains)
 //	https://provider.test/…                             hops of RedirectWellKnown
 //	https://agent.test/…                                the agent's handler (HandleAgent)
 //
@@ -170,6 +172,21 @@
 // [Server.Disconnect] plays the User disconnecting the agents from an
 // account (spec 4.9).
 //
+// # The website
+//
+// The browser-session endpoint runs every check of spec 5 step 3 and
+// answers 303 to return_to with one Secure, HttpOnly, SameSite=Lax cookie
+// for the whole domain, or a 400 page with no cookie. Every page (GET any
+// path) shows, on each request, the state of the Session the cookie names:
+// "Signed in to account acct_1.", "Scopes: …", "Signed out." or "Visitor
+// without a Session.", and "Session {id}". POST /exchange needs the write
+// scope (CO-5-18); GET /site-login?account=B sets the site's own login
+// cookie, ignored while a Session cookie is present (CO-5-19). Options.Web
+// holds the knobs; [Server.WebCookies] lists the cookies set;
+// [Server.BrowserTrust] says how a real browser reaches the fake and
+// pins its certificate's key. The page for an operation's url is not there
+// yet.
+//
 // # Knobs
 //
 // Options set the Company's behaviour for the whole test; methods change
@@ -307,6 +324,13 @@
 //   - A-46: DPoP proofs must be ES256 (the metadata says so); assertions may
 //     use ES256/384/512, RS256/384/512, PS256/384/512 or EdDSA.
 //   - A-48: a client beyond MaxNewClients gets 401 invalid_client.
+//   - A-18: return_to must be an https URL on the domain of the endpoint's
+//     host or a subdomain; another domain of the same issuer is refused
+//     (its cookie could not reach it).
+//   - A-19: a browser assertion's exp must be after the Clock and at most
+//     60 s after iat, and iat at most 60 s ahead; an iat more than 5 s
+//     off is recorded (PA-5-04). A new join leaves the earlier cookie
+//     working unless Web.RevokeOnRejoin.
 //
 // Other choices: a DPoP proof's iat must be within ±60 s of the Clock and
 // its jti is remembered for 120 s; htu is compared after lower-casing scheme
