@@ -24,13 +24,14 @@ import (
 	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/browser"
 	"github.com/poppyproto/poppy/browser/headless"
+	"github.com/poppyproto/poppy/internal/realtest"
 	"github.com/poppyproto/poppy/internal/testenv"
 	"github.com/poppyproto/poppy/poppytest"
 	"github.com/poppyproto/poppy/signin"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(realtest.Main(m)) // one line per missing real component
 }
 
 // needChromium skips the test when Chromium is missing, or fails it with
@@ -38,10 +39,7 @@ func TestMain(m *testing.M) {
 func needChromium(t *testing.T) {
 	t.Helper()
 	if _, err := headless.LookPath(); err != nil {
-		if os.Getenv("POPPY_TEST_REAL") == "1" {
-			t.Fatalf("POPPY_TEST_REAL=1 but %v", err)
-		}
-		t.Skip("headless Chromium is missing: install the Debian package chromium (apt-get install chromium)")
+		realtest.Missing(t, "headless Chromium", "no chromium on PATH (install the Debian package chromium, as .ci/run does)")
 	}
 }
 
