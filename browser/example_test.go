@@ -7,9 +7,9 @@ import (
 	"log"
 	"strings"
 
-	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/browser"
 	"github.com/poppyproto/poppy/poppytest"
+	"github.com/poppyproto/poppy/poppytest/agenttest"
 )
 
 // The part of a join that needs no browser: sign the browser assertion,
@@ -19,12 +19,7 @@ import (
 func Example() {
 	company := poppytest.NewServer(nil, nil)
 	defer company.Close()
-	key, _ := poppy.GenerateSigningKey()
-	identity, _ := poppy.NewIdentity(poppy.IdentityConfig{
-		ClientID: "https://agent.test/agent.json", JWKSURI: "https://agent.test/jwks.json", Keys: []*poppy.SigningKey{key},
-	})
-	company.HandleAgent("agent.test", identity.Handler(nil))
-	agent, _ := poppy.NewAgent(identity, &poppy.AgentOptions{HTTPClient: company.Client(), Clock: company.Clock()})
+	agent, _ := agenttest.New(nil, company, nil)
 	ctx := context.Background()
 	c, _ := agent.Company(ctx, "example.test")
 	sess, _ := c.Session(ctx, "local-user-42", nil)
