@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"regexp"
 	"strings"
 	"testing"
@@ -596,4 +597,28 @@ func TestBrowseRejoinsNewSession(t *testing.T) {
 	if sid, _ := b.Joined(); sid != sess.ID() || !strings.Contains(fb.lastPage(), "Session "+sess.ID()) {
 		t.Fatalf("joined %s, page %s", sid, fb.lastPage())
 	}
+}
+
+// FuzzCheckReturnTo: whatever CheckReturnTo accepts is an https URL on
+// example.test or a subdomain, without userinfo (PA-5-07).
+func FuzzCheckReturnTo(f *testing.F) {
+	_, sess := webEnv(f, nil)
+	for _, s := range []string{"https://example.test/", "https://shop.example.test/x?y#z", "https://evil.test/",
+		"https://example.test@evil.test/", "https://evil.test\\@example.test/", "https://example.test%2f@evil.test", "HTTPS://EXAMPLE.TEST/"} {
+		f.Add(s)
+	}
+	c := sess.Company()
+	f.Fuzz(func(t *testing.T, raw string) {
+		if browser.CheckReturnTo(c, raw) != nil {
+			return
+		}
+		u, err := url.Parse(raw)
+		if err != nil || u.Scheme != "https" || u.User != nil {
+			t.Fatalf("accepted %q", raw)
+		}
+		h := strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")
+		if h != "example.test" && !strings.HasSuffix(h, ".example.test") {
+			t.Fatalf("accepted %q on host %q", raw, h)
+		}
+	})
 }

@@ -310,6 +310,13 @@ func (s *Server) serveBrowserSession(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
+	if len(s.web.cookies) > 4096 {
+		for v, ck := range s.web.cookies {
+			if ck.revoked || !now.Before(ck.expires) {
+				delete(s.web.cookies, v)
+			}
+		}
+	}
 	value := newID("bs_", 24)
 	s.web.cookies[value] = &webCookie{sessionID: sid, expires: now.Add(s.opts.Web.CookieTTL)}
 	s.web.joins++

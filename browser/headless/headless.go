@@ -222,7 +222,10 @@ func (b *Browser) init() error {
 	if err := chromedp.Do(b.ctx); err != nil { // allocates the browser and the page
 		return err
 	}
-	if err := chromedp.Listen(b.ctx, b.onEvent); err != nil {
+	// The listener ends at Close, also for a page the caller owns.
+	lctx, stopListening := context.WithCancel(b.ctx)
+	b.cancels = append([]context.CancelFunc{stopListening}, b.cancels...)
+	if err := chromedp.Listen(lctx, b.onEvent); err != nil {
 		return err
 	}
 	if _, err := chromedp.Call(b.ctx, network.Enable, network.EnableParams{}); err != nil {
@@ -401,6 +404,9 @@ func (b *Browser) Close() error {
 	b.closed = true
 	b.mu.Unlock()
 	if !b.owned {
+		for _, c := range b.cancels {
+			c()
+		}
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
