@@ -134,6 +134,10 @@ func run(ctx context.Context, out io.Writer) error {
 		return err
 	}
 
+	if err := browse(ctx, step, company, c, sess); err != nil {
+		return err
+	}
+
 	// The fake's own fetches of the agent's metadata and JWKS are
 	// Internal: the list shows what the agent and the User's browser sent.
 	var sent []poppytest.Request
