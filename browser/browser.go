@@ -201,9 +201,26 @@ type Browser struct {
 	sess    *poppy.Session
 	opts    Options
 
-	mu        sync.Mutex // serializes navigations
-	joinedSID string     // session_id of the last successful join
-	returnTo  string     // return_to of the last join
+	nav sync.Mutex // serializes navigations
+
+	mu        sync.Mutex
+	joinedSID string // session_id of the last successful join
+	returnTo  string // return_to of the last join
+}
+
+func (b *Browser) state() (joinedSID, returnTo string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.joinedSID, b.returnTo
+}
+
+func (b *Browser) setState(joinedSID, returnTo string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.joinedSID = joinedSID
+	if returnTo != "" {
+		b.returnTo = returnTo
+	}
 }
 
 // New ties ctrl to sess at company c. sess may be nil only when c lists no
@@ -240,9 +257,8 @@ func (b *Browser) Controlled() ControlledBrowser { return b.ctrl }
 // Joined reports whether the browser has joined the Session, and which
 // session_id it joined.
 func (b *Browser) Joined() (string, bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.joinedSID, b.joinedSID != ""
+	sid, _ := b.state()
+	return sid, sid != ""
 }
 
 // Join joins the browser to the Session and leaves it on returnTo (spec
@@ -251,17 +267,18 @@ func (b *Browser) Joined() (string, bool) {
 // opens returnTo directly (PA-5-02). A refused join is a *JoinError
 // (ErrBrowserJoinFailed) and leaves the browser not joined.
 func (b *Browser) Join(ctx context.Context, returnTo string) (*JoinResult, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+	b.nav.Lock()
+	defer b.nav.Unlock()
 	return b.join(ctx, returnTo)
 }
 
 // Rejoin joins again with the last return_to (PA-5-13): a new assertion,
 // whose cookie replaces the one the Company set before (CO-5-20).
 func (b *Browser) Rejoin(ctx context.Context) (*JoinResult, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.join(ctx, b.returnTo)
+	b.nav.Lock()
+	defer b.nav.Unlock()
+	_, returnTo := b.state()
+	return b.join(ctx, returnTo)
 }
 
 func (b *Browser) join(ctx context.Context, returnTo string) (*JoinResult, error) {
@@ -278,7 +295,7 @@ func (b *Browser) join(ctx context.Context, returnTo string) (*JoinResult, error
 		if err != nil {
 			return nil, fmt.Errorf("browser: opening %s: %w", stripQuery(returnTo), err)
 		}
-		b.returnTo = returnTo
+		b.setState("", returnTo)
 		return &JoinResult{Mode: Visitor, Navigation: *nav}, nil
 	}
 	if err != nil {
@@ -306,7 +323,7 @@ func (b *Browser) join(ctx context.Context, returnTo string) (*JoinResult, error
 		URL:   srv.URL(),
 		Until: func(u string) bool { return !strings.HasPrefix(u, pageOrigin+"/") && u != pageOrigin },
 	})
-	b.joinedSID = "" // whatever happens next, the old cookie is no longer known good
+	b.setState("", "") // whatever happens next, the old cookie is no longer known good
 	if err != nil {
 		if parent.Err() == nil && ctx.Err() != nil {
 			return nil, fmt.Errorf("browser: the join did not finish within %v: %w", b.opts.JoinTimeout, err)
@@ -321,7 +338,7 @@ func (b *Browser) join(ctx context.Context, returnTo string) (*JoinResult, error
 		b.opts.Logger.InfoContext(ctx, "browser: join refused", "endpoint", endpoint, "status", nav.Status)
 		return nil, &JoinError{Endpoint: endpoint, URL: stripQuery(nav.URL), Status: nav.Status}
 	}
-	b.joinedSID, b.returnTo = a.SessionID, returnTo
+	b.setState(a.SessionID, returnTo)
 	b.opts.Logger.InfoContext(ctx, "browser: joined", "endpoint", endpoint, "session_id", a.SessionID,
 		"landed", stripQuery(nav.URL), "status", nav.Status)
 	return &JoinResult{Mode: Joined, SessionID: a.SessionID, Navigation: *nav}, nil
@@ -338,15 +355,16 @@ func (b *Browser) Browse(ctx context.Context, rawURL string) (*Navigation, error
 	if err != nil || u.Scheme != "https" || u.Host == "" {
 		return nil, fmt.Errorf("%w: %s", ErrInsecureURL, stripQuery(rawURL))
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
+	b.nav.Lock()
+	defer b.nav.Unlock()
 	_, epErr := endpointOf(b.company)
 	site := onDomain(u.Hostname(), companyDomain(b.company)) && epErr == nil
 	if site {
-		if b.joinedSID == "" {
+		joined, _ := b.state()
+		if joined == "" {
 			return nil, ErrNotJoined
 		}
-		if sid := b.sess.ID(); sid != b.joinedSID {
+		if sid := b.sess.ID(); sid != joined {
 			res, err := b.join(ctx, rawURL)
 			if err != nil {
 				return nil, err
