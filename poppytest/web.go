@@ -536,6 +536,17 @@ func (s *Server) BrowserTrust() BrowserTrust {
 	}
 }
 
+// ChromiumHostRules returns Chromium's --host-resolver-rules for the
+// fake: each of Hosts mapped to Addr, every other name unresolvable, and
+// 127.0.0.1 (where an agent serves its own pages) left alone.
+func (t BrowserTrust) ChromiumHostRules() string {
+	rules := make([]string, 0, len(t.Hosts)+2)
+	for _, h := range t.Hosts {
+		rules = append(rules, "MAP "+h+" "+t.Addr)
+	}
+	return strings.Join(append(rules, "MAP * ~NOTFOUND", "EXCLUDE 127.0.0.1"), ",")
+}
+
 func spkiHash(c *x509.Certificate) string {
 	sum := sha256.Sum256(c.RawSubjectPublicKeyInfo)
 	return base64.StdEncoding.EncodeToString(sum[:])

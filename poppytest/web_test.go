@@ -339,6 +339,10 @@ func TestBrowserTrust(t *testing.T) {
 	if !strings.HasPrefix(tr.Addr, "127.0.0.1:") || len(tr.SPKI) != 44 || len(tr.CAPEM) == 0 {
 		t.Fatalf("trust = %+v", tr)
 	}
+	rules := tr.ChromiumHostRules()
+	if !strings.Contains(rules, "MAP shop.example.test "+tr.Addr+",") || !strings.HasSuffix(rules, ",MAP * ~NOTFOUND,EXCLUDE 127.0.0.1") {
+		t.Fatalf("rules = %s", rules)
+	}
 	for _, h := range []string{"example.test", "www.example.test", "shop.example.test", "auth.example.test", "api.example.test"} {
 		found := false
 		for _, x := range tr.Hosts {

@@ -28,7 +28,14 @@
 // certificate with one of the listed SubjectPublicKeyInfo hashes. That is a
 // pin to one key, not a blanket ignore-certificate-errors: any other
 // server, key or certificate is refused as usual. Chromium honours the
-// list only with its own --user-data-dir, which Start always sets.
+// list only with its own --user-data-dir, which Start always sets. With
+// poppytest:
+//
+//	trust := srv.BrowserTrust()
+//	chromium, err := headless.Start(ctx, &headless.Options{
+//		HostResolverRules: trust.ChromiumHostRules(),
+//		TrustSPKI:         []string{trust.SPKI},
+//	})
 package headless
 
 import (

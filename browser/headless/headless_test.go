@@ -49,15 +49,10 @@ func startChromium(t *testing.T, srv *poppytest.Server, logger *slog.Logger) *he
 	t.Helper()
 	needChromium(t)
 	trust := srv.BrowserTrust()
-	var rules []string
-	for _, h := range trust.Hosts {
-		rules = append(rules, "MAP "+h+" "+trust.Addr)
-	}
-	rules = append(rules, "MAP * ~NOTFOUND", "EXCLUDE 127.0.0.1")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	b, err := headless.Start(ctx, &headless.Options{
-		HostResolverRules: strings.Join(rules, ","),
+		HostResolverRules: trust.ChromiumHostRules(),
 		TrustSPKI:         []string{trust.SPKI},
 		Logger:            logger,
 	})

@@ -20,12 +20,8 @@ func browse(ctx context.Context, step func(string, ...any), company *poppytest.S
 	// The fake serves its hosts on a loopback port with its own
 	// certificate: map the names there and pin that certificate's key.
 	trust := company.BrowserTrust()
-	var rules []string
-	for _, h := range trust.Hosts {
-		rules = append(rules, "MAP "+h+" "+trust.Addr)
-	}
 	chromium, err := headless.Start(ctx, &headless.Options{
-		HostResolverRules: strings.Join(append(rules, "MAP * ~NOTFOUND", "EXCLUDE 127.0.0.1"), ","),
+		HostResolverRules: trust.ChromiumHostRules(),
 		TrustSPKI:         []string{trust.SPKI},
 	})
 	if err != nil {
