@@ -184,8 +184,9 @@
 // cookie, ignored while a Session cookie is present (CO-5-19). Options.Web
 // holds the knobs; [Server.WebCookies] lists the cookies set;
 // [Server.BrowserTrust] says how a real browser reaches the fake and
-// pins its certificate's key. The page for an operation's url is not there
-// yet.
+// pins its certificate's key. GET /operations/{id}, an operation's url,
+// shows the operation (summary, state, revision, result) to a Session that
+// may use it at the operations endpoint, and is a 404 for anyone else.
 //
 // # Knobs
 //

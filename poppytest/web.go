@@ -352,6 +352,8 @@ func (s *Server) onOwnDomain(raw, endpointHost string) bool {
 // webView is what a page request is handled as.
 type webView struct {
 	sessionID string // "" for none
+	clientID  string
+	sub       string
 	ended     bool
 	signedIn  bool
 	account   string
@@ -372,6 +374,7 @@ func (s *Server) viewOf(r *http.Request) webView {
 			s.lapseLocked(sess, now)
 			if sess != nil && !sess.ended {
 				v.sessionID, v.signedIn = sess.id, sess.signedIn
+				v.clientID, v.sub = sess.clientID, sess.sub
 				if sess.signedIn {
 					v.account, v.scopes = sess.account, slices.Clone(sess.scopes)
 				}
@@ -429,6 +432,8 @@ func (s *Server) serveWeb(w http.ResponseWriter, r *http.Request) {
 	case r.Method != http.MethodGet && r.Method != http.MethodHead:
 		w.Header().Set("Allow", "GET, HEAD")
 		writePage(w, http.StatusMethodNotAllowed, "Not allowed", `<p class="error">method not allowed</p>`)
+	case strings.HasPrefix(r.URL.Path, operationPagePrefix):
+		s.serveOperationPage(w, r, v)
 	default:
 		title := "Example Company"
 		if p := strings.Trim(r.URL.Path, "/"); p != "" {
