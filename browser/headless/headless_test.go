@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"image/png"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -26,6 +27,7 @@ import (
 	"github.com/poppyproto/poppy/browser/headless"
 	"github.com/poppyproto/poppy/internal/realtest"
 	"github.com/poppyproto/poppy/internal/testenv"
+	"github.com/poppyproto/poppy/operations"
 	"github.com/poppyproto/poppy/poppytest"
 	"github.com/poppyproto/poppy/signin"
 )
@@ -448,4 +450,43 @@ func TestAttach(t *testing.T) {
 	if err := chromedp.Cancel(tab); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// An operation's url opens in the joined browser and shows the operation
+// in the same Session (OPS 3, spec 5).
+func TestOperationURL(t *testing.T) {
+	srv := poppytest.NewServer(t, &poppytest.Options{SignInScopes: map[string][]string{"mediated": {"poppy:read", "poppy:write"}}})
+	id, key := testenv.NewIdentity(t, map[string]string{"operations": "1"})
+	env := &testenv.Env{T: t, Srv: srv, ID: id, Key: key}
+	env.Serve(nil)
+	env.Agent = env.NewAgent(nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sess := env.Session("dana")
+	p := signin.PrompterFuncs{CredentialsFunc: func(_ context.Context, cp *signin.CredentialsPrompt) (*signin.Credentials, error) {
+		return signin.NewCredentials(cp, map[string]string{"email": "user@example.test", "password": "correct horse"}), nil
+	}}
+	if _, err := signin.Mediated(ctx, sess, &poppy.SignInOptions{Scopes: []string{"poppy:read", "poppy:write"}}, p); err != nil {
+		t.Fatal(err)
+	}
+	oc, err := operations.New(sess, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.APIURL()+"/orders/ord_7Hk2/exchanges", strings.NewReader(`{"item_id":"itm_4Qa"}`))
+	req.Header.Set("Content-Type", "application/json")
+	op, _, err := oc.Propose(ctx, req, operations.OpenAPIAction("POST", "/orders/{id}/exchanges"))
+	if err != nil || op == nil || op.URL == "" {
+		t.Fatalf("Propose = %+v, %v", op, err)
+	}
+	chromium := startChromium(t, srv, nil)
+	b, err := browser.New(chromium, env.Company("example.test"), sess, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := b.Join(ctx, op.URL)
+	if err != nil || res.URL != op.URL || res.Status != 200 {
+		t.Fatalf("Join to the operation's url = %+v, %v", res, err)
+	}
+	wantText(t, ctx, chromium, "Operation "+op.ID, "State: proposed, revision 1", op.Summary)
 }
