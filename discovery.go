@@ -416,7 +416,7 @@ func (a *Agent) checkMetadata(d *Document, m *Metadata) error {
 
 // fetchJSON GETs rawURL through the document cache and decodes it into v.
 func (a *Agent) fetchJSON(ctx context.Context, rawURL, what string, v any) error {
-	body, err := a.cache.get(ctx, a, rawURL, what)
+	body, err := a.cache.get(ctx, a, rawURL, what, a.opts.MaxResponseBytes)
 	if err != nil {
 		return err
 	}
@@ -465,7 +465,7 @@ func newDocCache() *docCache {
 // waiter whose own ctx is still alive tries again itself, so one caller's
 // cancellation or deadline never becomes another's error (as token
 // renewal does, session.go).
-func (c *docCache) get(ctx context.Context, a *Agent, rawURL, what string) ([]byte, error) {
+func (c *docCache) get(ctx context.Context, a *Agent, rawURL, what string, limit int64) ([]byte, error) {
 	for {
 		now := a.clock.Now()
 		c.mu.Lock()
@@ -490,7 +490,7 @@ func (c *docCache) get(ctx context.Context, a *Agent, rawURL, what string) ([]by
 		stale := c.entries[rawURL]
 		c.mu.Unlock()
 
-		f.body, f.err = c.fetch(ctx, a, rawURL, what, stale)
+		f.body, f.err = c.fetch(ctx, a, rawURL, what, stale, limit)
 		f.callerGone = ctx.Err() != nil
 		c.mu.Lock()
 		delete(c.flight, rawURL)
@@ -502,7 +502,7 @@ func (c *docCache) get(ctx context.Context, a *Agent, rawURL, what string) ([]by
 
 const maxRedirects = 10
 
-func (c *docCache) fetch(ctx context.Context, a *Agent, rawURL, what string, stale *cacheEntry) ([]byte, error) {
+func (c *docCache) fetch(ctx context.Context, a *Agent, rawURL, what string, stale *cacheEntry, limit int64) ([]byte, error) {
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
 	u, err := a.parseURL(rawURL)
@@ -561,7 +561,7 @@ func (c *docCache) fetch(ctx context.Context, a *Agent, rawURL, what string, sta
 			resp.Body.Close()
 			return nil, fmt.Errorf("poppy: fetching %s %s: HTTP %d", what, endpointOf(u), resp.StatusCode)
 		}
-		body, err := readCapped(resp.Body, a.opts.MaxResponseBytes)
+		body, err := readCapped(resp.Body, limit)
 		resp.Body.Close()
 		if err != nil {
 			return nil, fmt.Errorf("poppy: %s: %w", what, err)

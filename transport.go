@@ -101,6 +101,17 @@ type sessionTransport struct {
 	// bound, if set, is the only Session whose tokens the requests may
 	// carry (boundHTTPClient).
 	bound string
+	// resource, when set, is the resource of every token this transport
+	// sends: that of one API entry (package api), whatever the URL.
+	resource string
+}
+
+// resourceHTTPClient is HTTPClient with every token issued for resource
+// (PA-4.3-22), for the API entry that names it.
+func (s *Session) resourceHTTPClient(resource string) *http.Client {
+	c := s.HTTPClient()
+	c.Transport.(*sessionTransport).resource = resource
+	return c
 }
 
 // respSessionKey marks, in the context of an error response's Request, the
@@ -127,11 +138,19 @@ func (t *sessionTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		closeBody()
 		return nil, fmt.Errorf("%w: %s", ErrForeignHost, req.URL.Hostname())
 	}
+	if s.company.isMCP(req.URL) {
+		// PA-4.3-19: an MCP server takes Bearer tokens, never the DPoP one.
+		closeBody()
+		return nil, fmt.Errorf("%w: %s is an MCP server, which takes a Bearer token (package api)", ErrForeignHost, endpointOf(req.URL))
+	}
 	getBody, canRetry, err := replayable(req)
 	if err != nil {
 		return nil, err
 	}
 	k := tokenKey{resource: s.company.resourceFor(req.URL)} // PA-4.3-22
+	if t.resource != "" {
+		k.resource = t.resource
+	}
 	htu := htuOf(req.URL)
 	origin := originOf(req.URL)
 	ctx := req.Context()
@@ -449,6 +468,18 @@ func (c *Company) listEndpoints() []endpoint {
 		out = append(out, endpoint{url: c.doc.Web.BrowserSessionEndpoint})
 	}
 	return out
+}
+
+// isMCP reports whether u is the url of an MCP server the Company lists.
+func (c *Company) isMCP(u *url.URL) bool {
+	for _, e := range c.endpoints() {
+		if e.mcp {
+			if eu, err := url.Parse(e.url); err == nil && htuOf(eu) == htuOf(u) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // resourceFor returns the resource a DPoP token for u must be issued for:

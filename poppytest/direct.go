@@ -366,7 +366,11 @@ func (s *Server) grantAuthorizationCode(g *grantRequest) (map[string]any, *proto
 		return invalid("invalid_request", "code is missing")
 	}
 	sid := g.form.Get("session_id")
-	if sid == "" {
+	// CO-6-08: an MCP client that doesn't speak Poppy signs in with
+	// MCP's own authorization flow: its exchange names the MCP url as
+	// resource and no session_id, and starts a new signed-in Session.
+	mcpFlow := sid == "" && len(g.form["resource"]) == 1 && s.isMCPURL(g.form.Get("resource"))
+	if sid == "" && !mcpFlow {
 		s.violate(x.idx, "PA-4.5-09", "code exchange without session_id")
 		return invalid("invalid_request", "session_id is required: it names the Session to sign in (spec 4.5)")
 	}
@@ -390,6 +394,9 @@ func (s *Server) grantAuthorizationCode(g *grantRequest) (map[string]any, *proto
 	}
 	cc := *c
 	sess := s.sessions[sid]
+	if mcpFlow {
+		sess = &session{id: newID("ses_", 12), clientID: g.client.id, sub: newID("mcp_", 16), created: now}
+	}
 	var st session
 	if sess != nil {
 		st = *sess
@@ -430,6 +437,11 @@ func (s *Server) grantAuthorizationCode(g *grantRequest) (map[string]any, *proto
 	}
 	if !spend() {
 		return invalid("invalid_grant", "the code was already used")
+	}
+	if mcpFlow {
+		s.mu.Lock()
+		s.sessions[sess.id] = sess
+		s.mu.Unlock()
 	}
 	fam, resp, perr := s.completeSignIn(g, sess, "direct", cc.account, cc.scopes, spec)
 	if perr != nil {

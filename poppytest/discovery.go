@@ -148,10 +148,11 @@ func (s *Server) document(domain string) map[string]any {
 		if o.APIResource != "" {
 			openapi["resource"] = o.APIResource
 		}
-		doc["apis"] = []any{
-			openapi,
-			map[string]any{"type": "mcp", "url": s.MCPURL(), "description": "Product search and sizing"},
+		apis := []any{openapi, map[string]any{"type": "mcp", "url": s.MCPURL(), "description": "Product search and sizing"}}
+		if o.MCP.SecondServer {
+			apis = append(apis, map[string]any{"type": "mcp", "url": s.MCP2URL(), "description": "Product search and sizing, second server"})
 		}
+		doc["apis"] = apis
 	}
 	opsEntry := map[string]any{"version": "1", "endpoint": api + "/poppy/operations"}
 	if o.Operations.Resource != "" {

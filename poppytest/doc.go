@@ -30,7 +30,8 @@
 //	https://auth.example.test/device                    verification_uri, the Device Sign-In page
 //	https://auth.example.test/poppy/sign-in[/{id}]      auth.mediated.endpoint and its code URLs (Mediated Sign-In)
 //	https://api.example.test/…                          the OpenAPI resource server
-//	https://mcp.example.test/mcp                        the MCP server (reserved)
+//	https://mcp.example.test/mcp                        the MCP server (go-sdk, Streamable HTTP, Bearer tokens)
+//	https://mcp.example.test/.well-known/oauth-protected-resource/mcp  its RFC 9728 metadata
 //	https://example.test/poppy/browser-session          web.browser_session_endpoint (spec 5)
 //	https://example.test/…, www.example.test/…          the website (and Web.Subdomains)
 //	https://provider.test/…                             hops of RedirectWellKnown
@@ -94,6 +95,27 @@
 //	POST   /orders/{id}/exchanges   poppy:read and poppy:write (insufficient_scope names both)
 //	DELETE /orders/{id}             always 403 {"error":"forbidden"} without WWW-Authenticate (CO-4-01)
 //	POST   /echo                    echoes the JSON body verbatim
+//	GET    /addresses               the custom scope "addresses"
+//
+// The description (OpenAPI 3.1, validated with kin-openapi) gives schemas
+// for every body and the 202 + operation answer of the exchanges endpoint
+// (OPS 4.1).
+//
+// # MCP server
+//
+// https://mcp.example.test/mcp is an MCP server built with the go-sdk
+// behind auth.RequireBearerToken: it accepts only Bearer Session Tokens
+// issued for its url, checked against the fake's token store, and
+// enforces each tool's scopes with 403 Bearer error="sign_in_required" or
+// error="insufficient_scope", scope="…" (CO-6-05). Tools: search_products,
+// size_advice (any token), list_orders (poppy:read), save_size_profile
+// (poppy:write); tools/list answers pages of two. Options.MCP
+// (MCPOptions) replaces authorization_servers in its RFC 9728 metadata,
+// adds a second server at mcp2.example.test, issues Bearer tokens for
+// servers a test runs itself, or serves it on the API's host. A DPoP token at the MCP server, a
+// Bearer token at a DPoP API and a proof sent to the MCP server are
+// violations (PA-4.3-19, PA-6-02). [Server.ExpireToken] and
+// [Server.RevokeToken] spoil a Session Token on the Company's side.
 //
 // For an agent whose client metadata lists the operations extension
 // ("extensions": {"operations": {"version": "1"}}), POST
@@ -256,8 +278,10 @@
 //   - an authorization code's exchange takes the User ID for the
 //     Account Token from the Session it signs in, which must belong to
 //     the same client_id (invalid_session). An exchange without
-//     session_id is refused with invalid_request (a PA-4.5-09 violation):
-//     MCP's own sign-in flow isn't modelled. PKCE plain, or no method, is
+//     session_id is refused with invalid_request (a PA-4.5-09 violation),
+//     unless it names an MCP url as resource: that is MCP's own sign-in
+//     flow by a client that doesn't speak Poppy, and it starts a new
+//     signed-in Session with a Bearer token (CO-6-08). PKCE plain, or no method, is
 //     refused (redirect with error=invalid_request) and recorded as a
 //     PA-4.5-02 violation; the metadata lists only S256. Direct and Device
 //     completion with a Session signed in to another account is

@@ -18,6 +18,7 @@ type protoError struct {
 	retryAfter string
 	challenge  bool   // resources: send WWW-Authenticate
 	extension  string // extension_required: the extension's name (A-41)
+	bearer     bool   // the MCP server: a Bearer challenge (RFC 6750)
 }
 
 func oauthError(code, desc string) map[string]any {
@@ -155,7 +156,11 @@ func (s *Server) writeResourceError(w http.ResponseWriter, r *http.Request, e *p
 // DPoP error="insufficient_scope", scope="poppy:read poppy:write".
 func challenge(e *protoError) string {
 	var b strings.Builder
-	b.WriteString("DPoP ")
+	if e.bearer {
+		b.WriteString("Bearer ")
+	} else {
+		b.WriteString("DPoP ")
+	}
 	if e.code != "" {
 		b.WriteString(`error="` + e.code + `"`)
 	}
@@ -167,6 +172,9 @@ func challenge(e *protoError) string {
 	}
 	if e.desc != "" {
 		b.WriteString(`, error_description="` + quoteSafe(e.desc) + `"`)
+	}
+	if e.bearer {
+		return b.String()
 	}
 	if e.code != "" {
 		b.WriteString(", ")

@@ -110,6 +110,7 @@ func (s *Server) writeFault(w http.ResponseWriter, r *http.Request, x *exchange,
 	case EndpointAPI, EndpointConversation, EndpointOperations, EndpointMCP, EndpointSignIn:
 		if isChallengeError(f.code) {
 			e.challenge = true
+			e.bearer = x.endpoint == EndpointMCP
 			e.nonce = f.code == "use_dpop_nonce"
 			if f.code == "insufficient_scope" {
 				e.scope = s.signin.read + " " + s.signin.write

@@ -30,7 +30,7 @@ const (
 	EndpointVerification Endpoint = "verification" // verification_uri, the Device Sign-In page
 	EndpointSignIn       Endpoint = "sign-in"      // auth.mediated.endpoint and {endpoint}/{sign_in_id}
 	EndpointAPI          Endpoint = "api"          // the OpenAPI resource server (api.{domain})
-	EndpointMCP          Endpoint = "mcp"          // reserved: the MCP server (mcp.{domain})
+	EndpointMCP          Endpoint = "mcp"          // the MCP server (mcp.{domain}) and its RFC 9728 metadata
 	EndpointConversation Endpoint = "conversation" // reserved: the poppy conversation endpoint
 	EndpointOperations   Endpoint = "operations"   // reserved: the operations extension endpoint
 	EndpointAgent        Endpoint = "agent"        // requests to an agent host (HandleAgent)

@@ -171,10 +171,7 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 	seg := strings.Split(strings.Trim(path, "/"), "/")
 	switch {
 	case r.Method == http.MethodGet && path == "/products":
-		s.writeJSON(w, r, http.StatusOK, map[string]any{"products": []any{
-			map[string]any{"sku": "stormline-m", "name": "Stormline Jacket", "price": 120},
-			map[string]any{"sku": "stormline-insulated-m", "name": "Stormline Insulated Jacket", "price": 190},
-		}})
+		s.writeJSON(w, r, http.StatusOK, map[string]any{"products": s.products(r.URL.Query())})
 	case r.Method == http.MethodGet && path == "/orders":
 		if !s.require(w, r, a, s.signin.read) {
 			return
@@ -207,7 +204,9 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusOK)
 		w.Write(x.body) // verbatim, without Noise
 	default:
-		s.notFound(w, r)
+		if !s.serveAddresses(w, r, a) {
+			s.notFound(w, r)
+		}
 	}
 }
 
@@ -225,52 +224,4 @@ func (s *Server) serveReserved(w http.ResponseWriter, r *http.Request) {
 	}
 	x.errorCode = "not_implemented"
 	s.writeJSON(w, r, http.StatusNotImplemented, oauthError("not_implemented", "this poppytest version does not implement this endpoint yet"))
-}
-
-// openAPIDocument describes the fake API (CO-6-02); read and write are the
-// scopes it requires (poppy:read and poppy:write, or the narrow ones).
-func openAPIDocument(origin, read, write string) []byte {
-	errResp := map[string]any{"description": "Token error; see WWW-Authenticate"}
-	doc := map[string]any{
-		"openapi": "3.1.0",
-		"info":    map[string]any{"title": "Example Company API", "version": "1.0.0"},
-		"servers": []any{map[string]any{"url": strings.TrimSuffix(origin, "/")}},
-		"components": map[string]any{"securitySchemes": map[string]any{
-			"dpop": map[string]any{"type": "http", "scheme": "DPoP", "description": "Poppy Session Token with a DPoP proof (spec 4.3)"},
-		}},
-		"security": []any{map[string]any{"dpop": []any{}}},
-		"paths": map[string]any{
-			"/products": map[string]any{"get": map[string]any{
-				"operationId": "listProducts", "summary": "List products (signed in or out)",
-				"responses": map[string]any{"200": map[string]any{"description": "Products"}, "401": errResp},
-			}},
-			"/orders": map[string]any{"get": map[string]any{
-				"operationId": "listOrders", "summary": "List the account's orders (" + read + ")",
-				"responses": map[string]any{"200": map[string]any{"description": "Orders"}, "401": errResp, "403": errResp},
-			}},
-			"/orders/{id}": map[string]any{"delete": map[string]any{
-				"operationId": "deleteOrder", "summary": "Always denied to Personal Agents",
-				"parameters": []any{map[string]any{"name": "id", "in": "path", "required": true, "schema": map[string]any{"type": "string"}}},
-				"responses":  map[string]any{"403": map[string]any{"description": "Denied by policy"}},
-			}},
-			"/orders/{id}/exchanges": map[string]any{"post": map[string]any{
-				"operationId": "exchangeItem", "summary": "Exchange an item (" + read + " " + write + ")",
-				"parameters":  []any{map[string]any{"name": "id", "in": "path", "required": true, "schema": map[string]any{"type": "string"}}},
-				"requestBody": map[string]any{"content": map[string]any{"application/json": map[string]any{"schema": map[string]any{"type": "object"}}}},
-				"responses": map[string]any{
-					"201": map[string]any{"description": "Exchange requested (an agent without the operations extension)"},
-					// CO-OPS4-03: this endpoint returns operations.
-					"202": map[string]any{"description": "The exchange is proposed as an operation (operations extension v1): {\"operation\": {…}}; confirm it at the operations endpoint"},
-					"401": errResp, "403": errResp,
-				},
-			}},
-			"/echo": map[string]any{"post": map[string]any{
-				"operationId": "echo", "summary": "Echo the JSON body",
-				"requestBody": map[string]any{"content": map[string]any{"application/json": map[string]any{"schema": map[string]any{}}}},
-				"responses":   map[string]any{"200": map[string]any{"description": "The body, verbatim"}},
-			}},
-		},
-	}
-	b, _ := json.MarshalIndent(doc, "", "  ")
-	return b
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/lestrrat-go/jwx/v3/jwk"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // Options configures a [Server]. The zero value (or nil) gives the defaults
@@ -208,6 +209,8 @@ type Options struct {
 	// Web configures the Company's website and its browser-session
 	// endpoint (spec 5; see web.go).
 	Web WebOptions
+	// MCP configures the MCP server (mcp.go).
+	MCP MCPOptions
 }
 
 // Misconfig lists the ways a [Server] can be told to break a rule a
@@ -249,6 +252,7 @@ type Server struct {
 	authBase  string // issuer without trailing slash: endpoint prefix
 	apiHost   string
 	mcpHost   string
+	mcp2Host  string
 	apiOrigin string // "https://api.{primary}/": the API's default resource identifier
 
 	tls       *tlsMaterial
@@ -266,6 +270,8 @@ type Server struct {
 	metadata     *servedDoc
 	metaPaths    map[string]bool
 	openapi      []byte
+	mcpHandlers  map[string]http.Handler // by host
+	mcpServers   []*mcp.Server
 	grants       map[string]grantFunc
 	tokenCrypter *tokenCrypter
 
@@ -416,9 +422,10 @@ func (s *Server) configure() error {
 	s.authBase = strings.TrimSuffix(o.Issuer, "/")
 	s.apiHost = "api." + s.primary
 	s.mcpHost = "mcp." + s.primary
+	s.mcp2Host = "mcp2." + s.primary
 	s.apiOrigin = "https://" + s.apiHost + "/"
 
-	s.hosts = map[string]bool{s.authHost: true, s.apiHost: true, s.mcpHost: true, "provider.test": true}
+	s.hosts = map[string]bool{s.authHost: true, s.apiHost: true, s.mcpHost: true, s.mcp2Host: true, "provider.test": true}
 	for _, d := range o.Domains {
 		s.hosts[d] = true
 		s.hosts["www."+d] = true
@@ -446,7 +453,11 @@ func (s *Server) configure() error {
 	if err := s.buildDiscovery(); err != nil {
 		return err
 	}
-	s.openapi = openAPIDocument(s.apiOrigin, s.signin.read, s.signin.write)
+	s.openapi = openAPIDescription(s.apiOrigin, s.signin.read, s.signin.write, s.hasAddressScope())
+	s.mcpHandlers = map[string]http.Handler{s.mcpHostName(): s.mcpHandler(s.MCPURL())}
+	if s.opts.MCP.SecondServer {
+		s.mcpHandlers[s.mcp2Host] = s.mcpHandler(s.MCP2URL())
+	}
 	s.grants = map[string]grantFunc{
 		grantJWTBearer:    (*Server).grantJWTBearer,
 		grantAuthCode:     (*Server).grantAuthorizationCode,
@@ -540,7 +551,7 @@ func (s *Server) APIURL() string { return "https://" + s.apiHost }
 
 // MCPURL returns the MCP server's url from poppy.json, the resource a
 // Bearer Session Token must be requested for.
-func (s *Server) MCPURL() string { return "https://" + s.mcpHost + "/mcp" }
+func (s *Server) MCPURL() string { return "https://" + s.mcpHostName() + "/mcp" }
 
 // Clock returns the fake's clock.
 func (s *Server) Clock() *Clock { return &s.clock }
@@ -592,6 +603,7 @@ func (s *Server) Close() {
 		s.transport.CloseIdleConnections()
 		s.srv.Shutdown(ctx)
 		s.plainSrv.Shutdown(ctx)
+		s.closeMCP()
 		s.transport.CloseIdleConnections()
 		s.proxyOnce.Do(func() {}) // no proxy starts after Close
 		if s.proxy != nil {
@@ -621,6 +633,9 @@ func (s *Server) classify(scheme, host, path string) Endpoint {
 			return ep
 		}
 	}
+	if s.opts.MCP.OnAPIHost && host == s.apiHost && (path == "/mcp" || path == mcpResourceMetadataPath) {
+		return EndpointMCP
+	}
 	switch host {
 	case s.apiHost:
 		switch {
@@ -630,7 +645,7 @@ func (s *Server) classify(scheme, host, path string) Endpoint {
 			return EndpointOperations
 		}
 		return EndpointAPI
-	case s.mcpHost:
+	case s.mcpHost, s.mcp2Host:
 		return EndpointMCP
 	}
 	if ep := s.classifyWeb(host, path); ep != "" {
@@ -683,6 +698,8 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 		s.serveBrowserSession(w, r)
 	case EndpointWeb:
 		s.serveWeb(w, r)
+	case EndpointMCP:
+		s.serveMCP(w, r)
 	case EndpointAgent:
 		s.hostsMu.RLock()
 		h := s.agents[x.host]

@@ -381,7 +381,7 @@ func (s *Server) issueSpec(g *grantRequest, available []string) (*issueSpecT, *p
 	}
 	// CO-4.3-11, A-09: a proof-less request gets a Bearer token, for the MCP
 	// server only.
-	if g.proof == nil && spec.resource != s.MCPURL() {
+	if g.proof == nil && !s.isMCPURL(spec.resource) {
 		return nil, &protoError{code: "invalid_target", desc: "a token request without a DPoP proof must name the MCP server as resource"}
 	}
 	return spec, nil
@@ -390,7 +390,7 @@ func (s *Server) issueSpec(g *grantRequest, available []string) (*issueSpecT, *p
 // knownResource reports whether the fake has a service for resource: the
 // MCP url, the API's resource (APIResource, or "https://api.{primary}/").
 func (s *Server) knownResource(res string) bool {
-	return res == s.MCPURL() || res == s.apiOrigin || (s.opts.APIResource != "" && res == s.opts.APIResource) ||
+	return s.isMCPURL(res) || res == s.apiOrigin || (s.opts.APIResource != "" && res == s.opts.APIResource) ||
 		(s.opts.Operations.Resource != "" && res == s.opts.Operations.Resource)
 }
 

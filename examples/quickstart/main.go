@@ -2,8 +2,9 @@
 // embedded fake Company from package poppytest, printing each step:
 // discovery, a Session, a DPoP-bound API call, a Device Sign-In answered by
 // the fake Company's programmable User, an account call that needs
-// poppy:read, and the operations extension's jacket exchange (proposed,
-// approved, confirmed and tracked to its result; operations.go).
+// poppy:read, the operations extension's jacket exchange (proposed,
+// approved, confirmed and tracked to its result; operations.go), and the
+// Company's APIs: an OpenAPI operation and an MCP tool (apis.go).
 //
 //	go run ./examples/quickstart
 //
@@ -131,6 +132,9 @@ func run(ctx context.Context, out io.Writer) error {
 	step("  %s", strings.TrimSpace(string(body)))
 
 	if err := exchangeJacket(ctx, step, company, sess); err != nil {
+		return err
+	}
+	if err := apis(ctx, sess, step); err != nil {
 		return err
 	}
 

@@ -24,6 +24,10 @@ func TestQuickstart(t *testing.T) {
 		"GET https://api.example.test/products → 200 OK",
 		"signed in: granted poppy:read",
 		"GET https://api.example.test/orders → 200 OK",
+		"API openapi at https://api.example.test/openapi.json",
+		"API mcp at https://mcp.example.test/mcp",
+		"OpenAPI listOrders → 200 {\"orders\":",
+		"MCP search_products (protocol 2025-11-25) → {\"products\":[{\"name\":\"Stormline Insulated Jacket\"",
 		"0 rule violations",
 		// The operations extension's jacket exchange.
 		"→ 202: operation exc_",
@@ -58,7 +62,7 @@ func TestQuickstart(t *testing.T) {
 			listed = 0
 			continue
 		}
-		if strings.HasPrefix(l, "  GET ") || strings.HasPrefix(l, "  POST ") {
+		if m, _, ok := strings.Cut(strings.TrimPrefix(l, "  "), " https://"); ok && strings.HasPrefix(l, "  ") && m == strings.ToUpper(m) && m != "" {
 			listed++
 		}
 	}

@@ -95,3 +95,39 @@ func ParseURL(a *poppy.Agent, raw string) (*url.URL, error) {
 func DeviceDurations(interval, expiresIn string) (time.Duration, time.Duration, error) {
 	return hooks.DeviceDurations(interval, expiresIn)
 }
+
+// FetchDocument GETs a public document of the Company (an OpenAPI
+// description, protected resource metadata) through the Agent's document
+// cache, as discovery documents are fetched (spec 3): HTTPS only, redirects
+// only to HTTPS, HTTP caching headers honoured, at most limit bytes (0: the
+// Agent's MaxResponseBytes), 429 waited out. what names the document in
+// errors. No token is sent.
+func FetchDocument(ctx context.Context, a *poppy.Agent, rawURL, what string, limit int64) ([]byte, error) {
+	return hooks.FetchDocument(ctx, a, rawURL, what, limit)
+}
+
+// Secrets returns the values of the Session Tokens s holds and of its
+// Account Token, for redacting them from what a model sees (PA-4.8-08).
+// Never log or return them.
+func Secrets(ctx context.Context, s *poppy.Session) []string {
+	return hooks.Secrets(ctx, s)
+}
+
+// RenewToken returns the Session's token for opts, renewing it only if the
+// cached one is still used, the token a server just refused: of several
+// requests refused at once, the first renews and the others take its new
+// token (one renewal per refusal, as the Session transport does).
+func RenewToken(ctx context.Context, s *poppy.Session, opts *poppy.TokenOptions, used *poppy.Token) (*poppy.Token, error) {
+	t, err := hooks.RenewToken(ctx, s, opts, used.Value())
+	if err != nil {
+		return nil, err
+	}
+	return t.(*poppy.Token), nil
+}
+
+// ResourceHTTPClient is Session.HTTPClient with every Session Token issued
+// for resource: the client of one API entry that names a resource in
+// poppy.json (spec 4.3, PA-4.3-22), whatever host its server is on.
+func ResourceHTTPClient(s *poppy.Session, resource string) *http.Client {
+	return hooks.ResourceHTTPClient(s, resource)
+}

@@ -1,0 +1,129 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+	"unicode"
+
+	"github.com/poppyproto/poppy"
+	"github.com/poppyproto/poppy/internal/sdk"
+)
+
+// The API types of spec 6.
+const (
+	TypeOpenAPI = "openapi"
+	TypeMCP     = "mcp"
+)
+
+// Errors callers branch on.
+var (
+	// ErrNotListed: the API entry isn't one of the Company's.
+	ErrNotListed = errors.New("api: the Company does not list this API")
+	// ErrWrongType: an OpenAPI entry given to ConnectMCP, or the reverse.
+	ErrWrongType = errors.New("api: the entry is of another API type")
+	// ErrInvalidDescription: the OpenAPI description doesn't load or
+	// validate.
+	ErrInvalidDescription = errors.New("api: invalid OpenAPI description")
+	// ErrUnknownOperation: no operation has that operationId, or that
+	// method and path.
+	ErrUnknownOperation = errors.New("api: unknown operation")
+	// ErrInvalidResourceMetadata: the MCP server's protected resource
+	// metadata (RFC 9728) is missing, malformed or for another resource.
+	ErrInvalidResourceMetadata = errors.New("api: invalid protected resource metadata")
+	// ErrIssuerNotListed: the MCP server's protected resource metadata
+	// doesn't list the Company's issuer in authorization_servers (spec 6).
+	ErrIssuerNotListed = errors.New("api: MCP server's authorization_servers does not list the Company's issuer")
+	// ErrInvalidArguments: a tool's arguments don't match its input schema.
+	ErrInvalidArguments = errors.New("api: arguments do not match the input schema")
+)
+
+// List returns the Company's APIs that this package can use, in the order
+// of poppy.json: those of type "openapi" or "mcp" with an HTTPS url (or a
+// loopback http:// one under AgentOptions.UnsafeAllowLoopbackHTTP). Other
+// types are skipped, so that later versions can add types (spec 6,
+// PA-6-01, A-20).
+func List(c *poppy.Company) []poppy.API {
+	var out []poppy.API
+	for _, e := range c.Document().APIs {
+		if e.Type != TypeOpenAPI && e.Type != TypeMCP {
+			continue
+		}
+		if _, err := sdk.ParseURL(c.Agent(), e.URL); err != nil {
+			continue
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// listed reports whether e is one of c's API entries.
+func listed(c *poppy.Company, e poppy.API) bool {
+	for _, x := range c.Document().APIs {
+		if x.Type == e.Type && x.URL == e.URL {
+			return true
+		}
+	}
+	return false
+}
+
+// maxText bounds a Company's text put in an error or a tool description.
+const maxText = 1024
+
+// cleanText returns untrusted text fit for an error string or a model: no
+// control characters (newlines become spaces), at most n bytes.
+func cleanText(s string, n int) string {
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) || r == '\u2028' || r == '\u2029' {
+			return ' '
+		}
+		return r
+	}, s)
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > n {
+		s = strings.ToValidUTF8(s[:n], "") + "…"
+	}
+	return s
+}
+
+// endpointOf returns scheme://host/path of u: what errors may show.
+func endpointOf(u *url.URL) string {
+	return u.Scheme + "://" + u.Host + u.EscapedPath()
+}
+
+func apiError(format string, args ...any) error {
+	return fmt.Errorf("api: "+format, args...)
+}
+
+// SignInFor says how to sign in after a call failed with err (spec 6,
+// PA-6-06, PA-6-07): for insufficient_scope, the union of the Session's
+// scopes and those the Company named (A-21: missing or full set alike);
+// for sign_in_required, need (such as Operation.Scopes) with the Session's
+// scopes. It returns the SignInOptions to pass to a sign-in and the types
+// the Company offers that can grant all of it. ok is false for any other
+// error.
+func SignInFor(sess *poppy.Session, err error, need ...string) (opts *poppy.SignInOptions, types []string, ok bool) {
+	var pe *poppy.Error
+	if !errors.As(err, &pe) {
+		return nil, nil, false
+	}
+	scopes := sess.Scopes()
+	add := func(list []string) {
+		for _, s := range list {
+			if !slices.Contains(scopes, s) {
+				scopes = append(scopes, s)
+			}
+		}
+	}
+	switch pe.Code {
+	case "insufficient_scope":
+		add(pe.Scope)
+	case "sign_in_required":
+		add(need)
+	default:
+		return nil, nil, false
+	}
+	return &poppy.SignInOptions{Scopes: scopes}, sess.Company().EligibleSignInTypes(scopes), true
+}

@@ -1,0 +1,75 @@
+// Package api calls a Company's APIs (spec 6) in a Poppy Session: OpenAPI
+// operations with the Session's DPoP Session Token, MCP tools with a Bearer
+// Session Token issued for exactly that MCP server, and both as tools for an
+// LLM tool runtime.
+//
+//	for _, e := range api.List(company) { fmt.Println(e.Type, e.URL, e.Description) }
+//	oa, _ := api.LoadOpenAPI(ctx, sess, entry, nil)    // kin-openapi, 3.0 and 3.1
+//	resp, _ := oa.Call(ctx, "listOrders", nil)          // DPoP token + proof
+//	client, _ := gen.NewClientWithResponses(oa.ServerURL(), gen.WithHTTPClient(oa.HTTPClient()))
+//	m, _ := api.ConnectMCP(ctx, sess, mcpEntry, nil)    // go-sdk, Streamable HTTP
+//	res, _ := m.CallTool(ctx, "search_products", map[string]any{"query": "jacket"})
+//	ts, _ := api.NewToolset(ctx, sess, nil)             // tools for a model
+//
+// # OpenAPI
+//
+// LoadOpenAPI fetches the description through the Agent's document cache,
+// like poppy.json (HTTPS only, redirects only to HTTPS, HTTP caching headers,
+// a size cap), and indexes its operations. Calls go through
+// Session.HTTPClient, which signs a proof per request, renews an
+// invalid_token once, uses a stored Account Token on sign_in_required, and
+// waits out 429s. An answer of 400 or above becomes a *poppy.Error: Code
+// from WWW-Authenticate or the JSON body, Scope for insufficient_scope,
+// SignInTypes for sign_in_required and insufficient_scope, Extension for
+// extension_required. A 202 whose body carries "operation" (operations
+// extension, OPS 4.1) is returned in Response.Operation, raw. HTTPClient and
+// Transport hand the same transport to a generated client (oapi-codegen),
+// which then sees every answer as a response. After sign_in_required or
+// insufficient_scope, SignInFor gives the scopes to ask for (the union with
+// the Session's) and the sign-in types that can grant them.
+//
+// # MCP
+//
+// ConnectMCP reads the server's protected resource metadata (RFC 9728)
+// before the first use and refuses a server whose authorization_servers
+// lacks the Company's issuer (ErrIssuerNotListed) or whose resource isn't
+// its url. It then connects with github.com/modelcontextprotocol/go-sdk over
+// Streamable HTTP. Every request carries "Authorization: Bearer" with a
+// Session Token requested without a proof for resource = the server's url
+// (spec 4.3); the Session keeps it beside its DPoP token. The Bearer
+// transport sends it to that server's origin only (ErrForeignHost
+// otherwise), follows no redirect, renews the token once when the server
+// answers 401, uses a stored Account Token on sign_in_required, and waits
+// out 429s. A refusal reaches the caller as a *poppy.Error wrapped in the
+// go-sdk's error.
+//
+// # Tools for a model
+//
+// NewToolset turns every OpenAPI operation and MCP tool of the Company into
+// a Tool: a name that is stable for the same poppy.json and unique in the
+// set (letters, digits, "_" and "-", at most 64), the Company's description
+// cleaned of control characters, and an input JSON Schema with every $ref
+// resolved, bounded in size and checked by
+// github.com/santhosh-tekuri/jsonschema/v6. Tool.Execute validates the
+// model's arguments against it, calls the API and returns JSON for the
+// model. A proposed operation comes back as "not done until the User
+// approves it", never confirmed: the toolset leaves out every operation of
+// the operations endpoint. No Session Token, Account Token or DPoP proof is
+// ever put in a description or a result (PA-4.8-08); a token value the
+// Company echoes back is replaced.
+//
+// # Decisions on the specification's open points
+//
+//   - A-09: a Bearer token is requested for the MCP entry's url, always; an
+//     MCP entry's "resource" is not used, since spec 6 says the server
+//     accepts only tokens issued for its url. The OpenAPI description and
+//     the protected resource metadata are public documents, fetched without
+//     a token.
+//   - A-20: entries of types other than "openapi" and "mcp" are skipped, as
+//     are entries whose url isn't HTTPS (PA-6-01).
+//   - A-21: insufficient_scope's scope is taken as the Company names it,
+//     missing or full set; Error.SignInTypes lists the types that can grant
+//     all of it, and a sign-in asks for the union with the Session's scopes.
+//   - A-41: extension_required is read from the JSON body's "extension" (a
+//     string) as in spec 3.3; errors.As finds a poppy.ExtensionRequiredError.
+package api

@@ -1,0 +1,42 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/url"
+
+	"github.com/poppyproto/poppy"
+)
+
+// NewOpenAPIFromBytes indexes a description given as bytes, for tests of
+// descriptions the fake doesn't serve.
+func NewOpenAPIFromBytes(ctx context.Context, sess *poppy.Session, entry poppy.API, body []byte) (*OpenAPI, error) {
+	return newOpenAPI(ctx, sess, entry, body, OpenAPIOptions{MaxResponseBytes: defaultMaxBytes})
+}
+
+// BearerTransport returns the Bearer transport for the MCP server at mcpURL.
+func BearerTransport(sess *poppy.Session, mcpURL string) http.RoundTripper {
+	u, _ := url.Parse(mcpURL)
+	return newBearerTransport(sess, u, nil)
+}
+
+// ToolsetOf makes a Toolset of one loaded OpenAPI, for descriptions the
+// fake doesn't serve.
+func ToolsetOf(ctx context.Context, sess *poppy.Session, oa *OpenAPI) (*Toolset, error) {
+	ts := &Toolset{sess: sess, byName: map[string]*Tool{}, maxResult: 64 << 10}
+	return ts, errors.Join(ts.addOpenAPIAll(ctx, oa, "api", 16<<10, operationsEndpoint(sess.Company()))...)
+}
+
+// ScrubString is scrubString.
+var ScrubString = scrubString
+
+// IndexDescription parses, validates and indexes a description, bypassing
+// the parsed-description cache.
+func IndexDescription(ctx context.Context, entry poppy.API, body []byte) (int, error) {
+	ix, err := index(ctx, entry, body)
+	if err != nil {
+		return 0, err
+	}
+	return len(ix.ops), nil
+}

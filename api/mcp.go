@@ -1,0 +1,429 @@
+package api
+
+// MCP APIs (spec 4.3, 6).
+//
+// The Bearer transport sits under the go-sdk's Streamable HTTP client. For
+// each request it asks the Session for its Bearer token for the server's url
+// (Session.Token with Bearer and Resource: requested without a proof, kept
+// beside the DPoP token, one renewal for all concurrent callers), refuses
+// any URL but the server's origin, and sends the request. It answers the
+// server's refusals itself, so the go-sdk above sees only the final answer:
+//
+//   - 401 (invalid_token, an expired or revoked token): renew the token and
+//     send once more;
+//   - 403 sign_in_required: use a stored Account Token, if any, and send
+//     once more;
+//   - 429: wait Retry-After (bounded), at most three times.
+//
+// The final refusal is parsed into a *poppy.Error and left in a slot of the
+// request's context, where CallTool and the other calls find it to return
+// it, wrapped, instead of the go-sdk's bare status text.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"iter"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/poppyproto/poppy"
+	"github.com/poppyproto/poppy/internal/sdk"
+)
+
+// MCPOptions configures ConnectMCP. The zero value is valid.
+type MCPOptions struct {
+	// ProtocolVersion is the MCP version asked for in initialize. Empty
+	// means "2025-11-25"; spec 6 needs 2025-06-18 or later.
+	ProtocolVersion string
+	// Client is the go-sdk client to connect with. Nil means one named
+	// after the agent's client_id.
+	Client *mcp.Client
+	// Logger receives debug records. Nil discards. No record holds a token.
+	Logger *slog.Logger
+}
+
+const defaultProtocolVersion = "2025-11-25"
+
+// MCP is a connection to one of the Company's MCP servers in a Session. It
+// is safe for concurrent use. Close ends it.
+type MCP struct {
+	sess  *poppy.Session
+	entry poppy.API
+	cs    *mcp.ClientSession
+	tr    *bearerTransport
+}
+
+// ConnectMCP connects to entry, one of the Company's APIs of type "mcp",
+// in sess: it checks the server's protected resource metadata (RFC 9728),
+// then initializes an MCP session over Streamable HTTP with a Bearer
+// Session Token for the server's url. opts may be nil.
+func ConnectMCP(ctx context.Context, sess *poppy.Session, entry poppy.API, opts *MCPOptions) (*MCP, error) {
+	if sess == nil {
+		return nil, poppy.ErrNoSession
+	}
+	if entry.Type != TypeMCP {
+		return nil, ErrWrongType
+	}
+	c := sess.Company()
+	if !listed(c, entry) {
+		return nil, ErrNotListed
+	}
+	var o MCPOptions
+	if opts != nil {
+		o = *opts
+	}
+	if o.ProtocolVersion == "" {
+		o.ProtocolVersion = defaultProtocolVersion
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	u, err := sdk.ParseURL(c.Agent(), entry.URL)
+	if err != nil {
+		return nil, err
+	}
+	// Spec 6: before the first use, the server's metadata must name the
+	// Company's issuer.
+	if err := CheckResourceMetadata(ctx, c, entry.URL); err != nil {
+		return nil, err
+	}
+	tr := newBearerTransport(sess, u, o.Logger)
+	hc := c.Agent().HTTPClient()
+	hc.Transport = tr
+	// A redirect would carry the Bearer token, or a JSON-RPC body, to
+	// another URL: none is followed.
+	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	client := o.Client
+	if client == nil {
+		client = mcp.NewClient(&mcp.Implementation{Name: c.Agent().Identity().ClientID(), Version: "poppy"}, nil)
+	}
+	slot := &errSlot{}
+	cctx := withSlot(ctx, slot)
+	cs, err := client.Connect(cctx, &mcp.StreamableClientTransport{
+		Endpoint:   entry.URL,
+		HTTPClient: hc,
+	}, &mcp.ClientSessionOptions{ProtocolVersion: o.ProtocolVersion})
+	if err != nil {
+		return nil, slot.wrap("connecting to "+endpointOf(u), err)
+	}
+	return &MCP{sess: sess, entry: entry, cs: cs, tr: tr}, nil
+}
+
+// Entry returns the poppy.json entry.
+func (m *MCP) Entry() poppy.API { return m.entry }
+
+// ClientSession returns the go-sdk session, for MCP features this type
+// doesn't wrap (resources, prompts). Its requests go through the Bearer
+// transport too.
+func (m *MCP) ClientSession() *mcp.ClientSession { return m.cs }
+
+// ProtocolVersion returns the MCP version the server agreed to.
+func (m *MCP) ProtocolVersion() string {
+	if r := m.cs.InitializeResult(); r != nil {
+		return r.ProtocolVersion
+	}
+	return ""
+}
+
+// Close ends the MCP session.
+func (m *MCP) Close() error { return m.cs.Close() }
+
+// Tools lists the server's tools, page by page (tools/list with cursors).
+// Breaking out of the loop stops listing.
+func (m *MCP) Tools(ctx context.Context) iter.Seq2[*mcp.Tool, error] {
+	return func(yield func(*mcp.Tool, error) bool) {
+		slot := &errSlot{}
+		for t, err := range m.cs.Tools(withSlot(ctx, slot), nil) {
+			if err != nil {
+				yield(nil, slot.wrap("tools/list", err))
+				return
+			}
+			if !yield(t, nil) {
+				return
+			}
+		}
+	}
+}
+
+// ToolResult is the result of a tool call.
+type ToolResult struct {
+	*mcp.CallToolResult
+	// Operation is the operation the tool proposes, from "operation" in
+	// structuredContent (OPS 4.2), raw: not done until the User approves
+	// it and it is confirmed at the operations endpoint. Nil otherwise.
+	Operation json.RawMessage
+}
+
+// CallTool calls the tool name with args (a JSON object: a map, a struct or
+// a json.RawMessage). A refusal by the server (403 insufficient_scope or
+// sign_in_required after the stored Account Token, if any, was tried) is an
+// error wrapping the *poppy.Error; a tool's own failure is a result with
+// IsError set.
+func (m *MCP) CallTool(ctx context.Context, name string, args any) (*ToolResult, error) {
+	slot := &errSlot{}
+	res, err := m.cs.CallTool(withSlot(ctx, slot), &mcp.CallToolParams{Name: name, Arguments: args})
+	if err != nil {
+		return nil, slot.wrap("tools/call "+cleanText(name, 64), err)
+	}
+	out := &ToolResult{CallToolResult: res}
+	if res.StructuredContent != nil {
+		if b, err := json.Marshal(res.StructuredContent); err == nil {
+			out.Operation = operationOf(b)
+		}
+	}
+	return out, nil
+}
+
+// Renewals returns how many times the Bearer transport renewed a token the
+// server refused.
+func (m *MCP) Renewals() int { return int(m.tr.renewals.Load()) }
+
+// errSlot holds the Company's refusal of a request made for one call.
+type errSlot struct {
+	mu  sync.Mutex
+	err *poppy.Error
+}
+
+type slotKey struct{}
+
+func withSlot(ctx context.Context, s *errSlot) context.Context {
+	return context.WithValue(ctx, slotKey{}, s)
+}
+
+func (s *errSlot) set(e *poppy.Error) {
+	s.mu.Lock()
+	s.err = e
+	s.mu.Unlock()
+}
+
+// wrap returns err with the refusal the transport saw, if any.
+func (s *errSlot) wrap(what string, err error) error {
+	s.mu.Lock()
+	pe := s.err
+	s.mu.Unlock()
+	if pe != nil {
+		return fmt.Errorf("api: MCP %s: %w", what, pe)
+	}
+	return fmt.Errorf("api: MCP %s: %w", what, err)
+}
+
+// bearerTransport attaches the Session's Bearer token for one MCP server.
+type bearerTransport struct {
+	sess     *poppy.Session
+	resource string // the MCP url (A-09)
+	origin   string // scheme://host of the url
+	base     http.RoundTripper
+	log      *slog.Logger
+	renewals atomic.Int64
+}
+
+func newBearerTransport(sess *poppy.Session, u *url.URL, log *slog.Logger) *bearerTransport {
+	base := sess.Company().Agent().HTTPClient().Transport
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	return &bearerTransport{sess: sess, resource: u.String(), origin: strings.ToLower(u.Scheme + "://" + u.Host),
+		base: base, log: log}
+}
+
+const (
+	maxRateRetries = 3
+	maxRateWait    = 2 * time.Minute
+)
+
+func (t *bearerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	closeBody := func() {
+		if req.Body != nil {
+			req.Body.Close()
+		}
+	}
+	// PA-4.3-19: the Bearer token goes to this server only.
+	if strings.ToLower(req.URL.Scheme+"://"+req.URL.Host) != t.origin {
+		closeBody()
+		return nil, fmt.Errorf("%w: %s is not the MCP server's origin", poppy.ErrForeignHost, req.URL.Hostname())
+	}
+	if req.Body != nil && req.Body != http.NoBody && req.GetBody == nil {
+		closeBody()
+		return nil, apiError("MCP request body can't be replayed")
+	}
+	ctx := req.Context()
+	opts := &poppy.TokenOptions{Bearer: true, Resource: t.resource}
+	renewed, signInTried := false, false
+	agent := t.sess.Company().Agent()
+	var refused *poppy.Token
+	for attempt := 0; ; attempt++ {
+		var tok *poppy.Token
+		var err error
+		if refused != nil {
+			tok, err = sdk.RenewToken(ctx, t.sess, opts, refused)
+			refused = nil
+		} else {
+			tok, err = t.sess.Token(ctx, opts)
+		}
+		if err != nil {
+			closeBody()
+			return nil, err
+		}
+		r := req.Clone(ctx)
+		r.Header.Del("DPoP")
+		r.Header.Set("Authorization", "Bearer "+tok.Value())
+		if req.GetBody != nil {
+			if r.Body, err = req.GetBody(); err != nil {
+				return nil, err
+			}
+		}
+		resp, err := t.base.RoundTrip(r)
+		if err != nil {
+			return nil, err
+		}
+		if resp.StatusCode < 400 {
+			return resp, nil
+		}
+		perr := t.refusal(resp)
+		retry := false
+		var wait time.Duration
+		switch {
+		case resp.StatusCode == http.StatusUnauthorized && !renewed:
+			// Spec 6: an expired or revoked token is renewed, once.
+			renewed, retry = true, true
+			refused = tok
+			t.renewals.Add(1)
+		case perr.Code == "sign_in_required" && !signInTried:
+			signInTried = true
+			_, ok, err := t.sess.UseAccountToken(ctx, nil)
+			if err != nil {
+				t.log.DebugContext(ctx, "api: using a stored Account Token failed", "error", err)
+			}
+			retry = ok
+		case resp.StatusCode == http.StatusTooManyRequests && attempt < maxRateRetries:
+			wait = perr.RetryAfter
+			if wait <= 0 {
+				wait = time.Second << attempt
+			}
+			retry = wait <= maxRateWait
+		}
+		if !retry {
+			if s, _ := ctx.Value(slotKey{}).(*errSlot); s != nil {
+				s.set(perr)
+			}
+			return t.asRPCError(req, resp, perr), nil
+		}
+		drain(resp)
+		if wait > 0 {
+			if err := agent.Clock().Sleep(ctx, wait); err != nil {
+				return nil, err
+			}
+		}
+	}
+}
+
+// asRPCError turns a refusal (400, 401, 403) of a JSON-RPC request into a
+// JSON-RPC error response with the request's id, keeping the status. The
+// go-sdk then fails that one call and keeps the MCP session, instead of
+// closing it on a body it can't read: the User can sign in and the caller
+// retry. The *poppy.Error itself reaches the caller through the slot.
+func (t *bearerTransport) asRPCError(req *http.Request, resp *http.Response, perr *poppy.Error) *http.Response {
+	switch resp.StatusCode {
+	case http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden:
+	default:
+		return resp
+	}
+	if req.Method != http.MethodPost || req.GetBody == nil {
+		return resp
+	}
+	rb, err := req.GetBody()
+	if err != nil {
+		return resp
+	}
+	var msg struct {
+		ID json.RawMessage `json:"id"`
+	}
+	err = json.NewDecoder(io.LimitReader(rb, 1<<20)).Decode(&msg)
+	rb.Close()
+	if err != nil || len(msg.ID) == 0 || string(msg.ID) == "null" {
+		return resp
+	}
+	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": msg.ID,
+		"error": map[string]any{"code": -32001, "message": perr.Error()}})
+	drain(resp)
+	out := *resp
+	out.Header = resp.Header.Clone()
+	out.Header.Set("Content-Type", "application/json")
+	out.Header.Del("Content-Length")
+	out.ContentLength = int64(len(body))
+	out.Body = io.NopCloser(bytes.NewReader(body))
+	return &out
+}
+
+// refusal reads resp's error, with the sign-in types that would help.
+func (t *bearerTransport) refusal(resp *http.Response) *poppy.Error {
+	var pe *poppy.Error
+	if !errors.As(poppy.ResponseError(resp), &pe) {
+		pe = &poppy.Error{Status: resp.StatusCode}
+	}
+	c := t.sess.Company()
+	switch pe.Code {
+	case "sign_in_required":
+		pe.SignInTypes = c.SignInTypes()
+	case "insufficient_scope":
+		pe.SignInTypes = c.EligibleSignInTypes(pe.Scope)
+	}
+	return pe
+}
+
+func drain(resp *http.Response) {
+	buf := make([]byte, 4<<10)
+	_, _ = resp.Body.Read(buf)
+	resp.Body.Close()
+}
+
+// ResourceMetadata is an MCP server's OAuth protected resource metadata
+// (RFC 9728), with the fields this package reads.
+type ResourceMetadata struct {
+	Resource             string   `json:"resource"`
+	AuthorizationServers []string `json:"authorization_servers"`
+	ScopesSupported      []string `json:"scopes_supported,omitempty"`
+}
+
+// CheckResourceMetadata fetches the protected resource metadata (RFC 9728)
+// of the MCP server at mcpURL from its well-known location, through the
+// Agent's document cache (HTTPS only, redirects only to HTTPS, size cap,
+// HTTP caching), and checks that its resource is mcpURL and that
+// authorization_servers lists the Company's issuer (spec 6).
+func CheckResourceMetadata(ctx context.Context, c *poppy.Company, mcpURL string) error {
+	u, err := sdk.ParseURL(c.Agent(), mcpURL)
+	if err != nil {
+		return err
+	}
+	// RFC 9728 3.1: the well-known segment goes before the resource's path.
+	meta := u.Scheme + "://" + u.Host + "/.well-known/oauth-protected-resource" + strings.TrimSuffix(u.EscapedPath(), "/")
+	body, err := sdk.FetchDocument(ctx, c.Agent(), meta, "protected resource metadata", 64<<10)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidResourceMetadata, err)
+	}
+	var m ResourceMetadata
+	if err := json.Unmarshal(body, &m); err != nil {
+		return fmt.Errorf("%w: not a JSON object", ErrInvalidResourceMetadata)
+	}
+	// RFC 9728 3.3: resource must be the URL the metadata was derived from.
+	if m.Resource != mcpURL {
+		return fmt.Errorf("%w: resource %q is not %q", ErrInvalidResourceMetadata, cleanText(m.Resource, 200), mcpURL)
+	}
+	for _, s := range m.AuthorizationServers {
+		if s == c.Issuer() {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: %s", ErrIssuerNotListed, endpointOf(u))
+}

@@ -1,0 +1,711 @@
+package api
+
+// OpenAPI APIs (spec 6).
+//
+// The description is fetched through the Agent's document cache (the same
+// cache, HTTP caching and HTTPS rules as poppy.json), loaded by kin-openapi
+// with external references refused (a Company's description must not make
+// the agent fetch other URLs), validated, and indexed once: operations by
+// operationId and by method and path template, each with its parameters and
+// request-body schema inlined ($refs resolved) for callers and tools.
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/getkin/kin-openapi/openapi3"
+
+	"github.com/poppyproto/poppy"
+	"github.com/poppyproto/poppy/internal/sdk"
+)
+
+// OpenAPIOptions configures LoadOpenAPI. The zero value is valid.
+type OpenAPIOptions struct {
+	// MaxDescriptionBytes caps the description. Zero means 4 MiB.
+	MaxDescriptionBytes int64
+	// MaxResponseBytes caps a response body Call reads. Zero means 4 MiB.
+	MaxResponseBytes int64
+}
+
+const defaultMaxBytes = 4 << 20
+
+// OpenAPI is one of the Company's OpenAPI APIs, loaded and indexed, bound
+// to a Session. It is safe for concurrent use.
+type OpenAPI struct {
+	sess    *poppy.Session
+	entry   poppy.API
+	doc     *openapi3.T
+	server  *url.URL
+	client  *http.Client
+	maxResp int64
+
+	ops  []*Operation
+	byID map[string]*Operation
+}
+
+// Operation is one operation of an OpenAPI description.
+type Operation struct {
+	// ID is the operationId; "" when the description gives none.
+	ID string
+	// Method is the HTTP method, upper case; Path is the path template.
+	Method, Path string
+	// Summary and Description are the Company's text, cleaned of control
+	// characters.
+	Summary, Description string
+	// Parameters are the path, query and header parameters.
+	Parameters []Parameter
+	// Body is the JSON request body, nil when the operation takes none.
+	Body *RequestBody
+	// Scopes are the scopes its security requirements name.
+	Scopes []string
+	// ProposesOperation reports that the description gives a 202 answer,
+	// which with the operations extension carries a proposed operation
+	// (OPS 4.1).
+	ProposesOperation bool
+
+	segs []string
+}
+
+// Parameter is one parameter of an operation.
+type Parameter struct {
+	Name, In    string // In is "path", "query" or "header"
+	Description string
+	Required    bool
+	// Schema is the parameter's JSON Schema, $refs resolved.
+	Schema json.RawMessage
+}
+
+// RequestBody is an operation's JSON request body.
+type RequestBody struct {
+	Required    bool
+	ContentType string
+	// Schema is the body's JSON Schema, $refs resolved.
+	Schema json.RawMessage
+}
+
+// LoadOpenAPI loads the OpenAPI description of entry, one of the Company's
+// APIs of type "openapi", for calls in sess. opts may be nil.
+func LoadOpenAPI(ctx context.Context, sess *poppy.Session, entry poppy.API, opts *OpenAPIOptions) (*OpenAPI, error) {
+	if sess == nil {
+		return nil, poppy.ErrNoSession // PA-4.3-24: no anonymous mode
+	}
+	if entry.Type != TypeOpenAPI {
+		return nil, ErrWrongType
+	}
+	c := sess.Company()
+	if !listed(c, entry) {
+		return nil, ErrNotListed
+	}
+	var o OpenAPIOptions
+	if opts != nil {
+		o = *opts
+	}
+	if o.MaxDescriptionBytes <= 0 {
+		o.MaxDescriptionBytes = defaultMaxBytes
+	}
+	if o.MaxResponseBytes <= 0 {
+		o.MaxResponseBytes = defaultMaxBytes
+	}
+	body, err := sdk.FetchDocument(ctx, c.Agent(), entry.URL, "OpenAPI description", o.MaxDescriptionBytes)
+	if err != nil {
+		return nil, err
+	}
+	return newOpenAPI(ctx, sess, entry, body, o)
+}
+
+// indexed is a parsed, validated and indexed description, shared by every
+// OpenAPI loaded from the same bytes at the same URL.
+type indexed struct {
+	doc    *openapi3.T
+	server *url.URL
+	ops    []*Operation
+	byID   map[string]*Operation
+}
+
+// parsedCache keeps the last indexed description per URL, keyed by the
+// SHA-256 of its bytes: a description the document cache still holds is
+// not parsed again. It is a bounded memo of immutable values derived from
+// public documents alone (no Session, token or User in it), so sharing it
+// across Agents is safe.
+var parsedCache struct {
+	sync.Mutex
+	m map[string]parsedEntry
+}
+
+type parsedEntry struct {
+	sum [32]byte
+	ix  *indexed
+}
+
+const maxParsedCache = 64
+
+// newOpenAPI parses, validates and indexes a description, or takes it from
+// parsedCache.
+func newOpenAPI(ctx context.Context, sess *poppy.Session, entry poppy.API, body []byte, o OpenAPIOptions) (*OpenAPI, error) {
+	sum := sha256.Sum256(body)
+	parsedCache.Lock()
+	e, ok := parsedCache.m[entry.URL]
+	parsedCache.Unlock()
+	ix := e.ix
+	if !ok || e.sum != sum {
+		var err error
+		if ix, err = index(ctx, entry, body); err != nil {
+			return nil, err
+		}
+		parsedCache.Lock()
+		if parsedCache.m == nil || len(parsedCache.m) >= maxParsedCache {
+			parsedCache.m = map[string]parsedEntry{}
+		}
+		parsedCache.m[entry.URL] = parsedEntry{sum: sum, ix: ix}
+		parsedCache.Unlock()
+	}
+	if sess != nil {
+		// The module's one URL check: HTTPS, or loopback http:// under
+		// UnsafeAllowLoopbackHTTP.
+		if _, err := sdk.ParseURL(sess.Company().Agent(), ix.server.String()); err != nil {
+			return nil, fmt.Errorf("%w: the server URL: %w", ErrInvalidDescription, err)
+		}
+	}
+	oa := &OpenAPI{sess: sess, entry: entry, doc: ix.doc, server: ix.server, maxResp: o.MaxResponseBytes,
+		ops: ix.ops, byID: ix.byID}
+	if sess != nil {
+		oa.client = sess.HTTPClient()
+		if entry.Resource != "" {
+			oa.client = sdk.ResourceHTTPClient(sess, entry.Resource) // PA-4.3-22
+		}
+	}
+	return oa, nil
+}
+
+func index(ctx context.Context, entry poppy.API, body []byte) (*indexed, error) {
+	doc, root, err := parseDescription(ctx, body)
+	if err != nil {
+		return nil, err
+	}
+	base, _ := url.Parse(entry.URL)
+	server, err := serverURL(doc, base)
+	if err != nil {
+		return nil, err
+	}
+	ix := &indexed{doc: doc, server: server, byID: map[string]*Operation{}}
+	if err := ix.index(root); err != nil {
+		return nil, err
+	}
+	return ix, nil
+}
+
+// parseDescription loads and validates an OpenAPI 3.0 or 3.1 description
+// and returns it with its JSON form, for resolving $refs.
+func parseDescription(ctx context.Context, body []byte) (*openapi3.T, any, error) {
+	loader := openapi3.NewLoader()
+	loader.IsExternalRefsAllowed = false
+	loader.Context = ctx
+	var doc *openapi3.T
+	var root any
+	var err error
+	if b := bytes.TrimSpace(body); len(b) > 0 && b[0] == '{' {
+		// JSON: decoded directly, without the YAML parser LoadFromData
+		// runs first (most of its cost).
+		doc = &openapi3.T{}
+		if err = json.Unmarshal(b, doc); err == nil {
+			err = loader.ResolveRefsIn(doc, nil)
+		}
+		if err == nil {
+			err = json.Unmarshal(b, &root)
+		}
+	} else {
+		doc, err = loader.LoadFromData(body)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %s", ErrInvalidDescription, cleanText(err.Error(), 300))
+	}
+	if mm := doc.OpenAPIMajorMinor(); mm != "3.0" && mm != "3.1" {
+		return nil, nil, fmt.Errorf("%w: OpenAPI version %q, want 3.0 or 3.1", ErrInvalidDescription, cleanText(doc.OpenAPI, 20))
+	}
+	if err := doc.Validate(ctx); err != nil {
+		return nil, nil, fmt.Errorf("%w: %s", ErrInvalidDescription, cleanText(err.Error(), 300))
+	}
+	if root == nil {
+		// YAML: the JSON form of what kin-openapi loaded.
+		b, err := json.Marshal(doc)
+		if err == nil {
+			err = json.Unmarshal(b, &root)
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("%w: %s", ErrInvalidDescription, cleanText(err.Error(), 300))
+		}
+	}
+	return doc, root, nil
+}
+
+// serverURL is the first server's URL, its variables at their defaults,
+// resolved against the description's URL (OpenAPI allows a relative one);
+// the description's own origin without servers. It must be HTTPS.
+func serverURL(doc *openapi3.T, base *url.URL) (*url.URL, error) {
+	raw := "/"
+	if len(doc.Servers) > 0 && doc.Servers[0] != nil {
+		raw = doc.Servers[0].URL
+		for name, v := range doc.Servers[0].Variables {
+			if v != nil {
+				raw = strings.ReplaceAll(raw, "{"+name+"}", v.Default)
+			}
+		}
+	}
+	u, err := base.Parse(raw)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+		return nil, fmt.Errorf("%w: the server URL is not an HTTPS URL", ErrInvalidDescription)
+	}
+	u.Path = strings.TrimSuffix(u.Path, "/")
+	u.RawPath = ""
+	return u, nil
+}
+
+var methods = []string{http.MethodGet, http.MethodPut, http.MethodPost, http.MethodDelete,
+	http.MethodOptions, http.MethodHead, http.MethodPatch, http.MethodTrace}
+
+func (oa *indexed) index(root any) error {
+	paths := oa.doc.Paths.Map()
+	keys := make([]string, 0, len(paths))
+	for p := range paths {
+		keys = append(keys, p)
+	}
+	sort.Strings(keys)
+	for _, p := range keys {
+		item := paths[p]
+		if item == nil {
+			continue
+		}
+		for _, m := range methods {
+			op := item.GetOperation(m)
+			if op == nil {
+				continue
+			}
+			o, err := newOperation(oa.doc, root, p, m, item, op)
+			if err != nil {
+				return err
+			}
+			if o.ID != "" {
+				if _, dup := oa.byID[o.ID]; dup {
+					return fmt.Errorf("%w: operationId %q appears twice", ErrInvalidDescription, cleanText(o.ID, 64))
+				}
+				oa.byID[o.ID] = o
+			}
+			oa.ops = append(oa.ops, o)
+		}
+	}
+	return nil
+}
+
+func newOperation(doc *openapi3.T, root any, path, method string, item *openapi3.PathItem, op *openapi3.Operation) (*Operation, error) {
+	o := &Operation{ID: op.OperationID, Method: method, Path: path,
+		Summary: cleanText(op.Summary, maxText), Description: cleanText(op.Description, maxText),
+		segs: strings.Split(strings.Trim(path, "/"), "/")}
+	params := map[string]*openapi3.Parameter{}
+	var order []string
+	for _, list := range []openapi3.Parameters{item.Parameters, op.Parameters} {
+		for _, pr := range list {
+			if pr == nil || pr.Value == nil {
+				continue
+			}
+			k := pr.Value.In + " " + pr.Value.Name
+			if _, ok := params[k]; !ok {
+				order = append(order, k)
+			}
+			params[k] = pr.Value // the operation's own overrides the path item's
+		}
+	}
+	for _, k := range order {
+		p := params[k]
+		if p.In == openapi3.ParameterInCookie {
+			continue // the SDK sends no cookies (spec 4.3)
+		}
+		var schema json.RawMessage
+		if p.Schema != nil {
+			s, err := inlineSchema(root, p.Schema, doc.IsOpenAPI30())
+			if err != nil {
+				return nil, err
+			}
+			schema = s
+		} else {
+			schema = json.RawMessage(`{"type":"string"}`)
+		}
+		o.Parameters = append(o.Parameters, Parameter{Name: p.Name, In: p.In, Required: p.Required || p.In == openapi3.ParameterInPath,
+			Description: cleanText(p.Description, maxText), Schema: schema})
+	}
+	if rb := op.RequestBody; rb != nil && rb.Value != nil {
+		for _, ct := range []string{"application/json"} {
+			mt := rb.Value.Content.Get(ct)
+			if mt == nil {
+				continue
+			}
+			schema := json.RawMessage(`{}`)
+			if mt.Schema != nil {
+				s, err := inlineSchema(root, mt.Schema, doc.IsOpenAPI30())
+				if err != nil {
+					return nil, err
+				}
+				schema = s
+			}
+			o.Body = &RequestBody{Required: rb.Value.Required, ContentType: ct, Schema: schema}
+		}
+	}
+	sec := doc.Security
+	if op.Security != nil {
+		sec = *op.Security
+	}
+	for _, req := range sec {
+		for _, scopes := range req {
+			for _, sc := range scopes {
+				if !slices.Contains(o.Scopes, sc) {
+					o.Scopes = append(o.Scopes, sc)
+				}
+			}
+		}
+	}
+	if op.Responses != nil && op.Responses.Value("202") != nil {
+		o.ProposesOperation = true
+	}
+	return o, nil
+}
+
+// inlineSchema returns sr as JSON with every $ref resolved against root,
+// in JSON Schema 2020-12 terms (an OpenAPI 3.0 schema converted).
+func inlineSchema(root any, sr *openapi3.SchemaRef, v30 bool) (json.RawMessage, error) {
+	b, err := json.Marshal(sr)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s", ErrInvalidDescription, cleanText(err.Error(), 200))
+	}
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		return nil, fmt.Errorf("%w: %s", ErrInvalidDescription, cleanText(err.Error(), 200))
+	}
+	out, err := resolveRefs(v, root, maxSchemaDepth)
+	if err != nil {
+		return nil, err
+	}
+	if v30 {
+		from30(out)
+	}
+	return json.Marshal(out)
+}
+
+// Entry returns the poppy.json entry.
+func (oa *OpenAPI) Entry() poppy.API { return oa.entry }
+
+// Document returns the loaded description. Callers must not modify it: it
+// is shared with every OpenAPI loaded from the same description.
+func (oa *OpenAPI) Document() *openapi3.T { return oa.doc }
+
+// ServerURL returns the base URL calls go to: the description's first
+// server, resolved. Give it to a generated client with HTTPClient.
+func (oa *OpenAPI) ServerURL() string { return oa.server.String() }
+
+// Operations returns the operations, sorted by path and then method.
+// Callers must not modify them.
+func (oa *OpenAPI) Operations() []*Operation { return slices.Clone(oa.ops) }
+
+// Operation returns the operation with operationId id.
+func (oa *OpenAPI) Operation(id string) (*Operation, bool) {
+	o, ok := oa.byID[id]
+	return o, ok
+}
+
+// Find returns the operation for method and path, where path is a template
+// of the description ("/orders/{id}") or a path it matches ("/orders/ord_1").
+func (oa *OpenAPI) Find(method, path string) (*Operation, bool) {
+	method = strings.ToUpper(method)
+	for _, o := range oa.ops {
+		if o.Method == method && o.Path == path {
+			return o, true
+		}
+	}
+	segs := strings.Split(strings.Trim(path, "/"), "/")
+	for _, o := range oa.ops {
+		if o.Method == method && matchSegs(o.segs, segs) {
+			return o, true
+		}
+	}
+	return nil, false
+}
+
+func matchSegs(tmpl, segs []string) bool {
+	if len(tmpl) != len(segs) {
+		return false
+	}
+	for i, t := range tmpl {
+		if strings.HasPrefix(t, "{") && strings.HasSuffix(t, "}") {
+			if segs[i] == "" {
+				return false
+			}
+			continue
+		}
+		if t != segs[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// HTTPClient returns the Session's *http.Client for this API, for a
+// generated client such as oapi-codegen's (WithHTTPClient): DPoP token and
+// proof on every request, answers returned as responses whatever their
+// status (see poppy.ResponseError).
+//
+// When the entry names a resource, every token it sends was issued for it.
+func (oa *OpenAPI) HTTPClient() *http.Client {
+	c := *oa.client
+	return &c
+}
+
+// Transport returns the Session's http.RoundTripper for this API (see
+// HTTPClient).
+func (oa *OpenAPI) Transport() http.RoundTripper { return oa.client.Transport }
+
+// Args are the arguments of a call: parameter values by name (path, query
+// and header parameters alike) and the JSON body.
+type Args struct {
+	// Params holds a value per parameter name: a string, bool, number, or
+	// a slice of them for a query parameter that repeats.
+	Params map[string]any
+	// Body is sent as JSON: a json.RawMessage or []byte as it is, anything
+	// else marshalled.
+	Body any
+}
+
+// Response is an API's answer of a status below 400.
+type Response struct {
+	Status int
+	Header http.Header
+	// Body is the body, at most MaxResponseBytes.
+	Body []byte
+	// Operation is the operation a 202 answer proposes (OPS 4.1), raw: the
+	// action is not done until it is confirmed at the operations endpoint
+	// with the User's approval. Nil otherwise.
+	Operation json.RawMessage
+}
+
+// JSON decodes the body into v.
+func (r *Response) JSON(v any) error {
+	if err := json.Unmarshal(r.Body, v); err != nil {
+		return apiError("decoding response: %w", err)
+	}
+	return nil
+}
+
+// Call calls the operation with operationId id. An answer of 400 or above
+// is returned as a *poppy.Error (see the package doc).
+func (oa *OpenAPI) Call(ctx context.Context, id string, args *Args) (*Response, error) {
+	o, ok := oa.byID[id]
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownOperation, cleanText(id, 64))
+	}
+	return oa.call(ctx, o, args)
+}
+
+// CallPath calls the operation for method and path (see Find). Path
+// parameters come from args, or from the path itself when it isn't a
+// template.
+func (oa *OpenAPI) CallPath(ctx context.Context, method, path string, args *Args) (*Response, error) {
+	o, ok := oa.Find(method, path)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s %s", ErrUnknownOperation, strings.ToUpper(method), cleanText(path, 200))
+	}
+	if path != o.Path {
+		var a Args
+		if args != nil {
+			a = *args
+		}
+		a.Params = mapsClone(a.Params)
+		segs := strings.Split(strings.Trim(path, "/"), "/")
+		for i, t := range o.segs {
+			if strings.HasPrefix(t, "{") && strings.HasSuffix(t, "}") {
+				if _, set := a.Params[t[1:len(t)-1]]; !set {
+					v, _ := url.PathUnescape(segs[i])
+					a.Params[t[1:len(t)-1]] = v
+				}
+			}
+		}
+		args = &a
+	}
+	return oa.call(ctx, o, args)
+}
+
+func mapsClone(m map[string]any) map[string]any {
+	out := make(map[string]any, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// request builds the HTTP request for o.
+func (oa *OpenAPI) request(ctx context.Context, o *Operation, args *Args) (*http.Request, error) {
+	var a Args
+	if args != nil {
+		a = *args
+	}
+	path := o.Path
+	q := url.Values{}
+	hdr := http.Header{}
+	for _, p := range o.Parameters {
+		v, ok := a.Params[p.Name]
+		if !ok || v == nil {
+			if p.Required {
+				return nil, fmt.Errorf("%w: %s %s: parameter %q is required", ErrInvalidArguments, o.Method, o.Path, p.Name)
+			}
+			continue
+		}
+		vals, err := paramValues(v)
+		if err != nil {
+			return nil, fmt.Errorf("%w: parameter %q: %w", ErrInvalidArguments, p.Name, err)
+		}
+		switch p.In {
+		case openapi3.ParameterInPath:
+			if len(vals) != 1 || vals[0] == "" {
+				return nil, fmt.Errorf("%w: path parameter %q needs one non-empty value", ErrInvalidArguments, p.Name)
+			}
+			path = strings.ReplaceAll(path, "{"+p.Name+"}", url.PathEscape(vals[0]))
+		case openapi3.ParameterInQuery:
+			for _, s := range vals {
+				q.Add(p.Name, s)
+			}
+		case openapi3.ParameterInHeader:
+			if strings.EqualFold(p.Name, "Authorization") || strings.EqualFold(p.Name, "DPoP") {
+				continue // the transport owns these
+			}
+			hdr.Set(p.Name, strings.Join(vals, ","))
+		}
+	}
+	u := *oa.server
+	u.Path = oa.server.Path + path
+	u.RawPath = oa.server.EscapedPath() + path
+	u.RawQuery = q.Encode()
+	var body io.Reader
+	var raw []byte
+	if a.Body != nil {
+		switch b := a.Body.(type) {
+		case json.RawMessage:
+			raw = b
+		case []byte:
+			raw = b
+		default:
+			var err error
+			if raw, err = json.Marshal(b); err != nil {
+				return nil, fmt.Errorf("%w: body: %w", ErrInvalidArguments, err)
+			}
+		}
+		body = bytes.NewReader(raw)
+	} else if o.Body != nil && o.Body.Required {
+		return nil, fmt.Errorf("%w: %s %s needs a body", ErrInvalidArguments, o.Method, o.Path)
+	}
+	req, err := http.NewRequestWithContext(ctx, o.Method, u.String(), body)
+	if err != nil {
+		return nil, apiError("%w", err)
+	}
+	for k, v := range hdr {
+		req.Header[k] = v
+	}
+	req.Header.Set("Accept", "application/json")
+	if body != nil {
+		ct := "application/json"
+		if o.Body != nil {
+			ct = o.Body.ContentType
+		}
+		req.Header.Set("Content-Type", ct)
+	}
+	return req, nil
+}
+
+func paramValues(v any) ([]string, error) {
+	switch x := v.(type) {
+	case string:
+		return []string{x}, nil
+	case bool:
+		return []string{strconv.FormatBool(x)}, nil
+	case int:
+		return []string{strconv.Itoa(x)}, nil
+	case int64:
+		return []string{strconv.FormatInt(x, 10)}, nil
+	case float64:
+		return []string{strconv.FormatFloat(x, 'f', -1, 64)}, nil
+	case json.Number:
+		return []string{x.String()}, nil
+	case []string:
+		return x, nil
+	case []any:
+		var out []string
+		for _, e := range x {
+			s, err := paramValues(e)
+			if err != nil || len(s) != 1 {
+				return nil, errors.New("an array may hold only strings, numbers and booleans")
+			}
+			out = append(out, s[0])
+		}
+		return out, nil
+	case fmt.Stringer:
+		return []string{x.String()}, nil
+	}
+	return nil, fmt.Errorf("unsupported value of type %T", v)
+}
+
+func (oa *OpenAPI) call(ctx context.Context, o *Operation, args *Args) (*Response, error) {
+	req, err := oa.request(ctx, o, args)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := oa.client.Do(req)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if perr := poppy.ResponseError(resp); perr != nil {
+		_, _ = io.CopyN(io.Discard, resp.Body, 4<<10)
+		return nil, perr
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, oa.maxResp+1))
+	if err != nil {
+		return nil, apiError("%s %s: reading response: %w", o.Method, endpointOf(req.URL), err)
+	}
+	if int64(len(b)) > oa.maxResp {
+		return nil, fmt.Errorf("%w: %s %s", poppy.ErrResponseTooLarge, o.Method, endpointOf(req.URL))
+	}
+	out := &Response{Status: resp.StatusCode, Header: resp.Header, Body: b}
+	if resp.StatusCode == http.StatusAccepted {
+		out.Operation = operationOf(b)
+	}
+	return out, nil
+}
+
+// operationOf returns the "operation" member of a JSON object when it is an
+// object with an operation_id (OPS 3, 4.1), else nil.
+func operationOf(b []byte) json.RawMessage {
+	var v struct {
+		Operation json.RawMessage `json:"operation"`
+	}
+	if json.Unmarshal(b, &v) != nil || len(v.Operation) == 0 {
+		return nil
+	}
+	var op struct {
+		ID string `json:"operation_id"`
+	}
+	if json.Unmarshal(v.Operation, &op) != nil || op.ID == "" {
+		return nil
+	}
+	return v.Operation
+}
