@@ -127,6 +127,7 @@ func ExampleNewToolset() {
 	// api_exchangeItem
 	// api_listProducts
 	// mcp_list_orders
+	// mcp_request_exchange
 	// mcp_save_size_profile
 	// mcp_search_products
 	// mcp_size_advice
@@ -177,6 +178,7 @@ func ExampleConnectMCP() {
 	}
 	// Output:
 	// list_orders
+	// request_exchange
 	// save_size_profile
 	// search_products
 	// size_advice

@@ -50,18 +50,18 @@ func TestCO_6_04_PA_6_02_PA_6_03_MCPBearer(t *testing.T) {
 		}
 		n++
 	}
-	if n != 4 {
-		t.Fatalf("tools/list gave %d tools, want 4", n)
+	if n != 5 {
+		t.Fatalf("tools/list gave %d tools, want 5", n)
 	}
-	// Paged: the fake answers two tools a page, so two tools/list requests.
+	// Paged: the fake answers two tools a page, so three tools/list requests.
 	pages := 0
 	for _, r := range mcpCalls(env) {
 		if strings.Contains(string(r.Body), `"tools/list"`) {
 			pages++
 		}
 	}
-	if pages != 2 {
-		t.Errorf("%d tools/list requests, want 2 pages", pages)
+	if pages != 3 {
+		t.Errorf("%d tools/list requests, want 3 pages", pages)
 	}
 	if _, err := m.CallTool(ctx, "size_advice", map[string]any{"sku": "stormline-m", "height_cm": 180}); err != nil {
 		t.Fatal(err)
@@ -543,5 +543,58 @@ func TestA09_MCPResourceIsTheURL(t *testing.T) {
 	}
 	if n := len(mcpTokenRequests(env, "https://mcp.example.test/mcp")); n != 1 {
 		t.Errorf("%d token requests for the url", n)
+	}
+}
+
+// OPS 4.2 with the fake's own order action: the operation comes back raw
+// in ToolResult.Operation; as a tool for a model it is a proposal, and it
+// stays proposed at the Company: nothing in this package confirms it.
+func TestMCPRequestExchangeOperation(t *testing.T) {
+	srv := poppytest.NewServer(t, nil)
+	id, key := testenv.NewIdentity(t, map[string]string{"operations": "1"})
+	env := &testenv.Env{T: t, Srv: srv, ID: id, Key: key}
+	env.Serve(nil)
+	env.Agent = env.NewAgent(nil)
+	sess := env.Session("alice")
+	signIn(t, env, sess, "poppy:read", "poppy:write")
+	m := connectMCP(t, sess)
+	ctx := context.Background()
+	args := map[string]any{"order_id": "ord_7Hk2", "item_id": "itm_4Qa", "replacement_sku": "stormline-insulated-m"}
+	res, err := m.CallTool(ctx, "request_exchange", args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var op struct {
+		ID    string `json:"operation_id"`
+		State string `json:"state"`
+	}
+	if json.Unmarshal(res.Operation, &op) != nil || op.ID == "" || op.State != "proposed" {
+		t.Fatalf("operation %s", res.Operation)
+	}
+	ts := newToolset(t, sess, nil)
+	tool, _ := ts.Tool("mcp_request_exchange")
+	out, err := tool.Execute(ctx, json.RawMessage(`{"order_id":"ord_7Hk2","item_id":"itm_4Qa","replacement_sku":"stormline-insulated-m"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r map[string]any
+	json.Unmarshal(out, &r)
+	if !strings.Contains(r["approval"].(string), "NOT DONE") || !strings.Contains(string(out), op.ID) {
+		t.Fatalf("tool result %s", out)
+	}
+	// OPS 4.1 and 4: the same exchange through the OpenAPI API is a 202
+	// with the same operation.
+	oa := loadOpenAPI(t, sess)
+	resp, err := oa.Call(ctx, "exchangeItem", &api.Args{Params: map[string]any{"id": "ord_7Hk2"},
+		Body: map[string]any{"item_id": "itm_4Qa", "replacement_sku": "stormline-insulated-m"}})
+	if err != nil || resp.Status != 202 || !strings.Contains(string(resp.Operation), `"operation_id":"`+op.ID+`"`) {
+		t.Fatalf("exchangeItem: %v %+v", err, resp)
+	}
+	// The same action proposed thrice is one operation, still proposed.
+	if info, ok := srv.Operation(op.ID); !ok || info.State != "proposed" || len(srv.PerformedActions()) != 0 {
+		t.Errorf("operation at the Company: %+v, %d actions", info, len(srv.PerformedActions()))
+	}
+	for _, req := range env.Requests(poppytest.EndpointOperations) {
+		t.Errorf("the operations endpoint was called: %s %s", req.Method, req.Path)
 	}
 }

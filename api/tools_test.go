@@ -34,8 +34,8 @@ func TestToolset(t *testing.T) {
 	_, sess := setup(t, &poppytest.Options{MCP: poppytest.MCPOptions{SecondServer: true}})
 	ts := newToolset(t, sess, nil)
 	tools := ts.Tools()
-	if len(tools) != 6+4+4 {
-		t.Fatalf("%d tools, want 14", len(tools))
+	if len(tools) != 6+5+5 {
+		t.Fatalf("%d tools, want 16", len(tools))
 	}
 	seen := map[string]bool{}
 	var names []string
@@ -184,6 +184,7 @@ func TestPA_4_8_08_NoSecretsForTheModel(t *testing.T) {
 		"api_exchangeItem":  `{"id":"ord_7Hk2","body":{"item_id":"itm_4Qa","replacement_sku":"stormline-insulated-m"}}`,
 		"api_listAddresses": `{}`, "mcp_search_products": `{"query":"jacket"}`, "mcp_size_advice": `{"sku":"x","height_cm":170}`,
 		"mcp_list_orders": `{}`, "mcp_save_size_profile": `{"height_cm":170}`,
+		"mcp_request_exchange": `{"order_id":"ord_7Hk2","item_id":"itm_4Qa","replacement_sku":"stormline-insulated-m"}`,
 		// A Company that echoes what it got: here the model was made to
 		// pass the token itself, the worst case.
 		"api_echo": `{"body":{"authorization":"DPoP ` + tok.Value() + `"}}`,

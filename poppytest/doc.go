@@ -109,7 +109,10 @@
 // enforces each tool's scopes with 403 Bearer error="sign_in_required" or
 // error="insufficient_scope", scope="…" (CO-6-05). Tools: search_products,
 // size_advice (any token), list_orders (poppy:read), save_size_profile
-// (poppy:write); tools/list answers pages of two. Options.MCP
+// (poppy:write), request_exchange (poppy:read and poppy:write: the order
+// action that proposes an operation in structuredContent.operation, the
+// same operation as POST /orders/{id}/exchanges, OPS 4.2); tools/list
+// answers pages of two. Options.MCP
 // (MCPOptions) replaces authorization_servers in its RFC 9728 metadata,
 // adds a second server at mcp2.example.test, issues Bearer tokens for
 // servers a test runs itself, or serves it on the API's host. A DPoP token at the MCP server, a

@@ -103,6 +103,7 @@ func (s *Server) mcpTools() map[string]mcpTool {
 		"size_advice":       {},
 		"list_orders":       {signIn: true, scopes: []string{s.signin.read}},
 		"save_size_profile": {signIn: true, scopes: []string{s.signin.write}},
+		"request_exchange":  {signIn: true, scopes: []string{s.signin.read, s.signin.write}},
 	}
 }
 
@@ -451,6 +452,7 @@ func (s *Server) addMCPTools(srv *mcp.Server) {
 				{"id": "ord_7Hk2", "number": "1042", "status": "delivered", "account": a.account},
 			}}, nil
 		})
+	s.addExchangeTool(srv)
 	mcp.AddTool(srv, &mcp.Tool{Name: "save_size_profile", Description: "Save the User's measurements on their account (needs " + s.signin.write + ")."},
 		func(ctx context.Context, req *mcp.CallToolRequest, in profileIn) (*mcp.CallToolResult, profileOut, error) {
 			a := mcpAuthOf(req)
@@ -473,4 +475,68 @@ func (s *Server) closeMCP() {
 			ss.Close()
 		}
 	}
+}
+
+// addExchangeTool adds request_exchange, the order action that proposes an
+// operation (OPS 4.2): the same exchange as POST /orders/{id}/exchanges,
+// with the same key, so that one action proposed through either channel is
+// one operation (OPS 4). Its result carries the operation in
+// structuredContent.operation and the summary as text; nothing is done
+// until the operation is confirmed at the operations endpoint. An agent
+// that doesn't list the extension gets the exchange done at once, as the
+// API does (CO-OPS2-03), or, with Operations.RequireOperations, a tool
+// error naming extension_required.
+func (s *Server) addExchangeTool(srv *mcp.Server) {
+	schema := map[string]any{"type": "object", "required": []any{"order_id", "item_id", "replacement_sku"},
+		"additionalProperties": false,
+		"properties": map[string]any{
+			"order_id":        map[string]any{"type": "string", "description": "the order"},
+			"item_id":         map[string]any{"type": "string", "description": "the item of the order to exchange"},
+			"replacement_sku": map[string]any{"type": "string", "description": "the SKU to exchange it for"},
+		}}
+	srv.AddTool(&mcp.Tool{Name: "request_exchange", InputSchema: schema,
+		Description: "Exchange an item of an order for another product. Proposes an operation the User must approve (needs " + s.signin.read + " " + s.signin.write + ")."},
+		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			fail := func(msg string) (*mcp.CallToolResult, error) {
+				return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: msg}}}, nil
+			}
+			a := mcpAuthOf(req)
+			if a == nil || !a.signedIn {
+				return fail("sign in first")
+			}
+			var in struct {
+				OrderID        string `json:"order_id"`
+				ItemID         string `json:"item_id"`
+				ReplacementSKU string `json:"replacement_sku"`
+			}
+			if err := json.Unmarshal(req.Params.Arguments, &in); err != nil || in.OrderID == "" || in.ItemID == "" {
+				return fail("order_id, item_id and replacement_sku are required")
+			}
+			if _, ok := jackets[in.ReplacementSKU]; !ok {
+				return fail("unknown replacement_sku")
+			}
+			summary, terms := exchangeTerms(in.OrderID, in.ItemID, in.ReplacementSKU)
+			key := in.OrderID + " " + in.ItemID
+			op, err := s.proposeOperation(a.sessionID, operationProposal{Key: key, IDPrefix: "exc_", Summary: summary,
+				Terms: terms, Scopes: []string{s.signin.read, s.signin.write}, Perform: exchangePerform})
+			switch {
+			case errors.Is(err, errNoOperations) && s.opts.Operations.RequireOperations:
+				return fail("extension_required: exchanges need the operations extension")
+			case errors.Is(err, errNoOperations): // CO-OPS2-03
+				s.ops.mu.Lock()
+				s.ops.actions = append(s.ops.actions, PerformedAction{Key: key, Terms: terms, Time: s.clock.Now()})
+				s.ops.mu.Unlock()
+				return &mcp.CallToolResult{
+					Content:           []mcp.Content{&mcp.TextContent{Text: "Exchange requested."}},
+					StructuredContent: map[string]any{"exchange_id": newID("exc_", 6), "order_id": in.OrderID, "status": "requested"},
+				}, nil
+			case err != nil:
+				return fail("the exchange can't be proposed")
+			}
+			// OPS 4.2: the operation in structuredContent, the summary as text.
+			return &mcp.CallToolResult{
+				Content:           []mcp.Content{&mcp.TextContent{Text: "Proposed: " + summary + " Not done until confirmed."}},
+				StructuredContent: map[string]any{"operation": op},
+			}, nil
+		})
 }

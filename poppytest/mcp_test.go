@@ -117,10 +117,18 @@ func TestCO_6_02_CO_6_04_MCPServer(t *testing.T) {
 	if r.Status != 200 || len(tools) != 2 || cursor == "" {
 		t.Fatalf("tools/list: %d %s", r.Status, r.Raw)
 	}
-	r = m.post("tools/list", map[string]any{"cursor": cursor})
-	res, _ = r.Body["result"].(map[string]any)
-	if more, _ := res["tools"].([]any); r.Status != 200 || len(more) != 2 || res["nextCursor"] != nil {
-		t.Fatalf("tools/list page 2: %d %s", r.Status, r.Raw)
+	for page := 2; cursor != ""; page++ {
+		r = m.post("tools/list", map[string]any{"cursor": cursor})
+		res, _ = r.Body["result"].(map[string]any)
+		more, _ := res["tools"].([]any)
+		if r.Status != 200 || len(more) == 0 || len(more) > 2 || page > 3 {
+			t.Fatalf("tools/list page %d: %d %s", page, r.Status, r.Raw)
+		}
+		tools = append(tools, more...)
+		cursor, _ = res["nextCursor"].(string)
+	}
+	if len(tools) != 5 {
+		t.Fatalf("%d tools", len(tools))
 	}
 	r = m.post("tools/call", map[string]any{"name": "search_products", "arguments": map[string]any{"query": "insulated"}})
 	if r.Status != 200 || !strings.Contains(string(r.Raw), "stormline-insulated-m") {
@@ -343,5 +351,56 @@ func TestMCPForcedErrorIsBearer(t *testing.T) {
 	r := newMCP(t, srv, srv.MCPURL(), "x").post("initialize", map[string]any{})
 	if r.Status != 401 || !strings.HasPrefix(r.wwwAuth(), `Bearer error="invalid_token"`) || strings.Contains(r.wwwAuth(), "algs") {
 		t.Fatalf("%d %q", r.Status, r.wwwAuth())
+	}
+}
+
+// OPS 4.2, CO-OPS2-03: request_exchange proposes an operation, carried in
+// structuredContent.operation with the summary as text, and does nothing
+// yet; the same exchange through the API is the same operation (OPS 4).
+// For an agent without the extension, it is done at once.
+func TestMCPRequestExchangeProposes(t *testing.T) {
+	srv := poppytest.NewServer(t, nil)
+	a := opsAgent(t, srv)
+	tok, _ := a.bearerSignedIn("usr_1", "poppy:read poppy:write", srv.MCPURL())
+	m := newMCP(t, srv, srv.MCPURL(), tok)
+	m.initialize("2025-11-25")
+	args := map[string]any{"order_id": "ord_7Hk2", "item_id": "itm_4Qa", "replacement_sku": "stormline-insulated-m"}
+	r := m.post("tools/call", map[string]any{"name": "request_exchange", "arguments": args})
+	res, _ := r.Body["result"].(map[string]any)
+	sc, _ := res["structuredContent"].(map[string]any)
+	op, _ := sc["operation"].(map[string]any)
+	content, _ := res["content"].([]any)
+	if r.Status != 200 || op == nil || op["state"] != "proposed" || op["revision"] != float64(1) || len(content) != 1 {
+		t.Fatalf("request_exchange: %d %s", r.Status, r.Raw)
+	}
+	if text, _ := content[0].(map[string]any)["text"].(string); !strings.Contains(text, "Not done until confirmed") ||
+		!strings.Contains(text, op["summary"].(string)) {
+		t.Errorf("text %q", text)
+	}
+	if n := len(srv.PerformedActions()); n != 0 {
+		t.Errorf("%d actions performed by a proposal", n)
+	}
+	id, _ := op["operation_id"].(string)
+	if info, ok := srv.Operation(id); !ok || info.State != "proposed" {
+		t.Errorf("operation %s: %+v", id, info)
+	}
+	// A read-only token may not propose it (CO-6-05).
+	ro, _ := a.bearerSignedIn("usr_2", "poppy:read", srv.MCPURL())
+	m2 := newMCP(t, srv, srv.MCPURL(), ro)
+	m2.initialize("2025-11-25")
+	if r := m2.post("tools/call", map[string]any{"name": "request_exchange", "arguments": args}); r.Status != 403 ||
+		!strings.Contains(r.wwwAuth(), `scope="poppy:read poppy:write"`) {
+		t.Errorf("read-only: %d %q", r.Status, r.wwwAuth())
+	}
+
+	// Without the extension: done at once, no operation.
+	plain := poppytest.NewServer(t, nil)
+	b := newAgent(t, plain, "agent.test")
+	tok, _ = b.bearerSignedIn("usr_1", "poppy:read poppy:write", plain.MCPURL())
+	m3 := newMCP(t, plain, plain.MCPURL(), tok)
+	m3.initialize("2025-11-25")
+	r = m3.post("tools/call", map[string]any{"name": "request_exchange", "arguments": args})
+	if r.Status != 200 || strings.Contains(string(r.Raw), `"operation"`) || len(plain.PerformedActions()) != 1 {
+		t.Errorf("without the extension: %d %s", r.Status, r.Raw)
 	}
 }
