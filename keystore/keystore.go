@@ -60,13 +60,14 @@ const (
 	KindPendingSignIn Kind = "pending_signin" // a Direct Sign-In waiting for its redirect (spec 4.5)
 	KindOperation     Kind = "operation"      // an operation and its journalled confirm (OPS 6)
 	KindPermission    Kind = "permission"     // a standing permission the User gave (OPS 5.1)
+	KindAgentKey      Kind = "agent_key"      // the agent's own signing keys (spec 4.1)
 )
 
 // Secret reports whether records of this kind hold secrets: private keys,
-// Session Tokens, Account Tokens or PKCE verifiers.
+// Session Tokens, Account Tokens, PKCE verifiers or the agent's signing keys.
 func (k Kind) Secret() bool {
 	switch k {
-	case KindDPoPKey, KindSession, KindAccountToken, KindPendingSignIn:
+	case KindDPoPKey, KindSession, KindAccountToken, KindPendingSignIn, KindAgentKey:
 		return true
 	}
 	return false

@@ -1,0 +1,169 @@
+package poppy_test
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	_ "modernc.org/sqlite"
+
+	"github.com/poppyproto/poppy"
+	"github.com/poppyproto/poppy/keystore"
+	"github.com/poppyproto/poppy/keystore/sqlitestore"
+	"github.com/poppyproto/poppy/poppytest"
+	"github.com/poppyproto/poppy/signin"
+)
+
+// The agent's signing keys are created once and loaded again by a later
+// process; rotation keeps the previous key published (spec 4.1).
+func TestSigningKeysInKeystore(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ks.db")
+	sealer, err := keystore.NewAESGCMSealer(bytes.Repeat([]byte{7}, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := func() *sqlitestore.Store {
+		s, err := sqlitestore.Open(path, &sqlitestore.Options{Sealer: sealer})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	s1 := open()
+	first, err := poppy.LoadSigningKeys(ctx, s1, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s1.Close()
+	// A second process (a second open of the file) loads the same key.
+	s2 := open()
+	defer s2.Close()
+	again, err := poppy.LoadSigningKeys(ctx, s2, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(first) != 1 || len(again) != 1 || first[0].KeyID() != again[0].KeyID() {
+		t.Fatalf("keys not reused: %v then %v", first, again)
+	}
+	// PA-4.1-05: the private key is a secret record, sealed on disk.
+	if !keystore.KindAgentKey.Secret() {
+		t.Fatal("KindAgentKey is not a secret kind")
+	}
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var raw []byte
+	if err := db.QueryRow(`SELECT value FROM records WHERE kind = ?`, string(keystore.KindAgentKey)).Scan(&raw); err != nil {
+		t.Fatalf("reading the raw record: %v", err)
+	}
+	if bytes.Contains(raw, []byte(`"d"`)) || bytes.Contains(raw, []byte(first[0].KeyID())) {
+		t.Fatal("the signing key is stored in clear")
+	}
+
+	rot, err := poppy.RotateSigningKeys(ctx, s2, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rot) != 2 || rot[1].KeyID() != first[0].KeyID() || rot[0].KeyID() == first[0].KeyID() {
+		t.Fatalf("rotation: %v, want a new key then %s", rot, first[0].KeyID())
+	}
+	rot2, err := poppy.RotateSigningKeys(ctx, s2, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rot2) != 2 || rot2[1].KeyID() != rot[0].KeyID() {
+		t.Fatalf("second rotation: %v, want a new key then %s", rot2, rot[0].KeyID())
+	}
+	loaded, _ := poppy.LoadSigningKeys(ctx, s2, "")
+	if loaded[0].KeyID() != rot2[0].KeyID() {
+		t.Fatal("LoadSigningKeys does not return the rotated set")
+	}
+}
+
+// After a rotation the new key signs and a Company that cached the old JWKS
+// still verifies: the previous key stays published.
+func TestRotatedKeysStillSignIn(t *testing.T) {
+	ctx := context.Background()
+	store := keystore.NewMemory()
+	keys, err := poppy.LoadSigningKeys(ctx, store, "agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := poppy.NewIdentity(poppy.IdentityConfig{ClientID: testClientID, JWKSURI: testJWKS, RedirectURIs: []string{testRedirect}, Keys: keys})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := poppytest.NewServer(t, nil)
+	srv.HandleAgent("agent.test", id.Handler(nil))
+	agent, err := poppy.NewAgent(id, &poppy.AgentOptions{Store: store, HTTPClient: srv.Client(), Clock: srv.Clock()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := agent.Company(ctx, "example.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.Session(ctx, "alice", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rot, err := poppy.RotateSigningKeys(ctx, store, "agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := id.Rotate(rot...); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(id.JWKS()), keys[0].KeyID()) {
+		t.Fatal("the previous key is no longer published")
+	}
+	u := signin.PrompterFuncs{CredentialsFunc: func(_ context.Context, p *signin.CredentialsPrompt) (*signin.Credentials, error) {
+		return signin.NewCredentials(p, map[string]string{"email": "user@example.test", "password": "correct horse"}), nil
+	}}
+	if _, err := signin.Mediated(ctx, s, &poppy.SignInOptions{Scopes: []string{"poppy:read"}}, u); err != nil {
+		t.Fatalf("signing in with the rotated key: %v", err)
+	}
+}
+
+// StoredSessions and StoredAccountTokens read the keystore without a
+// request and never hold a token value.
+func TestStoredState(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	ctx := context.Background()
+	s := e.session("alice")
+	u := signin.PrompterFuncs{CredentialsFunc: func(_ context.Context, p *signin.CredentialsPrompt) (*signin.Credentials, error) {
+		return signin.NewCredentials(p, map[string]string{"email": "user@example.test", "password": "correct horse"}), nil
+	}}
+	if _, err := signin.Mediated(ctx, s, &poppy.SignInOptions{Scopes: []string{"poppy:read"}}, u); err != nil {
+		t.Fatal(err)
+	}
+	before := len(e.srv.Requests())
+	iss := e.srv.Issuer()
+	ss, err := e.agent.StoredSessions(ctx, "alice", iss)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ss) != 1 || ss[0].ID != s.ID() || !ss[0].SignedIn || ss[0].Account != poppy.DefaultAccount ||
+		strings.Join(ss[0].Scopes, " ") != "poppy:read" || ss[0].Expiry.IsZero() {
+		t.Fatalf("StoredSessions = %+v", ss)
+	}
+	ats, err := e.agent.StoredAccountTokens(ctx, "alice", iss)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ats) != 1 || ats[0].Account != poppy.DefaultAccount || strings.Join(ats[0].Scopes, " ") != "poppy:read" {
+		t.Fatalf("StoredAccountTokens = %v", ats)
+	}
+	if n := len(e.srv.Requests()); n != before {
+		t.Fatalf("listing sent %d requests", n-before)
+	}
+	if other, _ := e.agent.StoredSessions(ctx, "bob", iss); len(other) != 0 {
+		t.Fatalf("bob has %v", other)
+	}
+}

@@ -1,0 +1,59 @@
+// Package termtext makes text from an untrusted party, such as a Company,
+// safe to print on a terminal: a Company's name, a user code or an error
+// description must not move the cursor, retitle the terminal, clear the
+// screen or hide text with escape sequences.
+package termtext
+
+import (
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Escape returns s with every control character, every C1 and bidi
+// control and every invalid UTF-8 byte written as a Go escape (\x1b,
+// \u202e, \xff), so that what is printed is what was sent and nothing more.
+// Printable text, spaces included, is left as it is. A backslash is
+// doubled, so that an escape can't be faked.
+func Escape(s string) string {
+	if safe(s) {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s) + 8)
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && n <= 1:
+			b.WriteString(`\x`)
+			b.WriteString(strconv.FormatUint(uint64(s[i])|0x100, 16)[1:])
+		case r == '\\':
+			b.WriteString(`\\`)
+		case unsafeRune(r):
+			q := strconv.QuoteRuneToASCII(r)
+			b.WriteString(q[1 : len(q)-1])
+		default:
+			b.WriteString(s[i : i+n])
+		}
+		i += n
+	}
+	return b.String()
+}
+
+func safe(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < 0x20 || c == 0x7f || c == '\\' || c >= 0x80 {
+			return false
+		}
+	}
+	return true
+}
+
+// unsafeRune reports runes that change how a terminal shows what follows:
+// C0 and C1 controls, DEL, and Unicode format characters (bidi overrides,
+// zero-width joiners and the like).
+func unsafeRune(r rune) bool {
+	return unicode.IsControl(r) || unicode.Is(unicode.Cf, r) || r == 0x2028 || r == 0x2029
+}

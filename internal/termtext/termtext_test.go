@@ -1,0 +1,53 @@
+package termtext
+
+import (
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestEscape(t *testing.T) {
+	for in, want := range map[string]string{
+		"Example Shop":           "Example Shop",
+		"café ☕":                 "café ☕",
+		"\x1b]0;pwned\x07":       `\x1b]0;pwned\a`,
+		"red\x1b[31mtext\x1b[0m": `red\x1b[31mtext\x1b[0m`,
+		"line\nbreak\rover":      `line\nbreak\rover`,
+		"tab\there":              `tab\there`,
+		"\u202eevil":             `\u202eevil`,
+		"zero\u200bwidth":        `zero\u200bwidth`,
+		"c1\u009bcsi":            `c1\u009bcsi`,
+		"bad\xffbyte":            `bad\xffbyte`,
+		`back\slash`:             `back\\slash`,
+		"del\x7f":                `del\x7f`,
+		"sep\u2028x":             `sep\u2028x`,
+	} {
+		got := Escape(in)
+		if got != want {
+			t.Errorf("Escape(%q) = %q, want %q", in, got, want)
+		}
+		for _, c := range got {
+			if c < 0x20 || c == 0x7f || (c >= 0x80 && c < 0xa0) {
+				t.Errorf("Escape(%q) still holds control %U", in, c)
+			}
+		}
+	}
+}
+
+func FuzzEscape(f *testing.F) {
+	f.Add("\x1b[2J\x1b]0;x\x07")
+	f.Fuzz(func(t *testing.T, s string) {
+		got := Escape(s)
+		for _, r := range got {
+			if unsafeRune(r) {
+				t.Fatalf("Escape(%q) = %q holds %U", s, got, r)
+			}
+		}
+		if !strings.Contains(s, "\\") && safe(s) && got != s {
+			t.Fatalf("safe text changed")
+		}
+	})
+}

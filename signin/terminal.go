@@ -1,0 +1,173 @@
+package signin
+
+// A UserPrompter for programs that run in a terminal: scripts and the poppy
+// command. Everything that comes from the Company (its name, scope
+// descriptions, field labels, user codes, where a code was sent) is printed
+// with control characters escaped, so a Company can't move the cursor,
+// retitle the terminal or hide text. Secret fields are read without echo
+// when the input is a terminal.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"golang.org/x/term"
+
+	"github.com/poppyproto/poppy/internal/termtext"
+)
+
+// maxAnswerLine bounds one line the User types.
+const maxAnswerLine = 4096
+
+// ErrNoAnswer is returned by a Terminal when its input ends before the User
+// answered.
+var ErrNoAnswer = errors.New("signin: no answer: the input ended")
+
+// Terminal is a UserPrompter that writes to a terminal and reads the User's
+// answers from it. Make one with TerminalPrompter.
+type Terminal struct {
+	out io.Writer
+	in  io.Reader
+	// fd is the input's file descriptor when it is a terminal, else -1.
+	fd int
+}
+
+// TerminalPrompter returns a UserPrompter that shows links and codes on out
+// and reads credentials and one-time codes, one line each, from in, usually
+// signin.TerminalPrompter(os.Stdout, os.Stdin). When in is a terminal,
+// secret fields are read without echo. Text from the Company is printed
+// with control characters escaped.
+func TerminalPrompter(out io.Writer, in io.Reader) *Terminal {
+	t := &Terminal{out: out, in: in, fd: -1}
+	if f, ok := in.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		t.fd = int(f.Fd())
+	}
+	return t
+}
+
+// Escape returns text from a Company made safe to print on a terminal:
+// control characters, bidi controls and invalid UTF-8 are written as Go
+// escapes (\x1b, \u202e), backslashes doubled.
+func Escape(s string) string { return termtext.Escape(s) }
+
+func (t *Terminal) printf(format string, args ...any) { _, _ = fmt.Fprintf(t.out, format, args...) }
+
+func (t *Terminal) scopes(scopes []Scope) {
+	for _, s := range scopes {
+		if s.Description != "" {
+			t.printf("  - %s: %s\n", Escape(s.Name), Escape(s.Description))
+		} else {
+			t.printf("  - %s\n", Escape(s.Name))
+		}
+	}
+}
+
+// OpenURL prints the authorization URL for the User to open.
+func (t *Terminal) OpenURL(_ context.Context, p *URLPrompt) error {
+	t.printf("To sign in to %s, open this link in your browser:\n\n  %s\n\n", Escape(p.Company), Escape(p.URL))
+	if len(p.Scopes) > 0 {
+		t.printf("It asks for:\n")
+		t.scopes(p.Scopes)
+	}
+	return nil
+}
+
+// ShowCode prints the verification link and the user code.
+func (t *Terminal) ShowCode(_ context.Context, p *CodePrompt) error {
+	t.printf("To sign in to %s, open %s and enter the code\n\n  %s\n\n", Escape(p.Company), Escape(p.VerificationURI), Escape(p.UserCode))
+	if p.VerificationURIComplete != "" {
+		t.printf("or open %s\n", Escape(p.VerificationURIComplete))
+	}
+	if !p.Expires.IsZero() {
+		t.printf("The code expires at %s.\n", p.Expires.Local().Format(time.Kitchen))
+	}
+	if len(p.Scopes) > 0 {
+		t.printf("It asks for:\n")
+		t.scopes(p.Scopes)
+	}
+	return nil
+}
+
+// Credentials asks for each field the Company declared, in its order, and
+// for nothing else; secret fields are read without echo on a terminal.
+func (t *Terminal) Credentials(ctx context.Context, p *CredentialsPrompt) (*Credentials, error) {
+	t.printf("Sign in to %s.\n", Escape(p.Company))
+	if len(p.Scopes) > 0 {
+		t.printf("This asks for:\n")
+		t.scopes(p.Scopes)
+	}
+	values := make(map[string]string, len(p.Fields))
+	for _, f := range p.Fields {
+		label := f.Label
+		if label == "" {
+			label = f.Name
+		}
+		t.printf("%s: ", Escape(label))
+		v, err := t.read(ctx, f.Secret)
+		if err != nil {
+			return nil, err
+		}
+		values[f.Name] = v
+	}
+	return NewCredentials(p, values), nil
+}
+
+// OneTimeCode asks for the code the Company sent the User.
+func (t *Terminal) OneTimeCode(ctx context.Context, p *OneTimeCodePrompt) (string, error) {
+	if p.Retry {
+		t.printf("That code was not accepted.\n")
+	}
+	if p.SentTo != "" {
+		t.printf("%s sent you a code (%s).\n", Escape(p.Company), Escape(p.SentTo))
+	} else {
+		t.printf("%s sent you a code.\n", Escape(p.Company))
+	}
+	t.printf("Code: ")
+	return t.read(ctx, false)
+}
+
+// read reads one line. A secret is read without echo from a terminal. It
+// reads byte by byte, so nothing after the line is consumed.
+func (t *Terminal) read(ctx context.Context, secret bool) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", err
+	}
+	if secret && t.fd >= 0 {
+		b, err := term.ReadPassword(t.fd)
+		t.printf("\n")
+		if err != nil {
+			return "", fmt.Errorf("signin: reading a secret: %w", err)
+		}
+		return string(b), nil
+	}
+	var line []byte
+	var c [1]byte
+	for {
+		n, err := t.in.Read(c[:])
+		if n == 1 {
+			if c[0] == '\n' {
+				break
+			}
+			if len(line) >= maxAnswerLine {
+				return "", errors.New("signin: the answer is too long")
+			}
+			line = append(line, c[0])
+			continue
+		}
+		if errors.Is(err, io.EOF) {
+			if len(line) == 0 {
+				return "", ErrNoAnswer
+			}
+			break
+		}
+		if err != nil {
+			return "", fmt.Errorf("signin: reading the answer: %w", err)
+		}
+	}
+	return strings.TrimSuffix(string(line), "\r"), nil
+}
