@@ -1,0 +1,114 @@
+package main
+
+// poppy session: start or resume a Session (spec 4.2) and show it, never
+// its token.
+
+import (
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/poppyproto/poppy"
+	"github.com/poppyproto/poppy/keystore"
+)
+
+type sessionJSON struct {
+	Domain    string    `json:"domain"`
+	Issuer    string    `json:"issuer"`
+	Profile   string    `json:"profile"`
+	Name      string    `json:"name"`
+	SessionID string    `json:"session_id"`
+	UserID    string    `json:"user_id"`
+	SignedIn  bool      `json:"signed_in"`
+	Scopes    []string  `json:"scopes"`
+	TokenType string    `json:"token_type"`
+	Expires   time.Time `json:"expires_at"`
+	Resource  string    `json:"resource,omitempty"`
+	New       bool      `json:"new"`
+}
+
+func addSessionCommand(root *cobra.Command, a *app) {
+	var fresh bool
+	var scopes []string
+	var resource, name string
+	cmd := &cobra.Command{
+		Use:   "session DOMAIN",
+		Short: "Start or resume the Session at a Company and show it (never its token)",
+		Long: `session starts a Session at the Company, or resumes the one in the keystore,
+and shows its ID, your User ID there, whether it is signed in, its scopes
+and when its token expires. --scope and --resource get a narrower token
+(fewer scopes, or one service) and show that one. --new starts a new Session
+in place of the stored one.`,
+		GroupID:           "company",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: a.completeDomains,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			c, err := a.company(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			if fresh {
+				k := keystore.Key{Kind: keystore.KindSession, User: a.profile, Issuer: c.Issuer(), ID: sessionName(name)}
+				if err := a.store.Update(ctx, k, func([]byte) ([]byte, error) { return nil, nil }); err != nil {
+					return err
+				}
+			}
+			s, err := c.Session(ctx, a.profile, &poppy.SessionOptions{Name: name})
+			if err != nil {
+				return err
+			}
+			var topts *poppy.TokenOptions
+			if len(scopes) > 0 || resource != "" {
+				topts = &poppy.TokenOptions{Scopes: scopes, Resource: resource}
+			}
+			tok, err := s.Token(ctx, topts)
+			if err != nil {
+				if errors.Is(err, poppy.ErrInvalidScope) || errors.Is(err, poppy.ErrInsufficientScope) {
+					return a.signInHint(err, c, args[0], scopes)
+				}
+				return err
+			}
+			j := sessionJSON{Domain: c.Domain(), Issuer: c.Issuer(), Profile: a.profile, Name: s.Name(), SessionID: s.ID(),
+				UserID: s.UserID(), SignedIn: tok.SignedIn, Scopes: append([]string{}, tok.Scopes...), TokenType: tok.Type,
+				Expires: tok.Expiry.UTC().Truncate(time.Second), Resource: tok.Resource, New: fresh}
+			a.out.emit(j)
+			o := a.out
+			state := "signed out"
+			if j.SignedIn {
+				state = o.green("signed in")
+			}
+			o.printf("%s at %s: %s\n", o.bold("Session"), esc(c.Name()), state)
+			o.kv("session_id", esc(j.SessionID), "user_id", j.UserID, "profile", esc(j.Profile), "name", esc(j.Name),
+				"scopes", orNone(escJoin(j.Scopes)), "token", j.TokenType+", expires "+j.Expires.Local().Format(time.RFC3339))
+			if j.Resource != "" {
+				o.kv("resource", esc(j.Resource))
+			}
+			if !j.SignedIn {
+				o.printf("\nTo act on your account: %s\n", a.cmdline("signin", shellQuote(args[0])))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&fresh, "new", false, "start a new Session instead of resuming the stored one")
+	cmd.Flags().StringArrayVar(&scopes, "scope", nil, "get a token for fewer scopes (repeatable)")
+	cmd.Flags().StringVar(&resource, "resource", "", "get a token for one service (RFC 8707 resource)")
+	cmd.Flags().StringVar(&name, "name", "", `the Session's name, for several Sessions at one Company (default "default")`)
+	root.AddCommand(cmd)
+}
+
+func sessionName(n string) string {
+	if n == "" {
+		return "default"
+	}
+	return n
+}
+
+func orNone(s string) string {
+	if strings.TrimSpace(s) == "" {
+		return "(none)"
+	}
+	return s
+}

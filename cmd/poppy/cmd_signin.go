@@ -1,0 +1,288 @@
+package main
+
+// poppy signin: sign the User in to their account (spec 4.4 to 4.7).
+//
+// Device: the code, the link and a QR code of verification_uri_complete,
+// then a live countdown on a terminal while the SDK polls. Direct: the
+// authorization URL, opened in the system browser ($BROWSER, else the
+// platform's opener) unless --no-open; the callback reaches "poppy
+// serve-identity", which may run in another process: the pending sign-in is
+// in the keystore, and this process waits for its outcome there. Mediated:
+// exactly the fields the Company declares, secrets read without echo.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mdp/qrterminal/v3"
+	"github.com/spf13/cobra"
+
+	"github.com/poppyproto/poppy"
+	"github.com/poppyproto/poppy/signin"
+)
+
+// methodPreference is the order in which signin picks a type when
+// --method is not given: device needs nothing but a second screen, direct
+// needs serve-identity running, mediated hands the agent a password.
+var methodPreference = []string{"device", "direct", "mediated"}
+
+type signedInJSON struct {
+	Event     string   `json:"event"`
+	Domain    string   `json:"domain"`
+	Method    string   `json:"method"`
+	Account   string   `json:"account"`
+	SessionID string   `json:"session_id"`
+	Requested []string `json:"requested"`
+	Granted   []string `json:"granted"`
+	Missing   []string `json:"missing"`
+	Reused    bool     `json:"reused"`
+}
+
+func addSignInCommand(root *cobra.Command, a *app) {
+	var method, account string
+	var scopes []string
+	var noOpen bool
+	cmd := &cobra.Command{
+		Use:   "signin DOMAIN",
+		Short: "Sign in to your account at a Company (direct, device or mediated)",
+		Long: `signin signs you in to your account at the Company for --scope (default
+poppy:read), or does nothing when a stored sign-in covers them.
+  --method device    shows a code, a link and a QR code; approve on any device
+  --method direct    opens the Company's page in your browser (--no-open prints
+                     the link); needs "poppy serve-identity" running
+  --method mediated  asks for exactly the credentials the Company declares
+Without --method, the first the Company offers for the scopes of device,
+direct, mediated. With --json it prints JSON Lines: a "device_code" or
+"authorization_url" event, then "signed_in".`,
+		GroupID:           "company",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: a.completeDomains,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			domain := args[0]
+			if len(scopes) == 0 {
+				scopes = []string{"poppy:read"}
+			}
+			c, err := a.company(ctx, domain)
+			if err != nil {
+				return err
+			}
+			eligible := c.EligibleSignInTypes(scopes)
+			if method == "" {
+				for _, m := range methodPreference {
+					if slices.Contains(eligible, m) {
+						method = m
+						break
+					}
+				}
+			}
+			if method == "" || !slices.Contains(eligible, method) {
+				msg := fmt.Sprintf("poppy: %s offers no sign-in for %s", esc(c.Name()), strings.Join(scopes, " "))
+				if method != "" {
+					msg = fmt.Sprintf("poppy: %s does not offer %s sign-in for %s", esc(c.Name()), method, strings.Join(scopes, " "))
+				}
+				hint := "run: " + a.cmdline("discover", shellQuote(domain)) + " to see what it offers"
+				if len(eligible) > 0 {
+					hint = "it offers: " + strings.Join(eligible, ", ")
+				}
+				return &hintError{err: errors.New(msg), hint: hint, code: exitError}
+			}
+			s, err := c.Session(ctx, a.profile, nil)
+			if err != nil {
+				return err
+			}
+			opts := &poppy.SignInOptions{Scopes: scopes, Account: account}
+			p := &cliPrompter{a: a, Terminal: signin.TerminalPrompter(a.out.prompt(), a.stdin), noOpen: noOpen}
+			defer p.stopCountdown()
+			var res *poppy.SignInResult
+			switch method {
+			case "device":
+				res, err = signin.Device(ctx, s, opts, p)
+			case "mediated":
+				res, err = signin.Mediated(ctx, s, opts, p)
+			case "direct":
+				var d *signin.Direct
+				if d, err = signin.NewDirect(a.agent, nil); err == nil {
+					res, err = d.SignIn(ctx, s, opts, p)
+				}
+			default:
+				return usageError{fmt.Errorf("--method must be direct, device or mediated, not %q", method)}
+			}
+			p.stopCountdown()
+			if err != nil {
+				if errors.Is(err, signin.ErrAccessDenied) {
+					return &hintError{err: fmt.Errorf("poppy: you declined the sign-in at %s", esc(c.Name())), code: exitDeclined}
+				}
+				return err
+			}
+			j := signedInJSON{Event: "signed_in", Domain: c.Domain(), Method: method, Account: res.Account, SessionID: res.SessionID,
+				Requested: nonNil(res.Requested), Granted: nonNil(res.Granted), Missing: nonNil(res.Missing()), Reused: res.Reused}
+			if j.Account == "" {
+				j.Account = poppy.DefaultAccount
+			}
+			a.out.emit(j)
+			o := a.out
+			how := ""
+			if res.Reused {
+				how = " (with the sign-in kept in the keystore)"
+			}
+			o.printf("%s to %s%s, account %s, scopes %s.\n", o.green("Signed in"), esc(c.Name()), how, esc(j.Account), orNone(escJoin(j.Granted)))
+			if len(j.Missing) > 0 {
+				o.printf("You did not grant %s; tasks that need them will ask again.\n", escJoin(j.Missing))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&method, "method", "", "direct, device or mediated (default: the first offered of device, direct, mediated)")
+	cmd.Flags().StringArrayVar(&scopes, "scope", nil, "a scope to sign in for (repeatable; default poppy:read)")
+	cmd.Flags().StringVar(&account, "account", "", `a label for the account, for several accounts at one Company (default "default")`)
+	cmd.Flags().BoolVar(&noOpen, "no-open", false, "direct: print the link instead of opening the browser")
+	_ = cmd.RegisterFlagCompletionFunc("method", cobra.FixedCompletions([]string{"device", "direct", "mediated"}, cobra.ShellCompDirectiveNoFileComp))
+	root.AddCommand(cmd)
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// cliPrompter is the Terminal prompter with what a person at a terminal
+// gets on top: a QR code and a countdown for Device Sign-In, the browser
+// for Direct Sign-In, JSON events with --json.
+type cliPrompter struct {
+	*signin.Terminal
+	a      *app
+	noOpen bool
+
+	mu   sync.Mutex
+	stop context.CancelFunc
+	done chan struct{}
+}
+
+// maxQRText bounds what is drawn as a QR code: a Company's long URL would
+// fill the screen.
+const maxQRText = 512
+
+func (p *cliPrompter) ShowCode(ctx context.Context, cp *signin.CodePrompt) error {
+	o := p.a.out
+	if o.json {
+		o.emit(map[string]any{"event": "device_code", "user_code": cp.UserCode, "verification_uri": cp.VerificationURI,
+			"verification_uri_complete": cp.VerificationURIComplete, "expires_at": cp.Expires.UTC().Truncate(time.Second)})
+	}
+	w := o.prompt()
+	if err := p.Terminal.ShowCode(ctx, cp); err != nil {
+		return err
+	}
+	link := cp.VerificationURIComplete
+	if link == "" {
+		link = cp.VerificationURI
+	}
+	if u, err := url.Parse(link); err == nil && u.Scheme == "https" && len(link) <= maxQRText && !o.json {
+		fmt.Fprintf(w, "\nOr scan this with your phone:\n")
+		qrterminal.GenerateWithConfig(link, qrterminal.Config{Level: qrterminal.L, Writer: w, HalfBlocks: true, QuietZone: 1})
+	}
+	p.startCountdown(w, cp.Expires, isTerminal(w))
+	return nil
+}
+
+// startCountdown shows how long the code is valid while the SDK polls: a
+// line rewritten every second on a terminal, one line otherwise.
+func (p *cliPrompter) startCountdown(w io.Writer, expires time.Time, live bool) {
+	if !live {
+		left := time.Until(expires).Round(time.Second)
+		fmt.Fprintf(w, "Waiting for you to approve (the code expires in %s)...\n", left)
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	p.mu.Lock()
+	p.stop, p.done = cancel, done
+	p.mu.Unlock()
+	go func() {
+		defer close(done)
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		spin := []string{"|", "/", "-", `\`}
+		for i := 0; ; i++ {
+			left := max(time.Until(expires), 0).Round(time.Second)
+			fmt.Fprintf(w, "\r\x1b[K%s Waiting for you to approve... %d:%02d left (Ctrl-C to stop)", spin[i%len(spin)], int(left.Minutes()), int(left.Seconds())%60)
+			select {
+			case <-ctx.Done():
+				fmt.Fprint(w, "\r\x1b[K")
+				return
+			case <-t.C:
+			}
+		}
+	}()
+}
+
+func (p *cliPrompter) stopCountdown() {
+	p.mu.Lock()
+	stop, done := p.stop, p.done
+	p.stop, p.done = nil, nil
+	p.mu.Unlock()
+	if stop != nil {
+		stop()
+		<-done
+	}
+}
+
+func (p *cliPrompter) OpenURL(ctx context.Context, up *signin.URLPrompt) error {
+	o := p.a.out
+	o.emit(map[string]any{"event": "authorization_url", "url": up.URL})
+	if err := p.Terminal.OpenURL(ctx, up); err != nil {
+		return err
+	}
+	w := o.prompt()
+	if !p.noOpen {
+		if err := openBrowser(ctx, p.a.env.getenv, up.URL); err != nil {
+			fmt.Fprintf(w, "Could not open a browser (%v): open the link yourself.\n", err)
+		} else {
+			fmt.Fprintf(w, "Opened your browser.\n")
+		}
+	}
+	fmt.Fprintf(w, "Waiting for the Company to send you back (poppy serve-identity receives it)...\n")
+	return nil
+}
+
+// openBrowser opens u in the User's browser: $BROWSER if set, else the
+// platform's opener. u goes as one argument, never through a shell.
+func openBrowser(ctx context.Context, getenv func(string) string, u string) error {
+	if parsed, err := url.Parse(u); err != nil || parsed.Scheme != "https" {
+		return errors.New("not an https link")
+	}
+	var name string
+	var args []string
+	if b := getenv("BROWSER"); b != "" {
+		name = strings.Split(b, ":")[0]
+	} else {
+		switch runtime.GOOS {
+		case "darwin":
+			name = "open"
+		case "windows":
+			name, args = "rundll32", []string{"url.dll,FileProtocolHandler"}
+		default:
+			name = "xdg-open"
+		}
+	}
+	cmd := exec.CommandContext(ctx, name, append(args, u)...)
+	cmd.Stdout, cmd.Stderr = nil, nil
+	cmd.Env = os.Environ()
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	go func() { _ = cmd.Wait() }()
+	return nil
+}

@@ -1,0 +1,152 @@
+package main
+
+// Exit codes and errors that say what to do next.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/poppyproto/poppy"
+	"github.com/poppyproto/poppy/signin"
+)
+
+// The exit codes, documented in the package doc and "poppy --help".
+const (
+	exitOK       = 0
+	exitError    = 1
+	exitUsage    = 2
+	exitSignIn   = 3 // sign-in needed
+	exitDeclined = 4 // the User declined
+)
+
+// usageError is a command-line mistake: exit code 2.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+// hintError carries the next step to suggest: a command line to run, and
+// the exit code.
+type hintError struct {
+	err  error
+	hint string // a poppy command line or a sentence
+	code int
+}
+
+func (e *hintError) Error() string { return e.err.Error() }
+func (e *hintError) Unwrap() error { return e.err }
+
+var errNotInitialised = errors.New("poppy: no agent identity in this keystore")
+
+// signInHint makes err, a refusal that needs a sign-in at domain, say which
+// "poppy signin" to run.
+func (a *app) signInHint(err error, c *poppy.Company, domain string, scopes []string) error {
+	var pe *poppy.Error
+	if errors.As(err, &pe) && len(pe.Scope) > 0 {
+		scopes = pe.Scope
+	}
+	if len(scopes) == 0 {
+		scopes = []string{"poppy:read"}
+	}
+	args := []string{"signin", shellQuote(domain)}
+	types := []string(nil)
+	if pe != nil {
+		types = pe.SignInTypes
+	}
+	if len(types) == 0 && c != nil {
+		types = c.EligibleSignInTypes(scopes)
+	}
+	for _, m := range methodPreference {
+		if slices.Contains(types, m) {
+			args = append(args, "--method", m)
+			break
+		}
+	}
+	for _, s := range scopes {
+		args = append(args, "--scope", shellQuote(s))
+	}
+	return &hintError{err: err, hint: "run: " + a.cmdline(args...), code: exitSignIn}
+}
+
+// exit prints err, with what to do next, and returns the exit code.
+func (a *app) exit(err error) int {
+	if err == nil {
+		return exitOK
+	}
+	code, hint := exitError, ""
+	var he *hintError
+	var ue usageError
+	switch {
+	case errors.As(err, &he):
+		code, hint = he.code, he.hint
+	case errors.As(err, &ue) || isCobraUsage(err):
+		code, hint = exitUsage, "see: poppy --help"
+	case errors.Is(err, errNotInitialised):
+		hint = "run: poppy init --base-url https://YOUR-HOST/poppy/ (then serve it with poppy serve-identity)"
+	case errors.Is(err, signin.ErrAccessDenied):
+		code = exitDeclined
+	case errors.Is(err, poppy.ErrSignInRequired), errors.Is(err, poppy.ErrInsufficientScope), errors.Is(err, poppy.ErrNoAccountToken):
+		code = exitSignIn
+	case errors.Is(err, poppy.ErrInvalidClient):
+		hint = "the Company refused the agent's identity: check that poppy serve-identity is reachable at the client_id URL (poppy identity shows it)"
+	case errors.Is(err, poppy.ErrInsecureURL):
+		hint = "the protocol requires HTTPS; --unsafe-allow-loopback-http allows http:// to this machine for development"
+	case errors.Is(err, context.Canceled):
+		hint = "interrupted"
+	}
+	msg := err.Error()
+	if a.out == nil {
+		a.out = newOutput(a.stdout, a.stderr, a.jsonOut, a.env.getenv)
+	}
+	if a.out.json {
+		a.out.emit(map[string]any{"error": map[string]any{"message": msg, "code": errorCode(err), "exit_code": code, "hint": hint}})
+	} else {
+		fmt.Fprintf(a.stderr, "%s %s\n", a.out.errStyle("error:"), esc(msg))
+		if hint != "" {
+			fmt.Fprintf(a.stderr, "%s\n", esc(hint))
+		}
+	}
+	return code
+}
+
+func (o *output) errStyle(s string) string {
+	if !o.errTTY || !o.color {
+		return s
+	}
+	return "\x1b[1;31m" + s + "\x1b[0m"
+}
+
+// errorCode is the protocol error code of err, or a short name of the
+// command's own error, for --json.
+func errorCode(err error) string {
+	var pe *poppy.Error
+	if errors.As(err, &pe) && pe.Code != "" {
+		return pe.Code
+	}
+	switch {
+	case errors.Is(err, signin.ErrAccessDenied):
+		return "access_denied"
+	case errors.Is(err, poppy.ErrNoAccountToken):
+		return "no_account_token"
+	case errors.Is(err, errNotInitialised):
+		return "not_initialised"
+	case errors.As(err, new(usageError)) || isCobraUsage(err):
+		return "usage"
+	}
+	return "error"
+}
+
+// isCobraUsage recognises cobra's own command-line errors, which it returns
+// as plain errors.
+func isCobraUsage(err error) bool {
+	msg := err.Error()
+	for _, p := range []string{"unknown command", "unknown flag", "unknown shorthand flag", "accepts ", "requires at least", "invalid argument", "flag needs an argument", "required flag"} {
+		if strings.HasPrefix(msg, p) || strings.Contains(msg, " "+p) {
+			return true
+		}
+	}
+	return false
+}

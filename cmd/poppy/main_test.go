@@ -1,0 +1,292 @@
+package main
+
+// End-to-end tests: testscript scripts (testdata/script/*.txtar) run the
+// poppy command as separate processes against the fake Company, itself a
+// separate process (fakeco), started by the scripts with "fake start".
+//
+// Script commands besides testscript's own:
+//
+//	fake start [fakeco flags]   start the fake; its environment goes into the script's
+//	fake browse URL             the User opens URL in their browser and decides
+//	fake user approve|deny|never [scopes]
+//	fake code                   set $CODE to the last one-time code the fake sent
+//	fake violations             fail if the fake saw a protocol violation
+//	spawn NAME PROG ARGS...     start PROG in the background, output to NAME.out / NAME.err
+//	await NAME [EXIT]           wait for NAME to end with EXIT (default 0)
+//	waitfor FILE REGEXP [VAR]   wait until FILE matches; set VAR to the first group
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rogpeppe/go-internal/testscript"
+	"go.uber.org/goleak"
+
+	"github.com/poppyproto/poppy/poppytest"
+)
+
+type leakCheckM struct{ m *testing.M }
+
+func (l leakCheckM) Run() int {
+	code := l.m.Run()
+	if code == 0 {
+		if err := goleak.Find(goleak.IgnoreTopFunction("internal/poll.runtime_pollWait")); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			return 1
+		}
+	}
+	return code
+}
+
+func TestMain(m *testing.M) {
+	testscript.Main(leakCheckM{m}, map[string]func(){
+		"poppy":       func() { os.Exit(poppyTestMain()) },
+		"fakeco":      func() { os.Exit(fakeCompanyMain()) },
+		"fakebrowser": func() { os.Exit(fakeBrowserMain()) },
+	})
+}
+
+// poppyTestMain is the poppy command with the fake's HTTP client when the
+// environment names a fake (poppytest.ClientFromEnv), else unchanged.
+func poppyTestMain() int {
+	env := &environment{}
+	if os.Getenv("POPPYTEST_ADDR") != "" {
+		env.httpClient = poppytest.ClientFromEnv
+	}
+	return run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr, env)
+}
+
+func TestScripts(t *testing.T) {
+	testscript.Run(t, testscript.Params{
+		Dir:                 "testdata/script",
+		RequireExplicitExec: true,
+		Setup: func(e *testscript.Env) error {
+			e.Setenv("XDG_CONFIG_HOME", filepath.Join(e.WorkDir, ".config"))
+			e.Setenv("HOME", e.WorkDir)
+			e.Setenv("POPPY_PROFILE", "alice")
+			e.Setenv("NO_COLOR", "")
+			e.Setenv("BROWSER", "fakebrowser")
+			e.Values[procsKey{}] = &procs{m: map[string]*proc{}}
+			return nil
+		},
+		Cmds: map[string]func(*testscript.TestScript, bool, []string){
+			"fake":    cmdFake,
+			"spawn":   cmdSpawn,
+			"await":   cmdAwait,
+			"waitfor": cmdWaitFor,
+		},
+	})
+}
+
+type procsKey struct{}
+
+type procs struct {
+	mu sync.Mutex
+	m  map[string]*proc
+}
+
+type proc struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+}
+
+func procsOf(ts *testscript.TestScript) *procs { return ts.Value(procsKey{}).(*procs) }
+
+// start starts prog (from $PATH) with the script's environment.
+func start(ts *testscript.TestScript, stdout, stderr io.Writer, prog string, args ...string) *proc {
+	path, err := exec.LookPath(prog)
+	ts.Check(err)
+	cmd := exec.Command(path, args...)
+	cmd.Dir = ts.Getenv("PWD")
+	cmd.Env = scriptEnv(ts)
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	ts.Check(cmd.Start())
+	p := &proc{cmd: cmd, done: make(chan struct{})}
+	go func() { p.err = cmd.Wait(); close(p.done) }()
+	ts.Defer(func() {
+		select {
+		case <-p.done:
+		default:
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-p.done:
+			case <-time.After(5 * time.Second):
+				_ = cmd.Process.Kill()
+				<-p.done
+			}
+		}
+	})
+	return p
+}
+
+// scriptEnv is the script's environment, for processes the custom
+// commands start.
+func scriptEnv(ts *testscript.TestScript) []string {
+	var env []string
+	for _, k := range []string{"PATH", "HOME", "TMPDIR", "XDG_CONFIG_HOME", "POPPY_PROFILE", "NO_COLOR", "BROWSER",
+		"POPPYTEST_ADDR", "POPPYTEST_PLAIN_ADDR", "POPPYTEST_CA", "POPPYTEST_HOSTS", "POPPYTEST_CLOCK_OFFSET", envControl, envAgentAddr} {
+		env = append(env, k+"="+ts.Getenv(k))
+	}
+	return env
+}
+
+func cmdFake(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) == 0 {
+		ts.Fatalf("usage: fake start|browse|user|code|violations")
+	}
+	control := ts.Getenv(envControl)
+	post := func(path string) []byte {
+		resp, err := http.Post(control+path, "", nil)
+		ts.Check(err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if (resp.StatusCode != http.StatusOK) != neg {
+			ts.Fatalf("fake %s: %d %s", args[0], resp.StatusCode, b)
+		}
+		return b
+	}
+	switch args[0] {
+	case "start":
+		pr, pw := io.Pipe()
+		errf, err := os.Create(ts.MkAbs("fake.err"))
+		ts.Check(err)
+		ts.Defer(func() { errf.Close() })
+		start(ts, pw, errf, "fakeco", args[1:]...)
+		ts.Defer(func() { pw.Close() })
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		ready := false
+		for sc.Scan() {
+			if sc.Text() == "READY" {
+				ready = true
+				break
+			}
+			var kv struct{ Name, Value string }
+			ts.Check(json.Unmarshal(sc.Bytes(), &kv))
+			ts.Setenv(kv.Name, kv.Value)
+		}
+		if !ready {
+			ts.Fatalf("fakeco did not start")
+		}
+		go func() { _, _ = io.Copy(io.Discard, pr) }()
+	case "browse":
+		if len(args) != 2 {
+			ts.Fatalf("usage: fake browse URL")
+		}
+		b := post("/browse?url=" + url.QueryEscape(args[1]))
+		ts.Logf("browse: %s", b)
+	case "user":
+		q := "/user?decision=" + args[1]
+		if len(args) > 2 {
+			q += "&scopes=" + url.QueryEscape(args[2])
+		}
+		post(q)
+	case "code":
+		resp, err := http.Get(control + "/code")
+		ts.Check(err)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		ts.Setenv("CODE", string(b))
+	case "violations":
+		resp, err := http.Get(control + "/violations")
+		ts.Check(err)
+		var vs []string
+		ts.Check(json.NewDecoder(resp.Body).Decode(&vs))
+		resp.Body.Close()
+		if len(vs) > 0 != neg {
+			ts.Fatalf("protocol violations: %s", strings.Join(vs, "\n"))
+		}
+	default:
+		ts.Fatalf("fake: unknown subcommand %q", args[0])
+	}
+}
+
+func cmdSpawn(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 2 {
+		ts.Fatalf("usage: spawn NAME PROG ARGS...")
+	}
+	out, err := os.Create(ts.MkAbs(args[0] + ".out"))
+	ts.Check(err)
+	errf, err := os.Create(ts.MkAbs(args[0] + ".err"))
+	ts.Check(err)
+	ts.Defer(func() { out.Close(); errf.Close() })
+	p := start(ts, out, errf, args[1], args[2:]...)
+	ps := procsOf(ts)
+	ps.mu.Lock()
+	ps.m[args[0]] = p
+	ps.mu.Unlock()
+}
+
+func cmdAwait(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 1 || len(args) > 2 {
+		ts.Fatalf("usage: await NAME [EXIT]")
+	}
+	want := 0
+	if len(args) == 2 {
+		want, _ = strconv.Atoi(args[1])
+	}
+	ps := procsOf(ts)
+	ps.mu.Lock()
+	p := ps.m[args[0]]
+	ps.mu.Unlock()
+	if p == nil {
+		ts.Fatalf("await: no process %q", args[0])
+	}
+	select {
+	case <-p.done:
+	case <-time.After(60 * time.Second):
+		ts.Fatalf("await %s: still running after 60 s", args[0])
+	}
+	got := 0
+	var ee *exec.ExitError
+	if errors.As(p.err, &ee) {
+		got = ee.ExitCode()
+	} else if p.err != nil {
+		ts.Fatalf("await %s: %v", args[0], p.err)
+	}
+	if got != want {
+		b, _ := os.ReadFile(ts.MkAbs(args[0] + ".err"))
+		ts.Fatalf("await %s: exit code %d, want %d; stderr:\n%s", args[0], got, want, b)
+	}
+}
+
+func cmdWaitFor(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 2 || len(args) > 3 {
+		ts.Fatalf("usage: waitfor FILE REGEXP [VAR]")
+	}
+	re, err := regexp.Compile(args[1])
+	ts.Check(err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for {
+		b, _ := os.ReadFile(ts.MkAbs(args[0]))
+		if m := re.FindSubmatch(b); m != nil {
+			if len(args) == 3 && len(m) > 1 {
+				ts.Setenv(args[2], string(m[1]))
+			}
+			return
+		}
+		select {
+		case <-ctx.Done():
+			ts.Fatalf("waitfor %s %q: not seen in 30 s; it holds:\n%s", args[0], args[1], b)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
