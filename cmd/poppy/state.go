@@ -53,12 +53,9 @@ func openStore(path string, useKeyring bool) (keystore.Store, func(), error) {
 	}
 	s, err := sqlitestore.Open(path, &opts)
 	if err != nil {
-		if errors.Is(err, keystore.ErrCannotOpen) {
-			return nil, nil, fmt.Errorf("%w (a keystore sealed with --keyring must always be opened with it, and one made without it, without)", err)
-		}
 		return nil, nil, err
 	}
-	return s, func() { _ = s.Close() }, nil
+	return sealHint{s}, func() { _ = s.Close() }, nil
 }
 
 // keyringSealer returns an AES-GCM sealer whose key is kept in the OS
@@ -185,4 +182,24 @@ func knownCompanies(ctx context.Context, store keystore.Store) ([]companyRecord,
 		}
 	}
 	return out, nil
+}
+
+// sealHint says what to do when a sealed record can't be opened: the
+// keystore was made with --keyring and opened without it, or the other way.
+type sealHint struct{ keystore.Store }
+
+func (s sealHint) wrap(err error) error {
+	if errors.Is(err, keystore.ErrCannotOpen) {
+		return &hintError{err: err, hint: "this keystore's secrets are sealed with --keyring: always open it with --keyring (or never, if it was made without)", code: exitError}
+	}
+	return err
+}
+
+func (s sealHint) Get(ctx context.Context, key keystore.Key) ([]byte, error) {
+	b, err := s.Store.Get(ctx, key)
+	return b, s.wrap(err)
+}
+
+func (s sealHint) Update(ctx context.Context, key keystore.Key, fn func([]byte) ([]byte, error)) error {
+	return s.wrap(s.Store.Update(ctx, key, fn))
 }

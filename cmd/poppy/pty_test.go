@@ -1,0 +1,165 @@
+package main
+
+// The interactive paths in a pseudo-terminal, reading what the screen
+// shows: Device Sign-In's QR code and live countdown, Mediated Sign-In's
+// prompts with the password not echoed, colour only on a terminal.
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/creack/pty"
+
+	"github.com/poppyproto/poppy/poppytest"
+)
+
+// onPTY starts cmd on a new pseudo-terminal and returns the screen and a
+// function that waits for the process and returns its exit code.
+func onPTY(t *testing.T, cmd *exec.Cmd) (*os.File, *syncBuffer, func() int) {
+	t.Helper()
+	ptmx, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 60, Cols: 160})
+	if err != nil {
+		t.Skipf("no pseudo-terminal here: %v", err)
+	}
+	screen := &syncBuffer{}
+	copied := make(chan struct{})
+	go func() { _, _ = io.Copy(screen, ptmx); close(copied) }()
+	exited := make(chan int, 1)
+	go func() {
+		err := cmd.Wait()
+		var ee *exec.ExitError
+		code := 0
+		if errors.As(err, &ee) {
+			code = ee.ExitCode()
+		}
+		exited <- code
+	}()
+	wait := func() int {
+		select {
+		case code := <-exited:
+			// The child is gone: the master reads EOF (EIO) once the
+			// output is drained.
+			select {
+			case <-copied:
+			case <-time.After(5 * time.Second):
+			}
+			return code
+		case <-time.After(60 * time.Second):
+			_ = cmd.Process.Kill()
+			t.Fatalf("still running after 60 s; the screen shows:\n%s", screen.String())
+			return -1
+		}
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		_ = ptmx.Close()
+		<-copied
+	})
+	return ptmx, screen, wait
+}
+
+func TestPTYDeviceSignInQRAndCountdown(t *testing.T) {
+	e := newCLIEnv(t, &poppytest.Options{DeviceInterval: time.Second})
+	e.init()
+	_, screen, wait := onPTY(t, e.command(nil, "signin", "example.test", "--method", "device"))
+
+	link := screen.waitFor(t, regexp.MustCompile(`or open (https://\S+)`), 20*time.Second)[1]
+	screen.waitFor(t, regexp.MustCompile(`[▀▄█]{8,}`), 5*time.Second)
+	// The countdown is live: the same line is rewritten with the time
+	// left, and it moves.
+	first := screen.waitFor(t, regexp.MustCompile(`\r\x1b\[K. Waiting for you to approve\.\.\. (\d+:\d\d) left`), 10*time.Second)[1]
+	countdown := regexp.MustCompile(`Waiting for you to approve\.\.\. (\d+:\d\d) left`)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		all := countdown.FindAllStringSubmatch(screen.String(), -1)
+		if last := all[len(all)-1][1]; last != first {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the countdown did not move from %s:\n%s", first, screen.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if _, err := e.srv.Browse(context.Background(), link); err != nil {
+		t.Fatal(err)
+	}
+	screen.waitFor(t, regexp.MustCompile(`Signed in.* to Example Company`), 20*time.Second)
+	if code := wait(); code != 0 {
+		t.Fatalf("exit %d:\n%s", code, screen.String())
+	}
+	// The User code is on the screen; the device code never is.
+	for _, r := range e.srv.RequestsTo(poppytest.EndpointToken) {
+		if dc := r.Form.Get("device_code"); dc != "" && strings.Contains(screen.String(), dc) {
+			t.Fatal("the device code reached the screen")
+		}
+	}
+}
+
+func TestPTYMediatedPromptsWithoutEcho(t *testing.T) {
+	e := newCLIEnv(t, &poppytest.Options{RequireCode: true})
+	e.init()
+	ptmx, screen, wait := onPTY(t, e.command(nil, "signin", "example.test", "--method", "mediated"))
+
+	screen.waitFor(t, regexp.MustCompile(`Email: $`), 20*time.Second)
+	_, _ = ptmx.WriteString("user@example.test\r")
+	screen.waitFor(t, regexp.MustCompile(`Password: $`), 10*time.Second)
+	_, _ = ptmx.WriteString("correct horse\r")
+	screen.waitFor(t, regexp.MustCompile(`Code: $`), 10*time.Second)
+	code := e.srv.LastCode()
+	if code == "" {
+		t.Fatal("the fake sent no one-time code")
+	}
+	_, _ = ptmx.WriteString(code + "\r")
+	screen.waitFor(t, regexp.MustCompile(`Signed in.* to Example Company`), 20*time.Second)
+	if c := wait(); c != 0 {
+		t.Fatalf("exit %d:\n%s", c, screen.String())
+	}
+	got := screen.String()
+	// Exactly the declared fields, in order; the email is echoed as typed,
+	// the password is not.
+	if i, j := strings.Index(got, "Email: "), strings.Index(got, "Password: "); i < 0 || j < i {
+		t.Fatalf("fields not asked in order:\n%s", got)
+	}
+	if !strings.Contains(got, "user@example.test") {
+		t.Fatalf("the email was not echoed:\n%s", got)
+	}
+	if strings.Contains(got, "correct horse") {
+		t.Fatalf("the password was echoed:\n%s", got)
+	}
+	if n := strings.Count(got, ": "); strings.Count(got, "Email: ") != 1 || strings.Count(got, "Password: ") != 1 || n < 3 {
+		t.Fatalf("unexpected prompts:\n%s", got)
+	}
+}
+
+// Colour on a terminal, none with NO_COLOR or --json, none on a pipe.
+func TestPTYColour(t *testing.T) {
+	e := newCLIEnv(t, nil)
+	e.init()
+	_, screen, wait := onPTY(t, e.command(nil, "status"))
+	wait()
+	if !strings.Contains(screen.String(), "\x1b[1m") {
+		t.Fatalf("no colour on a terminal: %q", screen.String())
+	}
+	for _, c := range []struct {
+		env  []string
+		args []string
+	}{{[]string{"NO_COLOR=1"}, []string{"status"}}, {nil, []string{"--json", "status"}}} {
+		_, screen, wait := onPTY(t, e.command(c.env, c.args...))
+		wait()
+		if strings.Contains(screen.String(), "\x1b[") {
+			t.Fatalf("%v %v: escape sequences on the screen: %q", c.env, c.args, screen.String())
+		}
+	}
+	out := e.mustRun("status")
+	if strings.Contains(out, "\x1b[") {
+		t.Fatalf("escape sequences on a pipe: %q", out)
+	}
+}

@@ -1,0 +1,237 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	_ "modernc.org/sqlite"
+
+	"github.com/poppyproto/poppy/keystore/keyring"
+	"github.com/poppyproto/poppy/poppytest"
+)
+
+// Every command, with --verbose and --json, and every suggestion it makes:
+// no token, proof, assertion, code, verifier, key or password appears in
+// stdout or stderr. The secrets are taken from what the fake Company saw
+// and from the keystore itself.
+func TestNoSecretsInOutput(t *testing.T) {
+	e := newCLIEnv(t, &poppytest.Options{RequireCode: false})
+	g := []string{"--verbose", "--json"}
+	var outputs []string
+	secrets := map[string]string{}
+	// The keystore changes as commands run (a sign-out drops tokens), so
+	// its secrets are collected after every command.
+	collect := func() {
+		for k, v := range e.secrets(t) {
+			secrets[k] = v
+		}
+	}
+	add := func(args ...string) {
+		out, errOut, _ := e.run(append(g, args...)...)
+		outputs = append(outputs, out, errOut)
+		collect()
+	}
+	serve := e.init(g...)
+	add("identity")
+	add("discover", "example.test")
+	add("session", "example.test")
+	add("session", "example.test", "--new")
+
+	// Device Sign-In, approved when the code shows.
+	cmd := e.command(nil, append(g, "signin", "example.test", "--method", "device")...)
+	dev := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = dev, dev
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	link := dev.waitFor(t, regexp.MustCompile(`"verification_uri_complete":"(https://[^"]+)"`), 20*time.Second)[1]
+	if _, err := e.srv.Browse(context.Background(), link); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("device sign-in: %v\n%s", err, dev.String())
+	}
+	outputs = append(outputs, dev.String())
+	collect()
+
+	add("session", "example.test", "--scope", "poppy:read")
+	add("session", "example.test", "--scope", "poppy:write", "--scope", "addresses") // refused: a hint
+	add("status")
+	add("signout", "example.test")
+
+	// Mediated Sign-In with a password on stdin.
+	mc := e.command(nil, append(g, "signin", "example.test", "--method", "mediated")...)
+	mc.Stdin = strings.NewReader("user@example.test\ncorrect horse\n")
+	med := &syncBuffer{}
+	mc.Stdout, mc.Stderr = med, med
+	if err := mc.Run(); err != nil {
+		t.Fatalf("mediated: %v\n%s", err, med.String())
+	}
+	outputs = append(outputs, med.String())
+	collect()
+
+	// Direct Sign-In: the User opens the printed link; the redirect goes to
+	// serve-identity, in its own process.
+	dc := e.command(nil, append(g, "signin", "example.test", "--method", "direct", "--no-open", "--scope", "addresses")...)
+	dir := &syncBuffer{}
+	dc.Stdout, dc.Stderr = dir, dir
+	if err := dc.Start(); err != nil {
+		t.Fatal(err)
+	}
+	authURL := dir.waitFor(t, regexp.MustCompile(`"url":"(https://[^"]+)"`), 20*time.Second)[1]
+	loc, err := e.srv.Browse(context.Background(), authURL)
+	if err != nil || loc == "" {
+		t.Fatalf("browse: %q %v", loc, err)
+	}
+	resp, err := e.srv.Client().Get(loc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("callback: %d", resp.StatusCode)
+	}
+	if err := dc.Wait(); err != nil {
+		t.Fatalf("direct: %v\n%s", err, dir.String())
+	}
+	outputs = append(outputs, dir.String())
+	collect()
+	add("status")
+	add("init", "--rotate-keys")
+	add("signout", "example.test")
+	outputs = append(outputs, serve.String())
+
+	collect()
+	if len(secrets) < 20 {
+		t.Fatalf("only %d secrets collected: the test looks at too little", len(secrets))
+	}
+	t.Logf("%d secrets, %d outputs", len(secrets), len(outputs))
+	all := strings.Join(outputs, "\n")
+	if !strings.Contains(all, `level=DEBUG`) {
+		t.Fatal("--verbose logged nothing")
+	}
+	for s, what := range secrets {
+		if strings.Contains(all, s) {
+			t.Errorf("a %s reached the output", what)
+		}
+	}
+}
+
+// secrets collects what must never be printed: from the fake's request
+// log and from the keystore's records of secret kinds.
+func (e *cliEnv) secrets(t *testing.T) map[string]string {
+	out := map[string]string{"correct horse": "password"}
+	put := func(v, what string) {
+		if len(v) >= 8 {
+			out[v] = what
+		}
+	}
+	for _, r := range e.srv.Requests() {
+		put(r.AccessToken, "Session Token")
+		if r.Proof != nil {
+			put(r.Proof.Compact, "DPoP proof")
+		}
+		if r.Assertion != nil {
+			put(r.Assertion.Compact, "Session assertion")
+		}
+		if r.ClientAssertion != nil {
+			put(r.ClientAssertion.Compact, "client assertion")
+		}
+		for _, k := range []string{"refresh_token", "token", "code", "code_verifier", "device_code"} {
+			put(r.Form.Get(k), k)
+		}
+	}
+	db, err := sql.Open("sqlite", filepath.Join(e.dir, ".config", "poppy", "keystore.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	rows, err := db.Query(`SELECT kind, value FROM records WHERE kind IN ('dpop_key', 'session', 'account_token', 'pending_signin', 'agent_key')`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var kind string
+		var value []byte
+		if err := rows.Scan(&kind, &value); err != nil {
+			t.Fatal(err)
+		}
+		var v any
+		if json.Unmarshal(value, &v) != nil {
+			continue
+		}
+		walk(v, "", func(key, s string) {
+			switch key {
+			case "value", "refresh_token", "d", "code_verifier":
+				put(s, kind+" "+key)
+			}
+		})
+	}
+	return out
+}
+
+func walk(v any, key string, f func(key, s string)) {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			walk(e, k, f)
+		}
+	case []any:
+		for _, e := range x {
+			walk(e, key, f)
+		}
+	case string:
+		f(key, x)
+	}
+}
+
+// --keyring seals the keystore's secrets with a key kept in the OS keyring:
+// the file holds no private key in clear, and opening it without --keyring
+// can't read them.
+func TestKeyringSealsSecrets(t *testing.T) {
+	requireKeyring(t)
+	e := newCLIEnv(t, nil)
+	e.init("--keyring")
+	out := e.mustRun("--keyring", "--json", "session", "example.test")
+	if !strings.Contains(out, `"session_id"`) {
+		t.Fatalf("session: %s", out)
+	}
+	db, err := sql.Open("sqlite", filepath.Join(e.dir, ".config", "poppy", "keystore.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var n int
+	if err := db.QueryRow(`SELECT count(*) FROM records WHERE kind IN ('dpop_key', 'agent_key') AND CAST(value AS TEXT) LIKE '%"d":%'`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatalf("%d private keys stored in clear", n)
+	}
+	if _, errOut, code := e.run("session", "example.test"); code == 0 || !strings.Contains(errOut, "--keyring") {
+		t.Fatalf("opened without --keyring: exit %d, %s", code, errOut)
+	}
+}
+
+func requireKeyring(t *testing.T) {
+	t.Helper()
+	kr, err := keyring.New(&keyring.Options{LockDir: t.TempDir()})
+	if err == nil {
+		err = kr.Ping(context.Background())
+	}
+	if err != nil {
+		if os.Getenv("POPPY_TEST_REAL") == "1" {
+			t.Fatalf("POPPY_TEST_REAL=1 but the OS keyring does not answer: %v", err)
+		}
+		t.Skipf("the OS keyring does not answer (%v); .ci/run starts one", err)
+	}
+}
