@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log"
 	"net/http"
+	"strings"
 
 	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/poppytest"
@@ -165,4 +166,43 @@ func ExampleDirect_Start() {
 	// signed in: alice [poppy:read]
 	// 303 /account
 	// next time, reused: true
+}
+
+// A ready prompter for programs in a terminal: it prints links and codes
+// and reads the User's answers, secrets without echo on a terminal.
+func ExampleTerminalPrompter() {
+	company := poppytest.NewServer(nil, nil)
+	defer company.Close()
+	key, _ := poppy.GenerateSigningKey()
+	identity, _ := poppy.NewIdentity(poppy.IdentityConfig{
+		ClientID: "https://agent.test/agent.json", JWKSURI: "https://agent.test/jwks.json", Keys: []*poppy.SigningKey{key},
+	})
+	company.HandleAgent("agent.test", identity.Handler(nil))
+	agent, _ := poppy.NewAgent(identity, &poppy.AgentOptions{HTTPClient: company.Client(), Clock: company.Clock()})
+	ctx := context.Background()
+	c, _ := agent.Company(ctx, "example.test")
+	sess, _ := c.Session(ctx, "local-user-42", nil)
+
+	// A real program passes os.Stdout and os.Stdin.
+	var screen strings.Builder
+	answers := strings.NewReader("user@example.test\ncorrect horse\n")
+	res, err := signin.Mediated(ctx, sess, &poppy.SignInOptions{Scopes: []string{"poppy:read"}}, signin.TerminalPrompter(&screen, answers))
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(strings.TrimSpace(screen.String()))
+	fmt.Println("granted:", res.Granted)
+	// Output:
+	// Sign in to Example Company.
+	// This asks for:
+	//   - poppy:read: View account information, such as orders and bookings.
+	// Email: Password:
+	// granted: [poppy:read]
+}
+
+// Text from a Company is escaped before it reaches a terminal.
+func ExampleEscape() {
+	fmt.Println(signin.Escape("Shop\x1b]0;pwned\x07"))
+	// Output:
+	// Shop\x1b]0;pwned\a
 }

@@ -82,7 +82,7 @@ in place of the stored one.`,
 			}
 			o.printf("%s at %s: %s\n", o.bold("Session"), esc(c.Name()), state)
 			o.kv("session_id", esc(j.SessionID), "user_id", j.UserID, "profile", esc(j.Profile), "name", esc(j.Name),
-				"scopes", orNone(escJoin(j.Scopes)), "token", j.TokenType+", expires "+j.Expires.Local().Format(time.RFC3339))
+				"scopes", orNone(escJoin(j.Scopes)), "token", esc(j.TokenType)+", expires "+j.Expires.Local().Format(time.RFC3339))
 			if j.Resource != "" {
 				o.kv("resource", esc(j.Resource))
 			}

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -87,9 +88,9 @@ direct, mediated. With --json it prints JSON Lines: a "device_code" or
 				}
 			}
 			if method == "" || !slices.Contains(eligible, method) {
-				msg := fmt.Sprintf("poppy: %s offers no sign-in for %s", esc(c.Name()), strings.Join(scopes, " "))
+				msg := fmt.Sprintf("poppy: %s offers no sign-in for %s", c.Name(), strings.Join(scopes, " "))
 				if method != "" {
-					msg = fmt.Sprintf("poppy: %s does not offer %s sign-in for %s", esc(c.Name()), method, strings.Join(scopes, " "))
+					msg = fmt.Sprintf("poppy: %s does not offer %s sign-in for %s", c.Name(), method, strings.Join(scopes, " "))
 				}
 				hint := "run: " + a.cmdline("discover", shellQuote(domain)) + " to see what it offers"
 				if len(eligible) > 0 {
@@ -111,6 +112,7 @@ direct, mediated. With --json it prints JSON Lines: a "device_code" or
 			case "mediated":
 				res, err = signin.Mediated(ctx, s, opts, p)
 			case "direct":
+				a.checkIdentityServed(ctx)
 				var d *signin.Direct
 				if d, err = signin.NewDirect(a.agent, nil); err == nil {
 					res, err = d.SignIn(ctx, s, opts, p)
@@ -121,7 +123,7 @@ direct, mediated. With --json it prints JSON Lines: a "device_code" or
 			p.stopCountdown()
 			if err != nil {
 				if errors.Is(err, signin.ErrAccessDenied) {
-					return &hintError{err: fmt.Errorf("poppy: you declined the sign-in at %s", esc(c.Name())), code: exitDeclined}
+					return &hintError{err: fmt.Errorf("poppy: you declined the sign-in at %s", c.Name()), code: exitDeclined}
 				}
 				return err
 			}
@@ -285,4 +287,26 @@ func openBrowser(ctx context.Context, getenv func(string) string, u string) erro
 	}
 	go func() { _ = cmd.Wait() }()
 	return nil
+}
+
+// checkIdentityServed warns when the client_id URL does not answer: the
+// Company would refuse the sign-in, and the redirect would reach no one.
+func (a *app) checkIdentityServed(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	id := a.agent.Identity()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, id.ClientID(), nil)
+	if err != nil {
+		return
+	}
+	resp, err := a.agent.HTTPClient().Do(req)
+	if err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			return
+		}
+		err = fmt.Errorf("HTTP %d", resp.StatusCode)
+	}
+	a.out.warn(fmt.Sprintf("warning: %s does not answer (%v): is poppy serve-identity running behind your proxy? "+
+		"Direct Sign-In needs it for the Company to check the agent and to receive the redirect.", id.ClientID(), esc(err.Error())))
 }

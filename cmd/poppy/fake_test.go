@@ -46,11 +46,12 @@ func fakeCompanyMain() int {
 	requireCode := fs.Bool("require-code", false, "Mediated Sign-In asks for a one-time code")
 	rotate := fs.Bool("rotate", false, "rotate Account Tokens on every use")
 	disable := fs.String("disable", "", "comma-separated sign-in types to leave out")
+	resource := fs.String("api-resource", "", "the API's resource indicator (RFC 8707)")
 	name := fs.String("name", "", "organization.name to serve, Go-quoted (so it may hold control characters)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return 2
 	}
-	opts := &poppytest.Options{DeviceInterval: *interval, RequireCode: *requireCode, RotateAccountTokens: *rotate}
+	opts := &poppytest.Options{DeviceInterval: *interval, RequireCode: *requireCode, RotateAccountTokens: *rotate, APIResource: *resource}
 	if *disable != "" {
 		opts.DisableSignIn = strings.Split(*disable, ",")
 	}
