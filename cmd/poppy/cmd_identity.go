@@ -140,6 +140,7 @@ func indentJSON(b []byte) string {
 
 func newServeIdentityCmd(a *app) *cobra.Command {
 	var addr, certFile, keyFile string
+	var reload time.Duration
 	cmd := &cobra.Command{
 		Use:     "serve-identity",
 		Short:   "Serve agent.json, jwks.json and the Direct Sign-In callback",
@@ -154,6 +155,9 @@ With --json it prints JSON Lines: {"event":"listening",...} and one
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
+			if (certFile == "") != (keyFile == "") {
+				return usageError{errors.New("--tls-cert and --tls-key go together")}
+			}
 			agent, err := a.loadAgent(ctx)
 			if err != nil {
 				return err
@@ -183,7 +187,7 @@ With --json it prints JSON Lines: {"event":"listening",...} and one
 			a.out.emit(map[string]any{"event": "listening", "addr": ln.Addr().String(), "client_id": id.ClientID(),
 				"jwks_uri": id.JWKSURI(), "redirect_uri": a.cfg.redirectURI(), "tls": certFile != ""})
 			a.out.printf("Serving %s, %s and %s\non %s. Stop with Ctrl-C.\n", id.ClientID(), id.JWKSURI(), a.cfg.redirectURI(), ln.Addr())
-			go reloadKeys(ctx, a, id)
+			go reloadKeys(ctx, a, id, reload)
 			errc := make(chan error, 1)
 			go func() {
 				if certFile != "" {
@@ -207,12 +211,17 @@ With --json it prints JSON Lines: {"event":"listening",...} and one
 	cmd.Flags().StringVar(&addr, "addr", "127.0.0.1:8421", "the address to listen on")
 	cmd.Flags().StringVar(&certFile, "tls-cert", "", "serve HTTPS with this certificate (PEM)")
 	cmd.Flags().StringVar(&keyFile, "tls-key", "", "the certificate's private key (PEM)")
+	cmd.Flags().DurationVar(&reload, "reload-keys", 10*time.Second, "how often to pick up rotated keys from the keystore")
+	_ = cmd.Flags().MarkHidden("reload-keys")
 	return cmd
 }
 
 // reloadKeys picks up a key rotation made by another process.
-func reloadKeys(ctx context.Context, a *app, id *poppy.Identity) {
-	t := time.NewTicker(10 * time.Second)
+func reloadKeys(ctx context.Context, a *app, id *poppy.Identity, every time.Duration) {
+	if every <= 0 {
+		every = 10 * time.Second
+	}
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+	"github.com/mdp/qrterminal/v3"
 
 	"github.com/poppyproto/poppy/poppytest"
 )
@@ -73,6 +74,10 @@ func TestPTYDeviceSignInQRAndCountdown(t *testing.T) {
 
 	link := screen.waitFor(t, regexp.MustCompile(`or open (https://\S+)`), 20*time.Second)[1]
 	screen.waitFor(t, regexp.MustCompile(`[▀▄█]{8,}`), 5*time.Second)
+	// The QR code is that of verification_uri_complete.
+	var qr strings.Builder
+	qrterminal.GenerateWithConfig(link, qrterminal.Config{Level: qrterminal.L, Writer: &qr, HalfBlocks: true, QuietZone: 1})
+	screen.waitFor(t, regexp.MustCompile(regexp.QuoteMeta(strings.ReplaceAll(qr.String(), "\n", "\r\n"))), 5*time.Second)
 	// The countdown is live: the same line is rewritten with the time
 	// left, and it moves.
 	first := screen.waitFor(t, regexp.MustCompile(`\r\x1b\[K. Waiting for you to approve\.\.\. (\d+:\d\d) left`), 10*time.Second)[1]
@@ -161,5 +166,25 @@ func TestPTYColour(t *testing.T) {
 	out := e.mustRun("status")
 	if strings.Contains(out, "\x1b[") {
 		t.Fatalf("escape sequences on a pipe: %q", out)
+	}
+}
+
+// Ctrl-C while the code is shown stops polling, clears the countdown line
+// and exits 1, with nothing stored.
+func TestPTYDeviceInterrupted(t *testing.T) {
+	e := newCLIEnv(t, nil)
+	e.init()
+	ptmx, screen, wait := onPTY(t, e.command(nil, "signin", "example.test", "--method", "device"))
+	screen.waitFor(t, regexp.MustCompile(`Waiting for you to approve\.\.\. \d+:\d\d left`), 20*time.Second)
+	_, _ = ptmx.Write([]byte{3}) // Ctrl-C
+	if code := wait(); code != exitError {
+		t.Fatalf("exit %d after Ctrl-C:\n%s", code, screen.String())
+	}
+	got := screen.String()
+	if !strings.Contains(got, "interrupted") {
+		t.Fatalf("no word of the interruption:\n%s", got)
+	}
+	if out := e.mustRun("--json", "status"); strings.Contains(out, `"signed_in":true`) {
+		t.Fatalf("signed in after Ctrl-C: %s", out)
 	}
 }
