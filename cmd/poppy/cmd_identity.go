@@ -14,6 +14,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -82,6 +83,10 @@ Serve them with "poppy serve-identity" behind your HTTPS reverse proxy.
 				return usageError{err}
 			}
 			if _, err := poppy.NewAgent(id, &poppy.AgentOptions{Store: store, UnsafeAllowLoopbackHTTP: a.allowLoopback}); err != nil {
+				if strings.HasPrefix(cfg.BaseURL, "http://") && !a.allowLoopback {
+					return &hintError{err: err, code: exitUsage,
+						hint: "the protocol requires HTTPS; for an identity on this machine under development, add --unsafe-allow-loopback-http"}
+				}
 				return usageError{err}
 			}
 			if err := writeIdentityConfig(ctx, store, cfg); err != nil {
