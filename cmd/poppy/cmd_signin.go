@@ -74,9 +74,24 @@ direct, mediated. With --json it prints JSON Lines: a "device_code" or
 			if len(scopes) == 0 {
 				scopes = []string{"poppy:read"}
 			}
+			if method != "" && !slices.Contains(methodPreference, method) {
+				return usageError{fmt.Errorf("--method must be direct, device or mediated, not %q", method)}
+			}
 			c, err := a.company(ctx, domain)
 			if err != nil {
 				return err
+			}
+			s, err := c.Session(ctx, a.profile, nil)
+			if err != nil {
+				return err
+			}
+			opts := &poppy.SignInOptions{Scopes: scopes, Account: account}
+			// A stored sign-in that covers the scopes is used whatever the
+			// method (spec 4.4, 4.8).
+			if res, ok, err := s.UseAccountToken(ctx, opts); err != nil {
+				return err
+			} else if ok {
+				return a.reportSignIn(c, method, res)
 			}
 			eligible := c.EligibleSignInTypes(scopes)
 			if method == "" {
@@ -98,11 +113,6 @@ direct, mediated. With --json it prints JSON Lines: a "device_code" or
 				}
 				return &hintError{err: errors.New(msg), hint: hint, code: exitError}
 			}
-			s, err := c.Session(ctx, a.profile, nil)
-			if err != nil {
-				return err
-			}
-			opts := &poppy.SignInOptions{Scopes: scopes, Account: account}
 			p := &cliPrompter{a: a, Terminal: signin.TerminalPrompter(a.out.prompt(), a.stdin), noOpen: noOpen}
 			defer p.stopCountdown()
 			var res *poppy.SignInResult
@@ -117,32 +127,15 @@ direct, mediated. With --json it prints JSON Lines: a "device_code" or
 				if d, err = signin.NewDirect(a.agent, nil); err == nil {
 					res, err = d.SignIn(ctx, s, opts, p)
 				}
-			default:
-				return usageError{fmt.Errorf("--method must be direct, device or mediated, not %q", method)}
 			}
 			p.stopCountdown()
 			if err != nil {
 				if errors.Is(err, signin.ErrAccessDenied) {
-					return &hintError{err: fmt.Errorf("poppy: you declined the sign-in at %s", c.Name()), code: exitDeclined}
+					return &hintError{err: fmt.Errorf("poppy: you declined the sign-in at %s: %w", c.Name(), err), code: exitDeclined}
 				}
 				return err
 			}
-			j := signedInJSON{Event: "signed_in", Domain: c.Domain(), Method: method, Account: res.Account, SessionID: res.SessionID,
-				Requested: nonNil(res.Requested), Granted: nonNil(res.Granted), Missing: nonNil(res.Missing()), Reused: res.Reused}
-			if j.Account == "" {
-				j.Account = poppy.DefaultAccount
-			}
-			a.out.emit(j)
-			o := a.out
-			how := ""
-			if res.Reused {
-				how = " (with the sign-in kept in the keystore)"
-			}
-			o.printf("%s to %s%s, account %s, scopes %s.\n", o.green("Signed in"), esc(c.Name()), how, esc(j.Account), orNone(escJoin(j.Granted)))
-			if len(j.Missing) > 0 {
-				o.printf("You did not grant %s; tasks that need them will ask again.\n", escJoin(j.Missing))
-			}
-			return nil
+			return a.reportSignIn(c, method, res)
 		},
 	}
 	cmd.Flags().StringVar(&method, "method", "", "direct, device or mediated (default: the first offered of device, direct, mediated)")
@@ -151,6 +144,26 @@ direct, mediated. With --json it prints JSON Lines: a "device_code" or
 	cmd.Flags().BoolVar(&noOpen, "no-open", false, "direct: print the link instead of opening the browser")
 	_ = cmd.RegisterFlagCompletionFunc("method", cobra.FixedCompletions([]string{"device", "direct", "mediated"}, cobra.ShellCompDirectiveNoFileComp))
 	root.AddCommand(cmd)
+}
+
+// reportSignIn prints how a sign-in ended.
+func (a *app) reportSignIn(c *poppy.Company, method string, res *poppy.SignInResult) error {
+	j := signedInJSON{Event: "signed_in", Domain: c.Domain(), Method: method, Account: res.Account, SessionID: res.SessionID,
+		Requested: nonNil(res.Requested), Granted: nonNil(res.Granted), Missing: nonNil(res.Missing()), Reused: res.Reused}
+	if j.Account == "" {
+		j.Account = poppy.DefaultAccount
+	}
+	a.out.emit(j)
+	o := a.out
+	how := ""
+	if res.Reused {
+		how = " (with the sign-in kept in the keystore)"
+	}
+	o.printf("%s to %s%s, account %s, scopes %s.\n", o.green("Signed in"), esc(c.Name()), how, esc(j.Account), orNone(escJoin(j.Granted)))
+	if len(j.Missing) > 0 {
+		o.printf("You did not grant %s; tasks that need them will ask again.\n", escJoin(j.Missing))
+	}
+	return nil
 }
 
 func nonNil(s []string) []string {
