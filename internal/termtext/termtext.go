@@ -21,18 +21,20 @@ func Escape(s string) string {
 		return s
 	}
 	var b strings.Builder
-	b.Grow(len(s) + 8)
+	b.Grow(2 * len(s))
 	for i := 0; i < len(s); {
 		r, n := utf8.DecodeRuneInString(s[i:])
 		switch {
 		case r == utf8.RuneError && n <= 1:
 			b.WriteString(`\x`)
-			b.WriteString(strconv.FormatUint(uint64(s[i])|0x100, 16)[1:])
+			b.WriteByte(hexDigits[s[i]>>4])
+			b.WriteByte(hexDigits[s[i]&15])
 		case r == '\\':
 			b.WriteString(`\\`)
 		case unsafeRune(r):
-			q := strconv.QuoteRuneToASCII(r)
-			b.WriteString(q[1 : len(q)-1])
+			var tmp [16]byte
+			q := strconv.AppendQuoteRuneToASCII(tmp[:0], r)
+			b.Write(q[1 : len(q)-1])
 		default:
 			b.WriteString(s[i : i+n])
 		}
@@ -41,12 +43,25 @@ func Escape(s string) string {
 	return b.String()
 }
 
+const hexDigits = "0123456789abcdef"
+
+// safe reports whether s needs no escape: the common case, checked
+// without allocating.
 func safe(s string) bool {
-	for i := 0; i < len(s); i++ {
+	for i := 0; i < len(s); {
 		c := s[i]
-		if c < 0x20 || c == 0x7f || c == '\\' || c >= 0x80 {
+		if c < 0x80 {
+			if c < 0x20 || c == 0x7f || c == '\\' {
+				return false
+			}
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if (r == utf8.RuneError && n <= 1) || unsafeRune(r) {
 			return false
 		}
+		i += n
 	}
 	return true
 }

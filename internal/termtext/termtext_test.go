@@ -51,3 +51,37 @@ func FuzzEscape(f *testing.F) {
 		}
 	})
 }
+
+var sink string
+
+// Escape on text that needs nothing (the common case: a Company's name)
+// costs a scan, no allocation; text with escapes costs one builder.
+func BenchmarkEscapeSafe(b *testing.B) {
+	s := strings.Repeat("Example Company — Orders & Returns ", 4)
+	b.ReportAllocs()
+	for b.Loop() {
+		sink = Escape(s)
+	}
+	if allocs := testing.AllocsPerRun(100, func() { sink = Escape(s) }); allocs != 0 {
+		b.Fatalf("Escape of safe text allocates %v times", allocs)
+	}
+}
+
+func BenchmarkEscapeHostile(b *testing.B) {
+	s := strings.Repeat("Shop\x1b]0;pwned\x07\u202e", 8)
+	b.ReportAllocs()
+	for b.Loop() {
+		sink = Escape(s)
+	}
+	if allocs := testing.AllocsPerRun(100, func() { sink = Escape(s) }); allocs > 1 {
+		b.Fatalf("Escape of hostile text allocates %v times, want 1", allocs)
+	}
+}
+
+// The floor: copying the string once.
+func BenchmarkFloorCopy(b *testing.B) {
+	s := strings.Repeat("Example Company — Orders & Returns ", 4)
+	for b.Loop() {
+		sink = strings.Clone(s)
+	}
+}
