@@ -192,7 +192,10 @@ With --json it prints JSON Lines: {"event":"listening",...} and one
 			a.out.emit(map[string]any{"event": "listening", "addr": ln.Addr().String(), "client_id": id.ClientID(),
 				"jwks_uri": id.JWKSURI(), "redirect_uri": a.cfg.redirectURI(), "tls": certFile != ""})
 			a.out.printf("Serving %s, %s and %s\non %s. Stop with Ctrl-C.\n", id.ClientID(), id.JWKSURI(), a.cfg.redirectURI(), ln.Addr())
-			go reloadKeys(ctx, a, id, reload)
+			ctx, cancel := context.WithCancel(ctx)
+			reloaded := make(chan struct{})
+			go func() { reloadKeys(ctx, a, id, reload); close(reloaded) }()
+			defer func() { cancel(); <-reloaded }() // before the keystore closes
 			errc := make(chan error, 1)
 			go func() {
 				if certFile != "" {

@@ -66,7 +66,7 @@ Exit codes: 0 ok, 1 error, 2 usage error, 3 sign-in needed, 4 declined by the Us
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error { return a.setup(cmd) },
 	}
 	f := root.PersistentFlags()
-	f.StringVar(&a.profile, "profile", "", "the local User to act for (default: your OS user name)")
+	f.StringVar(&a.profile, "profile", "", "the local User to act for (default: $POPPY_PROFILE, else your OS user name)")
 	f.StringVar(&a.statePath, "state", "", "the keystore file (default: poppy/keystore.db in your config directory)")
 	f.BoolVar(&a.useKeyring, "keyring", false, "seal secrets in the keystore with a key kept in the OS keyring")
 	f.BoolVar(&a.jsonOut, "json", false, "print JSON (JSON Lines for progress) instead of text")
