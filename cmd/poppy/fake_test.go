@@ -4,8 +4,9 @@ package main
 // starts a poppytest.Server, serves the agent host agent.test by proxying
 // to the address where "poppy serve-identity" listens ($AGENT_ADDR, which
 // it picks), and prints its environment as JSON Lines, then READY:
-// Server.Env (for poppytest.ClientFromEnv in the poppy processes), the
-// address of its control API, and AGENT_ADDR. The control API plays the
+// Server.Env (HTTPS_PROXY and SSL_CERT_FILE, with which the unmodified
+// poppy processes reach it, and the variables of poppytest.ClientFromEnv),
+// the address of its control API, and AGENT_ADDR. The control API plays the
 // User: /browse opens a sign-in page as the User's browser and follows the
 // redirect back to the agent; /user programs the User's decisions;
 // /violations lists the protocol violations the fake saw.

@@ -33,7 +33,6 @@ package main
 import (
 	"context"
 	"io"
-	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -44,10 +43,9 @@ func main() {
 }
 
 // environment is what a run takes from outside the command line. Nil
-// fields mean the real thing; tests point httpClient at a fake Company.
+// fields mean the real thing.
 type environment struct {
-	httpClient func() (*http.Client, error)
-	getenv     func(string) string
+	getenv func(string) string
 }
 
 // run runs one command line and returns its exit code.

@@ -1,8 +1,11 @@
 package main
 
 // End-to-end tests: testscript scripts (testdata/script/*.txtar) run the
-// poppy command as separate processes against the fake Company, itself a
-// separate process (fakeco), started by the scripts with "fake start".
+// poppy command, unmodified, as separate processes against the fake
+// Company, itself a separate process (fakeco) started by the scripts with
+// "fake start": the environment it prints (poppytest.Server.Env) makes it
+// the HTTPS proxy of the poppy processes, whose default client reaches it
+// with the real clock.
 //
 // Script commands besides testscript's own:
 //
@@ -37,8 +40,6 @@ import (
 
 	"github.com/rogpeppe/go-internal/testscript"
 	"go.uber.org/goleak"
-
-	"github.com/poppyproto/poppy/poppytest"
 )
 
 type leakCheckM struct{ m *testing.M }
@@ -61,20 +62,10 @@ func (l leakCheckM) Run() int {
 
 func TestMain(m *testing.M) {
 	testscript.Main(leakCheckM{m}, map[string]func(){
-		"poppy":       func() { os.Exit(poppyTestMain()) },
+		"poppy":       main, // unmodified: it reaches the fake as its HTTPS proxy (poppytest.Server.Env)
 		"fakeco":      func() { os.Exit(fakeCompanyMain()) },
 		"fakebrowser": func() { os.Exit(fakeBrowserMain()) },
 	})
-}
-
-// poppyTestMain is the poppy command with the fake's HTTP client when the
-// environment names a fake (poppytest.ClientFromEnv), else unchanged.
-func poppyTestMain() int {
-	env := &environment{}
-	if os.Getenv("POPPYTEST_ADDR") != "" {
-		env.httpClient = poppytest.ClientFromEnv
-	}
-	return run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr, env)
 }
 
 func TestScripts(t *testing.T) {
@@ -146,7 +137,8 @@ func start(ts *testscript.TestScript, stdout, stderr io.Writer, prog string, arg
 func scriptEnv(ts *testscript.TestScript) []string {
 	var env []string
 	for _, k := range []string{"PATH", "HOME", "TMPDIR", "XDG_CONFIG_HOME", "POPPY_PROFILE", "NO_COLOR", "BROWSER",
-		"POPPYTEST_ADDR", "POPPYTEST_PLAIN_ADDR", "POPPYTEST_CA", "POPPYTEST_HOSTS", "POPPYTEST_CLOCK_OFFSET", envControl, envAgentAddr} {
+		"POPPYTEST_ADDR", "POPPYTEST_PLAIN_ADDR", "POPPYTEST_CA", "POPPYTEST_HOSTS", "POPPYTEST_CLOCK_OFFSET", envControl, envAgentAddr,
+		"HTTPS_PROXY", "https_proxy", "NO_PROXY", "no_proxy", "SSL_CERT_FILE"} {
 		env = append(env, k+"="+ts.Getenv(k))
 	}
 	return env

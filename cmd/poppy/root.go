@@ -8,7 +8,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"net/http"
 	"os/user"
 	"strings"
 
@@ -169,15 +168,8 @@ func (a *app) loadAgent(ctx context.Context) (*poppy.Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	var client *http.Client
-	if a.env.httpClient != nil {
-		if client, err = a.env.httpClient(); err != nil {
-			return nil, err
-		}
-	}
 	agent, err := poppy.NewAgent(id, &poppy.AgentOptions{
 		Store:                   store,
-		HTTPClient:              client,
 		Logger:                  a.log,
 		UnsafeAllowLoopbackHTTP: a.allowLoopback,
 	})
