@@ -49,7 +49,7 @@ func TestSigningKeysInKeystore(t *testing.T) {
 	if len(first) != 1 || len(again) != 1 || first[0].KeyID() != again[0].KeyID() {
 		t.Fatalf("keys not reused: %v then %v", first, again)
 	}
-	// PA-4.1-05: the private key is a secret record, sealed on disk.
+	// The private key is a secret record, sealed on disk.
 	if !keystore.KindAgentKey.Secret() {
 		t.Fatal("KindAgentKey is not a secret kind")
 	}
@@ -122,6 +122,10 @@ func TestRotatedKeysStillSignIn(t *testing.T) {
 	}
 	if !strings.Contains(string(id.JWKS()), keys[0].KeyID()) {
 		t.Fatal("the previous key is no longer published")
+	}
+	// PA-4.1-05: keys loaded from the keystore publish their public part only.
+	if strings.Contains(string(id.JWKS()), `"d"`) {
+		t.Fatal("the JWKS holds a private key")
 	}
 	u := signin.PrompterFuncs{CredentialsFunc: func(_ context.Context, p *signin.CredentialsPrompt) (*signin.Credentials, error) {
 		return signin.NewCredentials(p, map[string]string{"email": "user@example.test", "password": "correct horse"}), nil
