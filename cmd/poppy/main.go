@@ -19,10 +19,10 @@
 // Exit codes: 0 success, 1 error, 2 usage error, 3 sign-in needed (run the
 // "poppy signin" the message names), 4 the User declined.
 //
-// Decisions on the specification's open points: A-35, the Company's name
-// shown to the User is organization.name of the poppy.json of the domain
-// the command was given; A-02, init puts client_id, jwks_uri and the
-// redirect URI under one base URL, so they share the exact host.
+// The Company's name the command shows is organization.name of the
+// poppy.json of the domain it was given. init puts client_id, jwks_uri and
+// the redirect URI under one base URL, so they share the exact host, as
+// both readings of A-02 require.
 //
 // The command is built only on the SDK's public packages. Commands for the
 // areas of the protocol that come later (APIs, MCP, conversations,
