@@ -61,6 +61,7 @@ const (
 	KindOperation     Kind = "operation"      // an operation and its journalled confirm (OPS 6)
 	KindPermission    Kind = "permission"     // a standing permission the User gave (OPS 5.1)
 	KindAgentKey      Kind = "agent_key"      // the agent's own signing keys (spec 4.1)
+	KindOutbox        Kind = "outbox"         // a conversation message not yet acknowledged (spec 7.3)
 )
 
 // Secret reports whether records of this kind hold secrets: private keys,

@@ -132,9 +132,11 @@ func (s *Server) document(domain string) map[string]any {
 		doc["auth"] = auth
 	}
 	if !o.DropAgent {
-		doc["agent"] = map[string]any{"protocols": []any{
-			map[string]any{"type": "poppy", "endpoint": api + "/poppy/conversations"},
-		}}
+		entry := map[string]any{"type": "poppy", "endpoint": api + "/poppy/conversations"}
+		if o.Conversation.Resource != "" {
+			entry["resource"] = o.Conversation.Resource // CO-3-12
+		}
+		doc["agent"] = map[string]any{"protocols": []any{entry}}
 	}
 	if !o.DropWeb {
 		web := map[string]any{}

@@ -213,6 +213,31 @@
 // shows the operation (summary, state, revision, result) to a Session that
 // may use it at the operations endpoint, and is a 404 for anyone else.
 //
+// # Conversations
+//
+// https://api.example.test/poppy/conversations is the poppy conversation
+// endpoint (spec 7), configured by Options.Conversation: JSON reads with
+// cursor, wait and has_more paging, SSE streams (Streaming) with
+// text-delta pieces, event retention (Retention, [Server.PurgeBefore]),
+// idempotent message IDs, Direct Conversations and ownership by client_id,
+// User and account. Its Company Agent is scripted by
+// ConversationOptions.Agent, a func(*Turn) run for each message; tests
+// drive the Company's side with [Server.Say], [Server.SetState],
+// [Server.RequestUser], [Server.RequireAuthorization], [Server.JoinHuman],
+// [Server.NoHumanAvailable], [Server.CloseConversation] and
+// [Server.AppendEvent], read it with [Server.Conversation], and inject
+// faults with [Server.SetConversationFaults],
+// [Server.LoseConversationResponses] and [Server.CutNextStream]. Decisions:
+// a conversation belongs to an account from its first signed-in request
+// "same content" of a retried message is its canonical JSON and
+// parent_conversation_id; wait may be fractional and is capped by
+// MaxWait, and a POST never streams; an empty read without cursor
+// answers "cursor": null; Last-Event-ID wins over a cursor query,
+// and ordinary events carry no SSE event name; a Direct as parent
+// gets conversation_not_found; closing twice answers 200 and a
+// handoff while queued or with a person answers 202 with the state as it
+// is; malformed requests get 400 invalid_request.
+//
 // # Knobs
 //
 // Options set the Company's behaviour for the whole test; methods change

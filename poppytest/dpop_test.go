@@ -322,15 +322,14 @@ func TestCO_4_3_17_DefaultTokenAndResources(t *testing.T) {
 	srv := poppytest.NewServer(t, nil)
 	a := newAgent(t, srv, "agent.test")
 	tok := a.start("usr_1").str("access_token")
-	// CO-4.3-17: the default token works at the API, and passes authentication at the
-	// reserved conversation and operations endpoints (they answer 501 until implemented).
+	// CO-4.3-17: the default token works at the API and the conversation
+	// endpoint, and passes authentication at the reserved operations
+	// endpoint (it answers 501 until implemented).
 	if r := a.call("GET", "/products", tok, ""); r.Status != 200 {
 		t.Fatalf("%d", r.Status)
 	}
-	for _, p := range []string{"/poppy/conversations"} {
-		if r := a.call("POST", p, tok, "{}"); r.Status != 501 {
-			t.Errorf("default token at %s: %d %s", p, r.Status, r.Raw)
-		}
+	if r := a.call("POST", "/poppy/conversations", tok, `{"message":{"id":"msg_1","sender":"agent","text":"Hi."}}`); r.Status != 201 {
+		t.Errorf("default token at /poppy/conversations: %d %s", r.Status, r.Raw)
 	}
 	// The operations endpoint: past authentication, an unknown operation.
 	if r := a.call("GET", "/poppy/operations/op_unknown", tok, ""); r.Status != 404 || r.str("error") != "operation_not_found" {

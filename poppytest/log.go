@@ -31,7 +31,7 @@ const (
 	EndpointSignIn       Endpoint = "sign-in"      // auth.mediated.endpoint and {endpoint}/{sign_in_id}
 	EndpointAPI          Endpoint = "api"          // the OpenAPI resource server (api.{domain})
 	EndpointMCP          Endpoint = "mcp"          // the MCP server (mcp.{domain}) and its RFC 9728 metadata
-	EndpointConversation Endpoint = "conversation" // reserved: the poppy conversation endpoint
+	EndpointConversation Endpoint = "conversation" // the poppy conversation endpoint (spec 7)
 	EndpointOperations   Endpoint = "operations"   // reserved: the operations extension endpoint
 	EndpointAgent        Endpoint = "agent"        // requests to an agent host (HandleAgent)
 	EndpointProvider     Endpoint = "provider"     // a hop of the RedirectWellKnown chain

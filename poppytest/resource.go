@@ -209,19 +209,3 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 }
-
-// serveReserved answers the conversation and operations endpoints, which a
-// later version of the fake implements: it authenticates the request like
-// any DPoP resource (so Bearer tokens, missing proofs and tokens in URLs are
-// refused as they will be), then answers 501 not_implemented.
-func (s *Server) serveReserved(w http.ResponseWriter, r *http.Request) {
-	x := exchangeOf(r)
-	if s.opts.RotateNonce {
-		w.Header().Set("DPoP-Nonce", s.rotateNonce(x.host))
-	}
-	if _, ok := s.authenticate(w, r, func(res string) bool { return res == "" }); !ok {
-		return
-	}
-	x.errorCode = "not_implemented"
-	s.writeJSON(w, r, http.StatusNotImplemented, oauthError("not_implemented", "this poppytest version does not implement this endpoint yet"))
-}

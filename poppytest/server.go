@@ -211,6 +211,9 @@ type Options struct {
 	Web WebOptions
 	// MCP configures the MCP server (mcp.go).
 	MCP MCPOptions
+
+	// Conversation configures the conversation endpoint (spec 7).
+	Conversation ConversationOptions
 }
 
 // Misconfig lists the ways a [Server] can be told to break a rule a
@@ -309,10 +312,11 @@ type Server struct {
 	keyCacheMu sync.Mutex
 	keyCache   map[string]cachedKey
 	closeOnce  sync.Once
+	proxyOnce  sync.Once // proxy.go
+	proxy      *proxy
+	proxyErr   error
 
-	proxyOnce sync.Once // proxy.go
-	proxy     *proxy
-	proxyErr  error
+	cstate convState // the conversation endpoint (conversation.go)
 }
 
 // NewServer starts a fake Company. Configuration errors (including a
@@ -601,6 +605,7 @@ func (s *Server) Close() {
 		// Closing the clients' idle connections first lets HTTP/2
 		// connections end at once instead of after a GOAWAY timeout.
 		s.transport.CloseIdleConnections()
+		s.waitTurns()
 		s.srv.Shutdown(ctx)
 		s.plainSrv.Shutdown(ctx)
 		s.closeMCP()
@@ -691,7 +696,7 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 	case EndpointAPI:
 		s.serveAPI(w, r)
 	case EndpointConversation:
-		s.serveReserved(w, r)
+		s.serveConversation(w, r)
 	case EndpointOperations:
 		s.serveOperations(w, r)
 	case EndpointBrowserSession:

@@ -391,7 +391,8 @@ func (s *Server) issueSpec(g *grantRequest, available []string) (*issueSpecT, *p
 // MCP url, the API's resource (APIResource, or "https://api.{primary}/").
 func (s *Server) knownResource(res string) bool {
 	return s.isMCPURL(res) || res == s.apiOrigin || (s.opts.APIResource != "" && res == s.opts.APIResource) ||
-		(s.opts.Operations.Resource != "" && res == s.opts.Operations.Resource)
+		(s.opts.Operations.Resource != "" && res == s.opts.Operations.Resource) ||
+		(s.opts.Conversation.Resource != "" && res == s.opts.Conversation.Resource)
 }
 
 // issueToken mints a Session Token for sess as spec asks and returns the

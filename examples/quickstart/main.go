@@ -3,8 +3,9 @@
 // discovery, a Session, a DPoP-bound API call, a Device Sign-In answered by
 // the fake Company's programmable User, an account call that needs
 // poppy:read, the operations extension's jacket exchange (proposed,
-// approved, confirmed and tracked to its result; operations.go), and the
-// Company's APIs: an OpenAPI operation and an MCP tool (apis.go).
+// approved, confirmed and tracked to its result; operations.go), the
+// Company's APIs: an OpenAPI operation and an MCP tool (apis.go), and a
+// short conversation with the Company Agent, streamed (conversation.go).
 //
 //	go run ./examples/quickstart
 //
@@ -38,7 +39,7 @@ func main() {
 func run(ctx context.Context, out io.Writer) error {
 	step := func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) }
 
-	company := poppytest.NewServer(nil, nil)
+	company := poppytest.NewServer(nil, &poppytest.Options{Conversation: poppytest.ConversationOptions{Streaming: true, TextDeltas: true}})
 	defer company.Close()
 	step("fake Company is up: %s (issuer %s)", company.URL(), company.Issuer())
 
@@ -139,6 +140,10 @@ func run(ctx context.Context, out io.Writer) error {
 	}
 
 	if err := browse(ctx, step, company, c, sess); err != nil {
+		return err
+	}
+
+	if err := converse(ctx, step, sess); err != nil {
 		return err
 	}
 

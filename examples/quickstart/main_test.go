@@ -28,6 +28,10 @@ func TestQuickstart(t *testing.T) {
 		"API mcp at https://mcp.example.test/mcp",
 		"OpenAPI listOrders → 200 {\"orders\":",
 		"MCP search_products (protocol 2025-11-25) → {\"products\":[{\"name\":\"Stormline Insulated Jacket\"",
+		"conversation cnv_",
+		"text-delta, shown as it arrives",
+		"company/agent: Thanks, I have noted that.",
+		"conversation closed (status closed)",
 		"0 rule violations",
 		// The operations extension's jacket exchange.
 		"→ 202: operation exc_",

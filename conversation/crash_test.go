@@ -1,0 +1,214 @@
+package conversation_test
+
+// The child-process crash test: a child writes a message to the outbox,
+// the Company records it, and the child dies before it reads the answer
+// (or before the request leaves). A second child resumes from the shared
+// SQLite keystore and sends what was pending, with the same ID.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/poppyproto/poppy"
+	"github.com/poppyproto/poppy/conversation"
+	"github.com/poppyproto/poppy/internal/testenv"
+	"github.com/poppyproto/poppy/keystore/sqlitestore"
+	"github.com/poppyproto/poppy/poppytest"
+)
+
+const (
+	childEnv     = "CONVERSATION_CRASH_CHILD" // mode: "start", "send", "resume", "recover"
+	childDir     = "CONVERSATION_CRASH_DIR"
+	childConv    = "CONVERSATION_CRASH_CONV"
+	childCrashAt = "CONVERSATION_CRASH_AT" // "before" or "after" the request reaches the Company
+	crashCode    = 7
+)
+
+// crashTransport ends the process on the first conversation POST: before
+// sending it, or once the Company has answered but before the SDK sees
+// the answer.
+type crashTransport struct {
+	base http.RoundTripper
+	at   string
+}
+
+func (t crashTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	crash := t.at != "" && r.Method == http.MethodPost && strings.Contains(r.URL.Path, "/poppy/conversations")
+	if crash && t.at == "before" {
+		os.Exit(crashCode)
+	}
+	resp, err := t.base.RoundTrip(r)
+	if crash && err == nil && resp.StatusCode < 300 {
+		os.Exit(crashCode)
+	}
+	return resp, err
+}
+
+func crashChildMain() {
+	if err := crashChild(); err != nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+func crashChild() error {
+	ctx := context.Background()
+	dir := os.Getenv(childDir)
+	jwk, err := os.ReadFile(filepath.Join(dir, "key.jwk"))
+	if err != nil {
+		return err
+	}
+	key, err := poppy.ParseSigningKey(jwk)
+	if err != nil {
+		return err
+	}
+	id, err := poppy.NewIdentity(poppy.IdentityConfig{ClientID: testenv.ClientID, ClientName: "Example Agent",
+		JWKSURI: testenv.JWKS, RedirectURIs: []string{testenv.Redirect}, Keys: []*poppy.SigningKey{key}})
+	if err != nil {
+		return err
+	}
+	hc, err := poppytest.ClientFromEnv()
+	if err != nil {
+		return err
+	}
+	hc.Transport = crashTransport{base: hc.Transport, at: os.Getenv(childCrashAt)}
+	store, err := sqlitestore.Open(filepath.Join(dir, "keystore.db"), nil)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	agent, err := poppy.NewAgent(id, &poppy.AgentOptions{Store: store, HTTPClient: hc, Clock: poppytest.ClockFromEnv()})
+	if err != nil {
+		return err
+	}
+	co, err := agent.Company(ctx, "example.test")
+	if err != nil {
+		return err
+	}
+	sess, err := co.Session(ctx, "alice", nil)
+	if err != nil {
+		return err
+	}
+	switch os.Getenv(childEnv) {
+	case "start":
+		_, err = conversation.Start(ctx, sess, conversation.Text("Started before the crash."), nil)
+	case "send":
+		var c *conversation.Conversation
+		if c, err = conversation.Resume(ctx, sess, os.Getenv(childConv), nil); err == nil {
+			_, err = c.Send(ctx, conversation.Text("Sent before the crash."), nil)
+		}
+	case "resume":
+		_, err = conversation.Resume(ctx, sess, os.Getenv(childConv), nil)
+	case "recover":
+		var cs []*conversation.Conversation
+		cs, err = conversation.Recover(ctx, sess, nil)
+		if err == nil {
+			ids := make([]string, len(cs))
+			for i, c := range cs {
+				ids[i] = c.ID()
+			}
+			b, _ := json.Marshal(ids)
+			err = os.WriteFile(filepath.Join(dir, "recovered.json"), b, 0o600)
+		}
+	}
+	return err
+}
+
+func runChild(t *testing.T, srv *poppytest.Server, dir, mode, conv, at string) int {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(append(os.Environ(), srv.Env()...), childEnv+"="+mode, childDir+"="+dir, childConv+"="+conv, childCrashAt+"="+at)
+	out, err := cmd.CombinedOutput()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	if code != 0 && code != crashCode {
+		t.Fatalf("child %s: exit %d\n%s", mode, code, out)
+	}
+	return code
+}
+
+func TestCrashBetweenOutboxAndAnswer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs child processes")
+	}
+	srv := poppytest.NewServer(t, nil)
+	id, key := testenv.NewIdentity(t, nil)
+	srv.HandleAgent("agent.test", id.Handler(nil))
+	dir := t.TempDir()
+	jwk, err := key.MarshalPrivateJWK()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "key.jwk"), jwk, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	// A start whose answer is lost to a crash: Recover in a new process
+	// gets the conversation back, and the Company holds one.
+	if code := runChild(t, srv, dir, "start", "", "after"); code != crashCode {
+		t.Fatalf("the child did not crash: %d", code)
+	}
+	if n := len(srv.Conversations()); n != 1 {
+		t.Fatalf("%d conversations", n)
+	}
+	runChild(t, srv, dir, "recover", "", "")
+	b, _ := os.ReadFile(filepath.Join(dir, "recovered.json"))
+	var ids []string
+	json.Unmarshal(b, &ids)
+	all := srv.Conversations()
+	if len(all) != 1 || len(ids) != 1 || ids[0] != all[0].ID || len(all[0].Messages) != 1 {
+		t.Fatalf("recovered %v, Company %+v", ids, all)
+	}
+	conv := all[0].ID
+
+	for _, at := range []string{"after", "before"} {
+		// A message whose answer (or request) is lost to a crash.
+		if code := runChild(t, srv, dir, "send", conv, at); code != crashCode {
+			t.Fatalf("%s: the child did not crash: %d", at, code)
+		}
+		info, _ := srv.Conversation(conv)
+		held := len(info.Messages)
+		runChild(t, srv, dir, "resume", conv, "")
+		info, _ = srv.Conversation(conv)
+		// The same message ID, held once.
+		seen := map[string]int{}
+		for _, m := range info.Messages {
+			seen[m.ID]++
+			if seen[m.ID] > 1 {
+				t.Fatalf("%s: message %s held twice", at, m.ID)
+			}
+		}
+		want := held
+		if at == "before" {
+			want++ // sent for the first time on Resume
+		}
+		if len(info.Messages) != want {
+			t.Fatalf("%s: %d messages, want %d", at, len(info.Messages), want)
+		}
+		if last := info.Messages[len(info.Messages)-1]; last.Text != "Sent before the crash." {
+			t.Fatalf("%s: last message %q", at, last.Text)
+		}
+		// Each POST carried the same ID and bytes.
+		var bodies []string
+		for _, r := range srv.RequestsTo(poppytest.EndpointConversation) {
+			if r.Method == http.MethodPost && strings.Contains(string(r.Body), info.Messages[len(info.Messages)-1].ID) {
+				bodies = append(bodies, string(r.Body))
+			}
+		}
+		if (at == "after" && len(bodies) != 2) || (at == "before" && len(bodies) != 1) || (len(bodies) == 2 && bodies[0] != bodies[1]) {
+			t.Fatalf("%s: posts %q", at, bodies)
+		}
+	}
+}

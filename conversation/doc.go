@@ -1,0 +1,98 @@
+// Package conversation talks with a Company Agent over the Personal Agent
+// Protocol's own conversation protocol (spec 7): start a conversation,
+// send messages, read its events by long poll or stream, hand off to a
+// person, open a Direct Conversation for the User, sign in partway, close.
+//
+//	c, err := conversation.Start(ctx, sess, conversation.Text("The jacket from order #1042 isn't warm enough."), nil)
+//	for ev, err := range c.Events(ctx, nil) { // a stream where the Company streams, long polls otherwise
+//		if err != nil { ... }                  // a terminal error, yielded once
+//		switch ev.Type {
+//		case conversation.EventTextDelta:     // provisional: show it, never act on it
+//		case conversation.EventMessage:       // ev.Message.Text, .Data, .Sender
+//		case conversation.EventAuthorization: // sign in (package signin), then keep reading
+//		}
+//	}                                          // the cursor is saved after each event the body returns from
+//	c.Send(ctx, conversation.Human("Medium, please."), nil)
+//
+// Every request goes through the Session's HTTP client (poppy.Session),
+// so DPoP proofs, nonces, token renewal, a stored Account Token on
+// sign_in_required, and 429 waits work as for any API call. A conversation
+// is not tied to its Session or process: [Resume] continues it from any
+// Session of the same agent and User (or account), in this process or
+// another sharing the keystore.
+//
+// # What is kept, and the delivery guarantee
+//
+// Two kinds of keystore records make a conversation survive a crash or a
+// move to another replica: the outbox (keystore.KindOutbox, one record per
+// unacknowledged message, written before its first POST) and the
+// conversation record (keystore.KindCursor: endpoint, status, responder,
+// open Direct Conversation and the cursor of the last event handled,
+// written after the loop body returned from that event).
+//
+//   - Sending: a message is held by the Company exactly once. It is retried
+//     with the same ID and the same bytes while the outcome is unknown, and
+//     a process that crashed before the answer sends it again from the
+//     outbox on Resume (or Recover, for a start).
+//   - Reading: within a process, each event is yielded once, in order.
+//     Across a crash, the event whose handling had not returned is yielded
+//     again, with its ID: handle events idempotently by Event.ID.
+//
+// Each handled event is one keystore write (the cursor), so a keystore on
+// disk bounds the event rate by its write latency; the in-memory store
+// doesn't. Outbox records hold the message as sent; a store that seals
+// only secret kinds keeps them in clear.
+//
+// # Decisions on the specification's open points
+//
+//   - A-22 (when a conversation "uses" the account): the SDK makes no
+//     assumption; it keeps using whatever token the Session has and
+//     reports sign_in_required (a *poppy.Error) when the Company refuses a
+//     signed-out token on a conversation that used the account
+//     (PA-7.11-05). It never starts a new conversation on its own.
+//   - A-23 (same content): the SDK resends the exact bytes it first sent
+//     (message and parent_conversation_id), so every reading of "same"
+//     holds. wait and cursor are query parameters, outside the content. A
+//     retry that asks for wait is answered as a read from the cursor.
+//   - A-24 (wait on a POST): a query parameter in whole seconds (rounded
+//     up, at most 300), with cursor when there is one; never SSE on a POST.
+//     The reply's events come out of the next Events loop, each once.
+//   - A-25 (cursor of an empty read without cursor): null, "" or a missing
+//     member all mean "no cursor yet"; the SDK keeps the one it has.
+//   - A-26 (how many handled IDs to remember): the last 1024 event IDs
+//     (and message IDs, to void stale text-delta pieces) per Conversation
+//     (Options.RememberEvents), about 100 KiB once full, nothing while
+//     idle; a duplicate older than that is yielded again, with its ID. The
+//     persisted cursor guards the rest: a Company that resumes from the
+//     cursor never sends events older than it.
+//   - A-27 (SSE details): an ordinary event may carry any SSE event name
+//     or none; its type and ID are read from the JSON data, never from the
+//     SSE id (go-sse's LastEventID carries over to frames without one).
+//     Only "event: text-delta" frames are pieces. The first stream request
+//     of an Events loop carries the saved cursor as a query, as a read does
+//     (so a Company that answers JSON reads from it); every reconnect sends
+//     Last-Event-ID with the last event handled and no cursor query. A
+//     stream that closes, is cut or sends nothing for
+//     Options.StreamIdleTimeout is reconnected with capped, jittered
+//     backoff; errors come as the HTTP answer to the reconnect.
+//   - A-28 (a Direct as a parent): whatever the Company answers
+//     (conversation_not_found in poppytest) is returned as is.
+//   - A-29 (closing twice, handoff while queued): Close and Handoff send
+//     their request whatever the local status says, except that a
+//     conversation known to be closed refuses Handoff and Send locally
+//     with ErrConversationClosed.
+//   - A-30 (malformed requests): refused before sending with typed errors
+//     (ErrInvalidID, ErrEmptyMessage, ErrInvalidData, ErrInvalidContext);
+//     a Company's 400 invalid_request comes back as a *poppy.Error.
+//   - A-31 (clearing a context field): not possible; Context sends only
+//     the fields that are set, and the Company keeps the others.
+//   - A-32 (invalid_cursor): the cursor is dropped and the conversation
+//     read from its beginning, skipping the remembered handled IDs, as for
+//     cursor_expired; only cursor_expired also yields EventHistoryGap.
+//
+// Other choices: Company IDs are checked only against the alphabet and
+// length of spec 7.2 (a bad one is ErrProtocol); Company text (messages,
+// reasons, pieces) has control characters other than newline and tab
+// replaced; a message's "operation" (operations extension) is exposed as
+// raw JSON only when the agent's identity lists that extension.
+package conversation

@@ -1,0 +1,757 @@
+package conversation
+
+// Reading events: long polls and streams behind one iterator (spec 7.5,
+// 7.6).
+//
+// Events asks for a stream (Accept: text/event-stream) unless told not to.
+// A Company that answers JSON doesn't stream, and the loop long-polls for
+// the rest of its life. Each request goes through the Session's HTTP
+// client, so every reconnect has a fresh proof and a current token, renewed
+// when the Company closed the stream at its expiry (PA-7.6-05).
+//
+// Streams are parsed with go-sse's sse.Read over the response body. Its
+// LastEventID carries over to frames without an id, so an event's ID is
+// taken from its JSON, never from LastEventID, and a text-delta frame is
+// recognised by its event name alone: it never moves the cursor or
+// Last-Event-ID (PA-7.6-07).
+//
+// Every event goes through deliver: skipped if its ID was handled before
+// (a ring of the last RememberEvents IDs, A-26), applied to the status,
+// responder and open Direct Conversation, yielded, and only when the loop
+// body has returned from it is its ID saved as the cursor (PA-7.5-08).
+// Unknown types are skipped, but the cursor moves past them (PA-7.5-04).
+// A stream that ends with text-delta pieces of a message not yet received
+// in full yields one EventPartialDropped per such message (PA-7.6-08).
+//
+// Breaking out of the loop returns from the iterator: the request in
+// flight is cancelled with the iterator's own context, and no goroutine is
+// left behind (the stream idle watchdog is a timer, stopped on return).
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"iter"
+	"mime"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/tmaxmax/go-sse"
+
+	"github.com/poppyproto/poppy"
+)
+
+// EventType is an event's type (spec 7.5), or one of the types the SDK
+// adds: EventTextDelta, EventPartialDropped and EventHistoryGap.
+type EventType string
+
+// The event types.
+const (
+	EventMessage       EventType = "message"
+	EventState         EventType = "state"
+	EventAuthorization EventType = "authorization"
+	EventUserRequested EventType = "user_requested"
+	EventDirectOpened  EventType = "direct_opened"
+	EventDirectClosed  EventType = "direct_closed"
+
+	// EventTextDelta is a provisional piece of a Company message being
+	// written (spec 7.6), for display only: never act on it (PA-7.6-07).
+	// The complete EventMessage with the same message ID replaces it. It
+	// has no ID and moves no cursor.
+	EventTextDelta EventType = "text-delta"
+	// EventPartialDropped says that the pieces shown of message
+	// Delta.MessageID are void: the stream broke before the message came
+	// in full (PA-7.6-08). The message itself arrives later as usual.
+	EventPartialDropped EventType = "partial-dropped"
+	// EventHistoryGap says that part of the conversation is missing: the
+	// Company no longer had the events at the saved cursor
+	// (cursor_expired), and reading went on from the oldest event it
+	// keeps. Tell the User (PA-7.5-11).
+	EventHistoryGap EventType = "history-gap"
+)
+
+// Event is one event of a conversation.
+type Event struct {
+	// ID is the Company's event ID, also a cursor; "" for the types the SDK
+	// adds. Handle events idempotently by it: after a crash, an event
+	// whose handling had not returned is yielded again.
+	ID        string
+	Type      EventType
+	CreatedAt time.Time
+	// Message is the message of an EventMessage.
+	Message *ReceivedMessage
+	// Status and Responder are those of an EventState.
+	Status    Status
+	Responder Responder
+	// Authorization is what an EventAuthorization asks for (spec 7.11):
+	// Code "sign_in_required" or "insufficient_scope", Scope, and the
+	// SignInTypes that can grant it, as an API refusal has them. It matches
+	// poppy.ErrSignInRequired or poppy.ErrInsufficientScope. Sign in, then
+	// keep going: the conversation continues with the new token.
+	Authorization *poppy.Error
+	// Reason is the reason of an EventUserRequested: ask the User whether
+	// they want to talk with the Company; start a Direct Conversation only
+	// if they agree (StartDirect), or else DeclineUserRequest.
+	Reason string
+	// ConversationID is the Direct Conversation of EventDirectOpened and
+	// EventDirectClosed.
+	ConversationID string
+	// Delta is the piece of an EventTextDelta, or the message of an
+	// EventPartialDropped.
+	Delta *TextDelta
+	// Raw is the event as the Company sent it; nil for the SDK's types.
+	Raw json.RawMessage
+}
+
+// Provisional reports whether the event is for display only.
+func (e Event) Provisional() bool {
+	return e.Type == EventTextDelta || e.Type == EventPartialDropped
+}
+
+// TextDelta is a piece of a Company message being written (spec 7.6).
+type TextDelta struct {
+	MessageID string
+	Text      string
+}
+
+// ReceivedMessage is a message of an event (spec 7.4, 7.5). Control
+// characters other than newline and tab are replaced in the Company's
+// text, so it can't drive a terminal.
+type ReceivedMessage struct {
+	ID     string
+	Role   Role   // "user" for the Personal Agent's side, "company"
+	Sender Sender // who wrote it (PA-7.7-06)
+	Text   string
+	// Data is the message's JSON object, if any.
+	Data json.RawMessage
+	// Operation is the "operations" extension's operation the message
+	// carries (OPS 4), as sent, when the agent's identity lists that
+	// extension; nil otherwise (PA-7.4-11). Package operations reads it.
+	Operation json.RawMessage
+}
+
+// EventsOptions configures Events.
+type EventsOptions struct {
+	// LongPoll reads with JSON long polls, never a stream.
+	LongPoll bool
+	// UntilIdle returns once the Company is no longer working (idle,
+	// queued or closed) and every event up to then was yielded: the
+	// control goes back to the caller (PA-7.7-02). It long-polls.
+	UntilIdle bool
+}
+
+// ErrReading is yielded when Events is called while another Events loop of
+// the same Conversation is running.
+var ErrReading = errors.New("conversation: another Events loop is reading this conversation")
+
+// Events reads the conversation's events from the saved cursor, in order,
+// each once within this process (spec 7.5). It streams where the Company
+// streams and long-polls otherwise, reconnecting after a cut with capped,
+// jittered backoff, until the loop breaks, ctx ends, the conversation is
+// closed and read to its end, or a terminal error (yielded once): a
+// refusal such as conversation_not_found or sign_in_required, a protocol
+// error, or a keystore failure. cursor_expired and invalid_cursor are
+// recovered from by reading from the beginning and skipping what was
+// handled (A-32); cursor_expired also yields EventHistoryGap.
+//
+// The cursor is saved in the keystore after the loop body returns from
+// each event. Delivery: within a process each event is yielded once;
+// across a crash, the event whose handling had not returned is yielded
+// again, with the same ID.
+func (c *Conversation) Events(ctx context.Context, opts *EventsOptions) iter.Seq2[Event, error] {
+	var o EventsOptions
+	if opts != nil {
+		o = *opts
+	}
+	return func(yield func(Event, error) bool) {
+		if !c.reading.CompareAndSwap(false, true) {
+			yield(Event{}, ErrReading)
+			return
+		}
+		defer c.reading.Store(false)
+		r := &reader{c: c, yield: yield, stream: !o.LongPoll && !c.opts.LongPoll && !o.UntilIdle, untilIdle: o.UntilIdle}
+		r.run(ctx)
+	}
+}
+
+// reader is the state of one Events loop.
+type reader struct {
+	c         *Conversation
+	yield     func(Event, error) bool
+	stream    bool
+	untilIdle bool
+	streamed  bool            // a stream was opened: reconnects use Last-Event-ID
+	deltas    map[string]bool // messages with pieces shown, not yet complete
+	stopped   bool            // the loop body broke
+	failures  int
+}
+
+var errStop = errors.New("stop")
+
+func (r *reader) run(ctx context.Context) {
+	c := r.c
+	for {
+		if err := r.drainPending(ctx); err != nil {
+			r.finish(ctx, err)
+			return
+		}
+		var done bool
+		var err error
+		if r.stream && c.Status() != StatusClosed {
+			done, err = r.streamOnce(ctx)
+		} else {
+			done, err = r.poll(ctx)
+		}
+		if err == nil && done {
+			return
+		}
+		if err != nil {
+			var retryAfter time.Duration
+			switch {
+			case errors.Is(err, errStop):
+				return
+			case ctx.Err() != nil:
+				r.yield(Event{}, fmt.Errorf("conversation: %w", ctx.Err()))
+				return
+			case errors.Is(err, ErrCursorExpired):
+				// PA-7.5-10, PA-7.5-11: read from the beginning, say so.
+				c.log.InfoContext(ctx, "conversation: cursor expired; reading from the beginning", "conversation_id", c.id)
+				r.resetCursor()
+				if !r.emit(ctx, Event{Type: EventHistoryGap}) {
+					return
+				}
+				continue
+			case errors.Is(err, ErrInvalidCursor):
+				// PA-7.13-03, A-32: the same recovery, skipping handled IDs.
+				c.log.InfoContext(ctx, "conversation: invalid cursor; reading from the beginning", "conversation_id", c.id)
+				r.resetCursor()
+				continue
+			case retryable(err, &retryAfter):
+				c.log.DebugContext(ctx, "conversation: read failed, retrying", "conversation_id", c.id, "error", err)
+				if err := c.clock.Sleep(ctx, max(retryAfter, c.backoff(r.failures))); err != nil {
+					r.yield(Event{}, fmt.Errorf("conversation: %w", err))
+					return
+				}
+				r.failures++
+				continue
+			default:
+				if errors.Is(err, ErrConversationClosed) {
+					c.setState(StatusClosed, "")
+				}
+				r.yield(Event{}, err)
+				return
+			}
+		}
+	}
+}
+
+func (r *reader) finish(ctx context.Context, err error) {
+	if errors.Is(err, errStop) {
+		return
+	}
+	r.yield(Event{}, err)
+}
+
+func (r *reader) resetCursor() {
+	r.c.mu.Lock()
+	r.c.cursor = ""
+	r.c.mu.Unlock()
+	r.streamed = false
+}
+
+// drainPending yields the events a POST's reply brought.
+func (r *reader) drainPending(ctx context.Context) error {
+	for {
+		r.c.mu.Lock()
+		if len(r.c.pending) == 0 {
+			r.c.mu.Unlock()
+			return nil
+		}
+		ev := r.c.pending[0]
+		r.c.pending = r.c.pending[1:]
+		r.c.mu.Unlock()
+		if err := r.deliver(ctx, ev); err != nil {
+			return err
+		}
+	}
+}
+
+// emit yields an event the SDK adds; false when the loop body broke.
+func (r *reader) emit(ctx context.Context, ev Event) bool {
+	if !r.yield(ev, nil) {
+		r.stopped = true
+		return false
+	}
+	return true
+}
+
+// deliver handles one Company event: skip, apply, yield, save the cursor.
+func (r *reader) deliver(ctx context.Context, ev Event) error {
+	c := r.c
+	c.mu.Lock()
+	if c.seen.has(ev.ID) {
+		if ev.Type == EventMessage {
+			delete(r.deltas, ev.Message.ID)
+		}
+		c.mu.Unlock()
+		return nil // PA-7.5-09: handled before
+	}
+	known := true
+	switch ev.Type {
+	case EventState:
+		c.status, c.responder = ev.Status, ev.Responder // PA-7.5-03
+	case EventDirectOpened:
+		c.openDirect = ev.ConversationID // PA-7.10-06
+	case EventDirectClosed:
+		if c.openDirect == ev.ConversationID || c.openDirect == "" {
+			c.openDirect = "" // PA-7.10-08
+		}
+	case EventMessage:
+		delete(r.deltas, ev.Message.ID)
+		c.seenMsgs.add(ev.Message.ID)
+	case EventAuthorization, EventUserRequested:
+	default:
+		known = false // PA-7.5-04
+	}
+	c.mu.Unlock()
+	if known && !r.yield(ev, nil) {
+		r.stopped = true
+	}
+	// The loop body has returned from the event (PA-7.5-08).
+	c.mu.Lock()
+	c.seen.add(ev.ID)
+	c.cursor = ev.ID
+	c.mu.Unlock()
+	if err := c.save(ctx); err != nil {
+		return err
+	}
+	if r.stopped {
+		return errStop
+	}
+	return nil
+}
+
+// page is a JSON events read (spec 7.5).
+type page struct {
+	ConversationID string            `json:"conversation_id"`
+	Events         []json.RawMessage `json:"events"`
+	Cursor         *string           `json:"cursor"`
+	HasMore        *bool             `json:"has_more"`
+	Status         string            `json:"status"`
+	Responder      string            `json:"responder"`
+}
+
+// poll does one JSON read and handles its events. done means the loop
+// ends: the conversation is closed and read to its end, or UntilIdle was
+// met.
+func (r *reader) poll(ctx context.Context) (bool, error) {
+	c := r.c
+	c.mu.Lock()
+	cursor := c.cursor
+	noWait := c.status == StatusClosed
+	c.mu.Unlock()
+	wait := 0
+	if !noWait && !(r.untilIdle && c.Status() != StatusWorking) {
+		wait = waitSeconds(c.opts.Wait)
+	}
+	for {
+		p, err := r.readJSON(ctx, cursor, wait)
+		if err != nil {
+			return false, err
+		}
+		r.failures = 0
+		more, err := r.handlePage(ctx, p)
+		if err != nil {
+			return false, err
+		}
+		if more {
+			c.mu.Lock()
+			cursor = c.cursor
+			c.mu.Unlock()
+			wait = 0 // PA-7.5-07: read again at once
+			continue
+		}
+		st := c.Status()
+		switch {
+		case st == StatusClosed:
+			return true, nil // PA-7.12-02
+		case r.untilIdle && st != StatusWorking:
+			return true, nil // PA-7.7-02
+		}
+		return false, nil // PA-7.5-06, PA-7.7-01: read again
+	}
+}
+
+// handlePage delivers a page's events and takes its cursor and state.
+func (r *reader) handlePage(ctx context.Context, p *page) (more bool, err error) {
+	c := r.c
+	for _, raw := range p.Events {
+		ev, err := c.parseEvent(raw)
+		if err != nil {
+			return false, err
+		}
+		if err := r.deliver(ctx, ev); err != nil {
+			return false, err
+		}
+	}
+	c.mu.Lock()
+	// PA-7.5-05: the Company's cursor, verbatim; but never one of the
+	// events already handled, which would read them all again.
+	if p.Cursor != nil && *p.Cursor != "" && *p.Cursor != c.cursor && !c.seen.has(*p.Cursor) {
+		c.cursor = *p.Cursor
+	}
+	c.status, c.responder = Status(p.Status), Responder(p.Responder)
+	c.mu.Unlock()
+	if err := c.save(ctx); err != nil {
+		return false, err
+	}
+	return *p.HasMore, nil
+}
+
+// readJSON sends one JSON events read.
+func (r *reader) readJSON(ctx context.Context, cursor string, wait int) (*page, error) {
+	c := r.c
+	q := url.Values{}
+	if cursor != "" {
+		q.Set("cursor", cursor) // PA-7.5-01
+	}
+	if wait > 0 {
+		q.Set("wait", strconv.Itoa(wait))
+	}
+	u := c.endpoint + "/" + c.id + "/events"
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	rctx, cancel := context.WithTimeout(streamContext(ctx), c.opts.RequestTimeout+time.Duration(wait)*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, fmt.Errorf("conversation: %w", err)
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := c.Session().HTTPClient().Do(req)
+	if err != nil {
+		return nil, classifyTransport(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 400 {
+		return nil, c.responseError(resp)
+	}
+	return c.decodePage(resp)
+}
+
+func (c *Conversation) decodePage(resp *http.Response) (*page, error) {
+	b, err := readCapped(resp.Body, c.opts.MaxResponseBytes)
+	if err != nil {
+		return nil, err
+	}
+	var p page
+	if err := json.Unmarshal(b, &p); err != nil {
+		return nil, protocolError("the events read is not JSON")
+	}
+	if p.HasMore == nil || p.Status == "" || p.Responder == "" {
+		return nil, protocolError("the events read lacks has_more, status or responder")
+	}
+	if p.Cursor != nil && *p.Cursor != "" && !validID(*p.Cursor) {
+		return nil, protocolError("cursor %q breaks the ID rules", clip(*p.Cursor))
+	}
+	return &p, nil
+}
+
+// streamOnce opens one stream and handles it until it ends. done means the
+// loop ends (the conversation closed).
+func (r *reader) streamOnce(ctx context.Context) (bool, error) {
+	c := r.c
+	sctx, cancel := context.WithCancel(streamContext(ctx))
+	defer cancel()
+	c.mu.Lock()
+	cursor := c.cursor
+	c.mu.Unlock()
+	u := c.endpoint + "/" + c.id + "/events"
+	if cursor != "" && !r.streamed {
+		u += "?" + url.Values{"cursor": {cursor}}.Encode()
+	}
+	req, err := http.NewRequestWithContext(sctx, http.MethodGet, u, nil)
+	if err != nil {
+		return false, fmt.Errorf("conversation: %w", err)
+	}
+	req.Header.Set("Accept", "text/event-stream, application/json;q=0.5") // PA-7.6-01
+	if cursor != "" && r.streamed {
+		req.Header.Set("Last-Event-ID", cursor) // PA-7.6-04: in place of cursor
+	}
+	// A stream that sends nothing for StreamIdleTimeout is reconnected.
+	idle := time.AfterFunc(c.opts.RequestTimeout, cancel)
+	defer idle.Stop()
+	resp, err := c.Session().HTTPClient().Do(req)
+	if err != nil {
+		return false, classifyTransport(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 400 {
+		return false, c.responseError(resp)
+	}
+	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	if mt != "text/event-stream" {
+		// PA-7.6-02: the Company doesn't stream; long-poll from now on.
+		idle.Stop()
+		r.stream = false
+		p, err := c.decodePage(resp)
+		if err != nil {
+			return false, err
+		}
+		if _, err := r.handlePage(ctx, p); err != nil {
+			return false, err
+		}
+		return false, nil
+	}
+	r.streamed = true
+	idle.Reset(c.opts.StreamIdleTimeout)
+	body := &idleReader{r: resp.Body, t: idle, d: c.opts.StreamIdleTimeout}
+	progress := false
+	for sev, err := range sse.Read(body, &sse.ReadConfig{MaxEventSize: c.opts.MaxEventBytes}) {
+		if errors.Is(err, bufio.ErrTooLong) {
+			return false, protocolError("a streamed event exceeds %d bytes", c.opts.MaxEventBytes)
+		}
+		if err != nil {
+			break // a cut: reconnect
+		}
+		if sev.Type == "text-delta" {
+			d, err := parseDelta(sev.Data)
+			if err != nil {
+				return false, err
+			}
+			c.mu.Lock()
+			complete := c.seenMsgs.has(d.MessageID)
+			c.mu.Unlock()
+			if complete {
+				continue // the message came in full before: its pieces are moot
+			}
+			if r.deltas == nil {
+				r.deltas = map[string]bool{}
+			}
+			if len(r.deltas) < 256 {
+				r.deltas[d.MessageID] = true
+			}
+			if !r.emit(ctx, Event{Type: EventTextDelta, Delta: d}) {
+				return true, nil
+			}
+			continue
+		}
+		if strings.TrimSpace(sev.Data) == "" {
+			continue // an empty frame carries nothing
+		}
+		ev, err := c.parseEvent([]byte(sev.Data))
+		if err != nil {
+			return false, err
+		}
+		if err := r.deliver(ctx, ev); err != nil {
+			return false, err
+		}
+		progress = true
+		r.failures = 0
+		if ev.Type == EventState && ev.Status == StatusClosed {
+			r.dropPartials(ctx)
+			return !r.stopped, nil // PA-7.12-02
+		}
+	}
+	if ctx.Err() != nil {
+		return false, ctx.Err()
+	}
+	if !r.dropPartials(ctx) {
+		return true, nil
+	}
+	if !progress {
+		r.failures++
+	}
+	// Reconnect after a short, growing, jittered pause.
+	if err := c.clock.Sleep(ctx, c.backoff(r.failures)); err != nil {
+		return false, err
+	}
+	return false, nil
+}
+
+// dropPartials voids the pieces of messages not received in full
+// (PA-7.6-08); false when the loop body broke.
+func (r *reader) dropPartials(ctx context.Context) bool {
+	for id := range r.deltas {
+		delete(r.deltas, id)
+		if !r.emit(ctx, Event{Type: EventPartialDropped, Delta: &TextDelta{MessageID: id}}) {
+			return false
+		}
+	}
+	return true
+}
+
+// idleReader resets a watchdog timer on every read.
+type idleReader struct {
+	r interface{ Read([]byte) (int, error) }
+	t *time.Timer
+	d time.Duration
+}
+
+func (ir *idleReader) Read(p []byte) (int, error) {
+	n, err := ir.r.Read(p)
+	ir.t.Reset(ir.d)
+	return n, err
+}
+
+// wireEvent is an event as the Company sends it.
+type wireEvent struct {
+	ID             string          `json:"id"`
+	Type           string          `json:"type"`
+	CreatedAt      string          `json:"created_at"`
+	Message        *wireReceived   `json:"message"`
+	Status         string          `json:"status"`
+	Responder      string          `json:"responder"`
+	Error          string          `json:"error"`
+	Scope          string          `json:"scope"`
+	Reason         string          `json:"reason"`
+	ConversationID string          `json:"conversation_id"`
+	Extra          json.RawMessage `json:"-"`
+}
+
+type wireReceived struct {
+	ID        string          `json:"id"`
+	Role      string          `json:"role"`
+	Sender    string          `json:"sender"`
+	Text      string          `json:"text"`
+	Data      json.RawMessage `json:"data"`
+	Operation json.RawMessage `json:"operation"`
+}
+
+// parseEvent decodes and checks one event (spec 7.5).
+func (c *Conversation) parseEvent(raw []byte) (Event, error) {
+	var w wireEvent
+	if err := json.Unmarshal(raw, &w); err != nil {
+		return Event{}, protocolError("an event is not a JSON object")
+	}
+	if !validID(w.ID) {
+		return Event{}, protocolError("event id %q breaks the ID rules", clip(w.ID))
+	}
+	if w.Type == "" {
+		return Event{}, protocolError("event %s has no type", w.ID)
+	}
+	ev := Event{ID: w.ID, Type: EventType(w.Type), Raw: json.RawMessage(append([]byte(nil), raw...))}
+	if w.CreatedAt != "" {
+		t, err := time.Parse(time.RFC3339Nano, w.CreatedAt)
+		if err != nil {
+			return Event{}, protocolError("event %s: created_at is not RFC 3339", w.ID)
+		}
+		ev.CreatedAt = t
+	}
+	switch ev.Type {
+	case EventMessage:
+		m := w.Message
+		if m == nil || !validID(m.ID) || (m.Role != "user" && m.Role != "company") || (m.Sender != "agent" && m.Sender != "human") {
+			return Event{}, protocolError("event %s: the message needs an id, a role and a sender", w.ID)
+		}
+		rm := &ReceivedMessage{ID: m.ID, Role: Role(m.Role), Sender: Sender(m.Sender), Text: cleanText(m.Text)}
+		if len(m.Data) > 0 && string(m.Data) != "null" {
+			if m.Data[0] != '{' {
+				return Event{}, protocolError("event %s: data is not a JSON object", w.ID)
+			}
+			rm.Data = m.Data
+		}
+		if c.ops && len(m.Operation) > 0 && string(m.Operation) != "null" {
+			rm.Operation = m.Operation
+		}
+		ev.Message = rm
+	case EventState:
+		if w.Status == "" || w.Responder == "" {
+			return Event{}, protocolError("state event %s needs status and responder", w.ID)
+		}
+		ev.Status, ev.Responder = Status(w.Status), Responder(w.Responder)
+	case EventAuthorization:
+		if w.Error != "sign_in_required" && w.Error != "insufficient_scope" {
+			return Event{}, protocolError("authorization event %s: error %q", w.ID, clip(w.Error))
+		}
+		pe := &poppy.Error{Endpoint: c.endpoint + "/" + c.id, Status: http.StatusForbidden, Code: w.Error, Scope: strings.Fields(cleanText(w.Scope))}
+		if s := c.Session(); s != nil {
+			if pe.Code == "sign_in_required" {
+				pe.SignInTypes = s.Company().SignInTypes()
+			} else {
+				pe.SignInTypes = s.Company().EligibleSignInTypes(pe.Scope)
+			}
+		}
+		ev.Authorization = pe
+	case EventUserRequested:
+		ev.Reason = cleanText(w.Reason)
+	case EventDirectOpened, EventDirectClosed:
+		if !validID(w.ConversationID) {
+			return Event{}, protocolError("event %s: conversation_id %q breaks the ID rules", w.ID, clip(w.ConversationID))
+		}
+		ev.ConversationID = w.ConversationID
+	}
+	return ev, nil
+}
+
+func parseDelta(data string) (*TextDelta, error) {
+	var d struct {
+		MessageID string `json:"message_id"`
+		Text      string `json:"text"`
+	}
+	if json.Unmarshal([]byte(data), &d) != nil || !validID(d.MessageID) {
+		return nil, protocolError("a text-delta needs a message_id and text")
+	}
+	return &TextDelta{MessageID: d.MessageID, Text: cleanText(d.Text)}, nil
+}
+
+// cleanText replaces control characters other than newline and tab, so
+// that a Company's text can't drive a terminal.
+func cleanText(s string) string {
+	clean := true
+	for _, r := range s {
+		if unicode.IsControl(r) && r != '\n' && r != '\t' {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) && r != '\n' && r != '\t' {
+			return '\uFFFD'
+		}
+		return r
+	}, s)
+}
+
+// idRing remembers the last n event IDs handled (A-26). It grows as IDs
+// come: an idle conversation costs nothing.
+type idRing struct {
+	n    int
+	set  map[string]struct{}
+	ring []string
+	next int
+}
+
+func newIDRing(n int) *idRing { return &idRing{n: n} }
+
+func (r *idRing) has(id string) bool {
+	_, ok := r.set[id]
+	return ok
+}
+
+func (r *idRing) add(id string) {
+	if r.has(id) {
+		return
+	}
+	if r.set == nil {
+		r.set = map[string]struct{}{}
+	}
+	if len(r.ring) < r.n {
+		r.ring = append(r.ring, id)
+	} else {
+		delete(r.set, r.ring[r.next])
+		r.ring[r.next] = id
+		r.next = (r.next + 1) % r.n
+	}
+	r.set[id] = struct{}{}
+}

@@ -1,0 +1,123 @@
+package conversation_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+
+	"github.com/poppyproto/poppy"
+	"github.com/poppyproto/poppy/conversation"
+	"github.com/poppyproto/poppy/poppytest"
+)
+
+// exampleSession starts a fake Company whose Company Agent streams its
+// replies, and a Session at it.
+func exampleSession(ctx context.Context) (*poppytest.Server, *poppy.Session) {
+	company := poppytest.NewServer(nil, &poppytest.Options{Conversation: poppytest.ConversationOptions{
+		Streaming: true,
+		Agent: func(t *poppytest.Turn) {
+			if t.Message.Sender == "human" {
+				t.Reply(poppytest.Reply{Text: "Medium it is. I've started the exchange.", Deltas: []string{"Medium it is. ", "I've started the exchange."}})
+				return
+			}
+			t.Reply(poppytest.Reply{Text: "Sorry to hear that. Which size?", Deltas: []string{"Sorry to hear that. ", "Which size?"}})
+		},
+	}})
+	key, _ := poppy.GenerateSigningKey()
+	id, err := poppy.NewIdentity(poppy.IdentityConfig{
+		ClientID: "https://agent.test/agent.json", JWKSURI: "https://agent.test/jwks.json",
+		RedirectURIs: []string{"https://agent.test/oauth/callback"}, Keys: []*poppy.SigningKey{key},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	company.HandleAgent("agent.test", id.Handler(nil))
+	agent, err := poppy.NewAgent(id, &poppy.AgentOptions{HTTPClient: company.Client(), Clock: company.Clock()})
+	if err != nil {
+		log.Fatal(err)
+	}
+	c, err := agent.Company(ctx, "example.test")
+	if err != nil {
+		log.Fatal(err)
+	}
+	sess, err := c.Session(ctx, "local-user-42", nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	return company, sess
+}
+
+// A conversation: the agent's first message, the Company Agent's reply
+// streamed in pieces, the User's own words, and the reply to them.
+func Example() {
+	ctx := context.Background()
+	company, sess := exampleSession(ctx)
+	defer company.Close()
+
+	c, err := conversation.Start(ctx, sess, conversation.Text("The jacket from order #1042 isn't warm enough."), nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	turn := func() {
+		for ev, err := range c.Events(ctx, nil) {
+			if err != nil {
+				log.Fatal(err)
+			}
+			switch ev.Type {
+			case conversation.EventTextDelta:
+				fmt.Printf("  … %q\n", ev.Delta.Text) // provisional: shown, never acted on
+			case conversation.EventMessage:
+				fmt.Printf("%s (%s): %s\n", ev.Message.Role, ev.Message.Sender, ev.Message.Text)
+			case conversation.EventState:
+				if ev.Status == conversation.StatusIdle {
+					return // the Company waits for our side
+				}
+			}
+		}
+	}
+	turn()
+	if _, err := c.Send(ctx, conversation.Human("Medium, please."), nil); err != nil {
+		log.Fatal(err)
+	}
+	turn()
+	if err := c.Close(ctx); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("status:", c.Status())
+	// Output:
+	// user (agent): The jacket from order #1042 isn't warm enough.
+	//   … "Sorry to hear that. "
+	//   … "Which size?"
+	// company (agent): Sorry to hear that. Which size?
+	// user (human): Medium, please.
+	//   … "Medium it is. "
+	//   … "I've started the exchange."
+	// company (agent): Medium it is. I've started the exchange.
+	// status: closed
+}
+
+// Resume continues a conversation in another process, or from another
+// Session of the same User, from the cursor saved in the keystore.
+func ExampleResume() {
+	ctx := context.Background()
+	company, sess := exampleSession(ctx)
+	defer company.Close()
+
+	c, err := conversation.Start(ctx, sess, conversation.Text("Do you have the insulated version?"), nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for ev, err := range c.Events(ctx, &conversation.EventsOptions{UntilIdle: true}) {
+		if err != nil {
+			log.Fatal(err)
+		}
+		_ = ev // handled, and the cursor saved
+	}
+	// Later, or elsewhere: the same conversation, from where it was.
+	again, err := conversation.Resume(ctx, sess, c.ID(), nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(again.ID() == c.ID(), again.Cursor() == c.Cursor(), again.Status())
+	// Output: true true idle
+}
