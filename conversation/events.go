@@ -123,17 +123,20 @@ type TextDelta struct {
 // ReceivedMessage is a message of an event (spec 7.4, 7.5). Control
 // characters other than newline and tab are replaced in the Company's
 // text, so it can't drive a terminal.
+//
+// It marshals to the wire form of a message, so that package operations'
+// FromMessage reads its operation: operations.FromMessage(ev.Message).
 type ReceivedMessage struct {
-	ID     string
-	Role   Role   // "user" for the Personal Agent's side, "company"
-	Sender Sender // who wrote it (PA-7.7-06)
-	Text   string
+	ID     string `json:"id"`
+	Role   Role   `json:"role"`   // "user" for the Personal Agent's side, "company"
+	Sender Sender `json:"sender"` // who wrote it (PA-7.7-06)
+	Text   string `json:"text,omitempty"`
 	// Data is the message's JSON object, if any.
-	Data json.RawMessage
+	Data json.RawMessage `json:"data,omitempty"`
 	// Operation is the "operations" extension's operation the message
 	// carries (OPS 4), as sent, when the agent's identity lists that
-	// extension; nil otherwise (PA-7.4-11). Package operations reads it.
-	Operation json.RawMessage
+	// extension; nil otherwise (PA-7.4-11).
+	Operation json.RawMessage `json:"operation,omitempty"`
 }
 
 // EventsOptions configures Events.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/conversation"
+	"github.com/poppyproto/poppy/operations"
 	"github.com/poppyproto/poppy/poppytest"
 )
 
@@ -566,5 +567,42 @@ func TestTokenRefusalKeepsMessage(t *testing.T) {
 	info, _ := e.Srv.Conversation(c.ID())
 	if len(info.Messages) != 2 || info.Messages[1].Text != "Kept for later." {
 		t.Fatalf("messages %+v", info.Messages)
+	}
+}
+
+func TestOperationInMessage(t *testing.T) {
+	// A Company Agent proposes an operation in a message (OPS 4.3); the
+	// message marshals to its wire form, operation included, for package
+	// operations to read.
+	e := &env{Env: testenvWithExtensions(t, &poppytest.Options{Conversation: poppytest.ConversationOptions{Agent: func(tn *poppytest.Turn) {
+		op, err := tn.ProposeOperation("exchange ord_7Hk2", "Exchange the Stormline Jacket (M) for the insulated version, $70 more.", map[string]any{"price_difference": 70})
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		tn.Reply(poppytest.Reply{Text: "I can exchange it for $70 more.", Operation: op})
+	}}}, map[string]string{"operations": "1"})}
+	e.sess = e.Session("alice")
+	c := e.start(t, conversation.Text("Exchange it."), nil)
+	var m *conversation.ReceivedMessage
+	for _, ev := range collect(t, c, &conversation.EventsOptions{UntilIdle: true}, nil) {
+		if ev.Type == conversation.EventMessage && ev.Message.Role == conversation.RoleCompany {
+			m = ev.Message
+		}
+	}
+	b, _ := json.Marshal(m)
+	var wire struct {
+		ID        string `json:"id"`
+		Operation struct {
+			OperationID string `json:"operation_id"`
+			State       string `json:"state"`
+		} `json:"operation"`
+	}
+	if err := json.Unmarshal(b, &wire); err != nil || wire.ID != m.ID || wire.Operation.OperationID == "" || wire.Operation.State != "proposed" {
+		t.Fatalf("message %s", b)
+	}
+	// Package operations reads it from the message as it is.
+	if op, err := operations.FromMessage(m); err != nil || op == nil {
+		t.Fatalf("operations.FromMessage: %v", err)
 	}
 }

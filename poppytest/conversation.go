@@ -103,8 +103,9 @@ type ConversationFaults struct {
 // Turn is one turn of the scripted Company Agent: the message it answers
 // and what it may do.
 type Turn struct {
-	s *Server
-	c *fconv
+	s         *Server
+	c         *fconv
+	sessionID string
 	// ConversationID is the conversation.
 	ConversationID string
 	// Message is the Personal Agent's message, as received.
@@ -143,6 +144,15 @@ type Reply struct {
 
 // Reply appends a Company message.
 func (t *Turn) Reply(r Reply) { t.s.convAppendMessage(t.c, r) }
+
+// ProposeOperation proposes an operation for an action the Company Agent
+// would perform, for the Session the message came from (OPS 4): reply with
+// it in Reply.Operation, next to the text (CO-OPS4-05). Proposing the same
+// key again returns the open operation. It fails when the agent doesn't
+// list the operations extension.
+func (t *Turn) ProposeOperation(key, summary string, terms map[string]any) (json.RawMessage, error) {
+	return t.s.proposeOperation(t.sessionID, operationProposal{Key: key, Summary: summary, Terms: terms})
+}
 
 // Say appends a Company message with text.
 func (t *Turn) Say(text string) { t.Reply(Reply{Text: text}) }
@@ -700,7 +710,7 @@ func (s *Server) convPost(w http.ResponseWriter, r *http.Request, a *auth, id st
 	base := map[string]any{"conversation_id": cv.id}
 	sent := &sentMsg{content: content, conv: cv.id, status: status}
 	c.msgs[key] = sent
-	turn := &Turn{s: s, c: cv, ConversationID: cv.id, Message: in, SignedIn: a.signedIn, Scopes: slices.Clone(a.scopes), Account: a.account}
+	turn := &Turn{s: s, c: cv, sessionID: a.tok.sessionID, ConversationID: cv.id, Message: in, SignedIn: a.signedIn, Scopes: slices.Clone(a.scopes), Account: a.account}
 	delay := s.opts.Conversation.ReplyDelay
 	background := delay > 0 && !c.closed
 	if background {
