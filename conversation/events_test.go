@@ -414,18 +414,21 @@ func TestPA_7_6_05_RenewBeforeReconnect(t *testing.T) {
 	e := newEnv(t, poppytest.ConversationOptions{Agent: quiet, Streaming: true})
 	c := e.start(t, conversation.Text("Hello."), nil)
 	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for len(reads(e)) < 1 {
-			time.Sleep(time.Millisecond)
-		}
-		e.Srv.Clock().Advance(2 * time.Hour) // the token expires; the fake closes the stream
-		for len(reads(e)) < 2 {
-			time.Sleep(time.Millisecond)
-		}
-		e.Srv.Say(c.ID(), poppytest.Reply{Text: "Still here."})
-	}()
+	advanced := false
 	collect(t, c, nil, func(ev conversation.Event) bool {
+		if !advanced {
+			// The stream is open (its first event came): the token
+			// expires, and the fake closes the stream.
+			advanced = true
+			e.Srv.Clock().Advance(2 * time.Hour)
+			go func() {
+				defer close(done)
+				for len(reads(e)) < 2 {
+					time.Sleep(time.Millisecond)
+				}
+				e.Srv.Say(c.ID(), poppytest.Reply{Text: "Still here."})
+			}()
+		}
 		return ev.Type == conversation.EventMessage && ev.Message.Text == "Still here."
 	})
 	<-done
