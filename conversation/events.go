@@ -201,7 +201,7 @@ func (r *reader) run(ctx context.Context) {
 	c := r.c
 	for {
 		if err := r.drainPending(ctx); err != nil {
-			r.finish(ctx, err)
+			r.finish(err)
 			return
 		}
 		var done bool
@@ -254,7 +254,7 @@ func (r *reader) run(ctx context.Context) {
 	}
 }
 
-func (r *reader) finish(ctx context.Context, err error) {
+func (r *reader) finish(err error) {
 	if errors.Is(err, errStop) {
 		return
 	}
@@ -606,17 +606,16 @@ func (ir *idleReader) Read(p []byte) (int, error) {
 
 // wireEvent is an event as the Company sends it.
 type wireEvent struct {
-	ID             string          `json:"id"`
-	Type           string          `json:"type"`
-	CreatedAt      string          `json:"created_at"`
-	Message        *wireReceived   `json:"message"`
-	Status         string          `json:"status"`
-	Responder      string          `json:"responder"`
-	Error          string          `json:"error"`
-	Scope          string          `json:"scope"`
-	Reason         string          `json:"reason"`
-	ConversationID string          `json:"conversation_id"`
-	Extra          json.RawMessage `json:"-"`
+	ID             string        `json:"id"`
+	Type           string        `json:"type"`
+	CreatedAt      string        `json:"created_at"`
+	Message        *wireReceived `json:"message"`
+	Status         string        `json:"status"`
+	Responder      string        `json:"responder"`
+	Error          string        `json:"error"`
+	Scope          string        `json:"scope"`
+	Reason         string        `json:"reason"`
+	ConversationID string        `json:"conversation_id"`
 }
 
 type wireReceived struct {

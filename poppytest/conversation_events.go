@@ -165,7 +165,7 @@ func (s *Server) convStream(w http.ResponseWriter, r *http.Request, a *auth, cv 
 	cutAt := c.cutNext
 	c.cutNext = 0
 	c.mu.Unlock()
-	frames, events, sent := 0, 0, 0
+	events, sent := 0, 0
 	var buf []byte
 	for {
 		c.mu.Lock()
@@ -203,7 +203,6 @@ func (s *Server) convStream(w http.ResponseWriter, r *http.Request, a *auth, cv 
 				panic(http.ErrAbortHandler) // cut mid-stream
 			}
 			buf = append(buf, f...)
-			frames++
 			if !e.delta {
 				events++
 			}
