@@ -2,6 +2,7 @@ package conversation_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 
@@ -120,4 +121,69 @@ func ExampleResume() {
 	}
 	fmt.Println(again.ID() == c.ID(), again.Cursor() == c.Cursor(), again.Status())
 	// Output: true true idle
+}
+
+// When the Company asks for the User (user_requested) and the User agrees,
+// the Personal Agent opens a Direct Conversation for the User's own words.
+func ExampleStartDirect() {
+	ctx := context.Background()
+	company, sess := exampleSession(ctx)
+	defer company.Close()
+
+	parent, err := conversation.Start(ctx, sess, conversation.Text("The user wants to exchange the jacket."), nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	company.RequestUser(parent.ID(), "A specialist needs to confirm the exchange with the customer.")
+	for ev, err := range parent.Events(ctx, nil) {
+		if err != nil {
+			log.Fatal(err)
+		}
+		if ev.Type == conversation.EventUserRequested {
+			fmt.Println("the Company asks for the User:", ev.Reason)
+			break // ask the User; here, they agree
+		}
+	}
+	direct, err := conversation.StartDirect(ctx, sess, parent.ID(), conversation.Human("Hi, I have a question about the exchange."), nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("Direct Conversation linked to the parent:", direct.Parent() == parent.ID())
+	_, err = parent.Send(ctx, conversation.Text("Meanwhile..."), nil)
+	fmt.Println("the parent takes no messages meanwhile:", errors.Is(err, conversation.ErrDirectConversationOpen))
+	// Output:
+	// the Company asks for the User: A specialist needs to confirm the exchange with the customer.
+	// Direct Conversation linked to the parent: true
+	// the parent takes no messages meanwhile: true
+}
+
+// Handoff asks for a person at the Company; the status is queued until one
+// joins.
+func ExampleConversation_Handoff() {
+	ctx := context.Background()
+	company, sess := exampleSession(ctx)
+	defer company.Close()
+
+	c, err := conversation.Start(ctx, sess, conversation.Text("The user would like to talk to a person."), nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	st, err := c.Handoff(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(st, c.Responder())
+	company.JoinHuman(c.ID())
+	for ev, err := range c.Events(ctx, nil) {
+		if err != nil {
+			log.Fatal(err)
+		}
+		if ev.Type == conversation.EventState && ev.Responder == conversation.ResponderHuman {
+			break
+		}
+	}
+	fmt.Println(c.Status(), c.Responder())
+	// Output:
+	// queued agent
+	// idle human
 }
