@@ -65,10 +65,11 @@ const (
 )
 
 // Secret reports whether records of this kind hold secrets: private keys,
-// Session Tokens, Account Tokens, PKCE verifiers or the agent's signing keys.
+// Session Tokens, Account Tokens, PKCE verifiers, the agent's signing keys,
+// or the User's own words waiting in a conversation outbox.
 func (k Kind) Secret() bool {
 	switch k {
-	case KindDPoPKey, KindSession, KindAccountToken, KindPendingSignIn, KindAgentKey:
+	case KindDPoPKey, KindSession, KindAccountToken, KindPendingSignIn, KindAgentKey, KindOutbox:
 		return true
 	}
 	return false
