@@ -370,6 +370,8 @@ func TestMCPRequestExchangeProposes(t *testing.T) {
 	sc, _ := res["structuredContent"].(map[string]any)
 	op, _ := sc["operation"].(map[string]any)
 	content, _ := res["content"].([]any)
+	// CO-OPS4-04: the operation in structuredContent.operation, the summary
+	// as text.
 	if r.Status != 200 || op == nil || op["state"] != "proposed" || op["revision"] != float64(1) || len(content) != 1 {
 		t.Fatalf("request_exchange: %d %s", r.Status, r.Raw)
 	}
