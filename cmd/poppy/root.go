@@ -80,6 +80,8 @@ Exit codes: 0 ok, 1 error, 2 usage error, 3 sign-in needed, 4 declined by the Us
 	addSessionCommand(root, a)   // cmd_session.go
 	addSignInCommand(root, a)    // cmd_signin.go
 	addStatusCommands(root, a)   // cmd_status.go: status, signout
+	addAPICommands(root, a)      // cmd_api.go: apis, api, mcp
+	addOpsCommands(root, a)      // cmd_ops.go: ops, permissions
 	// Later areas add their groups here: apis/api/mcp, chat, ops and
 	// permissions, browse, ask and mcp-server.
 
