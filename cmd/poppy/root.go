@@ -82,6 +82,7 @@ Exit codes: 0 ok, 1 error, 2 usage error, 3 sign-in needed, 4 declined by the Us
 	addStatusCommands(root, a)   // cmd_status.go: status, signout
 	addAPICommands(root, a)      // cmd_api.go: apis, api, mcp
 	addOpsCommands(root, a)      // cmd_ops.go: ops, permissions
+	addBrowseCommand(root, a)    // cmd_browse.go
 	// Later areas add their groups here: apis/api/mcp, chat, ops and
 	// permissions, browse, ask and mcp-server.
 
