@@ -16,6 +16,7 @@ import (
 
 	_ "modernc.org/sqlite"
 
+	"github.com/poppyproto/poppy/browser/headless"
 	"github.com/poppyproto/poppy/keystore/keyring"
 	"github.com/poppyproto/poppy/poppytest"
 )
@@ -94,6 +95,16 @@ func TestNoSecretsInOutput(t *testing.T) {
 	add("ops", "confirm", "example.test", ids[0]) // approved by the standing permission
 	add("permissions", "list", "example.test")
 	add("permissions", "revoke", "example.test", perm[1])
+	if _, err := headless.LookPath(); err == nil {
+		trust := e.srv.BrowserTrust()
+		out := add("browse", "example.test", "https://example.test/account", "--screenshot", filepath.Join(e.dir, "shot.png"),
+			"--unsafe-chromium-host-rules", trust.ChromiumHostRules(), "--unsafe-chromium-trust-spki", trust.SPKI)
+		if !strings.Contains(out, `"mode":"joined"`) {
+			t.Fatalf("browse: %s", out)
+		}
+	} else {
+		t.Log("no Chromium: poppy browse is left out")
+	}
 
 	add("session", "example.test", "--scope", "poppy:read")
 	add("session", "example.test", "--scope", "poppy:write", "--scope", "addresses") // refused: a hint
