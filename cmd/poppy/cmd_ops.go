@@ -14,7 +14,6 @@ package main
 // can't approve for the User.
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -173,8 +172,24 @@ func readLine(ctx context.Context, r io.Reader) (string, error) {
 	}
 	ch := make(chan res, 1)
 	go func() {
-		s, err := bufio.NewReader(io.LimitReader(r, 4096)).ReadString('\n')
-		ch <- res{s, err}
+		// Byte by byte, so that nothing after the line is consumed: a
+		// second question (terms changed) reads the next line.
+		var b strings.Builder
+		one := make([]byte, 1)
+		for b.Len() < 4096 {
+			n, err := r.Read(one)
+			if n == 1 {
+				if one[0] == '\n' {
+					break
+				}
+				b.WriteByte(one[0])
+			}
+			if err != nil {
+				ch <- res{b.String(), err}
+				return
+			}
+		}
+		ch <- res{b.String(), nil}
 	}()
 	select {
 	case v := <-ch:
