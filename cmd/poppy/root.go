@@ -85,6 +85,7 @@ Exit codes: 0 ok, 1 error, 2 usage error, 3 sign-in needed, 4 declined by the Us
 	addAPICommands(root, a)      // cmd_api.go: apis, api, mcp
 	addOpsCommands(root, a)      // cmd_ops.go: ops, permissions
 	addBrowseCommand(root, a)    // cmd_browse.go
+	addChatCommand(root, a)      // cmd_chat.go
 	// Later areas add their groups here: chat, ask and mcp-server.
 
 	for _, c := range root.Commands() {

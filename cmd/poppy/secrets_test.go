@@ -106,6 +106,26 @@ func TestNoSecretsInOutput(t *testing.T) {
 		t.Log("no Chromium: poppy browse is left out")
 	}
 
+	// A conversation (cmd_chat.go), started and resumed.
+	cc := e.command(nil, append(g, "chat", "example.test")...)
+	cc.Stdin = strings.NewReader("Hello there.\n/status\n")
+	chatOut := &syncBuffer{}
+	cc.Stdout, cc.Stderr = chatOut, chatOut
+	if err := cc.Run(); err != nil {
+		t.Fatalf("chat: %v\n%s", err, chatOut.String())
+	}
+	outputs = append(outputs, chatOut.String())
+	collect()
+	if m := regexp.MustCompile(`"conversation_id":"([^"]+)","event":"started"`).FindStringSubmatch(chatOut.String()); m != nil {
+		cr := e.command(nil, append(g, "chat", "example.test", "--conversation", m[1], "--no-stream")...)
+		cr.Stdin = strings.NewReader("/data {\"a\":1}\n/handoff\n/close\n")
+		b, _ := cr.CombinedOutput()
+		outputs = append(outputs, string(b))
+		collect()
+	} else {
+		t.Fatalf("chat started nothing: %s", chatOut.String())
+	}
+
 	add("session", "example.test", "--scope", "poppy:read")
 	add("session", "example.test", "--scope", "poppy:write", "--scope", "addresses") // refused: a hint
 	add("status")
