@@ -22,12 +22,13 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/conversation"
 	"github.com/poppyproto/poppy/operations"
 )
 
 const chatHelp = `Commands: /data JSON, /context k=v…, /as agent|human, /handoff, /signin [method] [scope],
-/decline [note], /status, /close, /quit. Anything else is sent as a message.`
+/direct [text], /decline [note], /leave, /status, /close, /quit. Anything else is sent as a message.`
 
 func addChatCommand(root *cobra.Command, a *app) {
 	var convID, as string
@@ -70,16 +71,23 @@ With --json, every event is a JSON line on stdout, and lines on stdin are sent.`
 			var wg sync.WaitGroup
 			defer wg.Wait()
 			defer cancel()
-			evCtx, evCancel := context.WithCancel(ctx)
-			defer evCancel()
+			var evCancel context.CancelFunc = func() {}
+			defer func() { evCancel() }()
 			readErr := make(chan error, 1)
+			// startEvents reads ch.conv's events until the next switch
+			// (/direct, /leave) or the end.
 			startEvents := func() {
-				ch.say("event", map[string]any{"event": "started", "conversation_id": ch.conv.ID()}, "Conversation "+esc(ch.conv.ID())+
-					" (resume: "+a.cmdline("chat", shellQuote(args[0]), "--conversation", shellQuote(ch.conv.ID()))+")")
+				evCancel()
+				wg.Wait()
+				var evCtx context.Context
+				evCtx, evCancel = context.WithCancel(ctx)
+				conv := ch.conv
+				ch.say("event", map[string]any{"event": "started", "conversation_id": conv.ID()}, "Conversation "+esc(conv.ID())+
+					" (resume: "+a.cmdline("chat", shellQuote(args[0]), "--conversation", shellQuote(conv.ID()))+")")
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					for ev, err := range ch.conv.Events(evCtx, &conversation.EventsOptions{LongPoll: noStream}) {
+					for ev, err := range conv.Events(evCtx, &conversation.EventsOptions{LongPoll: noStream}) {
 						if err != nil {
 							if evCtx.Err() == nil {
 								readErr <- err
@@ -91,6 +99,11 @@ With --json, every event is a JSON line on stdout, and lines on stdin are sent.`
 					}
 				}()
 			}
+			ch.switchTo = func(to *conversation.Conversation) {
+				ch.conv = to
+				startEvents()
+			}
+			ch.session, ch.opts = s, opts
 			if ch.conv != nil {
 				startEvents()
 			}
@@ -158,6 +171,11 @@ type chat struct {
 
 	mu      sync.Mutex
 	partial map[string]int // message ID → bytes of provisional text shown
+
+	session  *poppy.Session
+	opts     conversation.Options
+	parent   *conversation.Conversation // while a Direct Conversation is open
+	switchTo func(*conversation.Conversation)
 }
 
 // say prints one thing: a JSON line with --json, else text.
@@ -280,6 +298,35 @@ func (ch *chat) command(ctx context.Context, line string) (quit bool, err error)
 			ch.say("", map[string]any{"event": "handoff", "status": st}, "Asked for a person ("+esc(string(st))+").")
 		}
 		return false, err
+	case "/direct":
+		// The User agreed to talk with the Company (PA-7.10-04): their own
+		// words, in a Direct Conversation linked to this one.
+		if ch.parent != nil {
+			return false, errors.New("poppy: already in a Direct Conversation; /leave first")
+		}
+		if rest == "" {
+			rest = "Hello."
+		}
+		d, err := conversation.StartDirect(ctx, ch.session, ch.conv.ID(), conversation.Human(rest), &conversation.StartOptions{Options: ch.opts})
+		if err != nil {
+			return false, err
+		}
+		ch.parent = ch.conv
+		ch.say("", map[string]any{"event": "direct", "conversation_id": d.ID(), "parent": ch.parent.ID()}, "You are talking with the Company directly; /leave to go back.")
+		ch.switchTo(d)
+		return false, nil
+	case "/leave":
+		if ch.parent == nil {
+			return false, errors.New("poppy: not in a Direct Conversation")
+		}
+		if err := ch.conv.Close(ctx); err != nil {
+			return false, err
+		}
+		p := ch.parent
+		ch.parent = nil
+		ch.say("", map[string]any{"event": "left", "conversation_id": ch.conv.ID()}, "Direct Conversation closed; back with the Company's agent.")
+		ch.switchTo(p)
+		return false, nil
 	case "/decline":
 		_, err := ch.conv.DeclineUserRequest(ctx, rest)
 		return false, err

@@ -1,0 +1,38 @@
+package main
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/poppyproto/poppy/poppytest"
+)
+
+// chat on a terminal: the reply streams in as text-delta pieces, shown
+// live and then replaced by the full message; /quit leaves.
+func TestPTYChatStreams(t *testing.T) {
+	e := newCLIEnv(t, &poppytest.Options{Conversation: poppytest.ConversationOptions{Streaming: true, TextDeltas: true}})
+	e.init()
+	ptmx, screen, wait := onPTY(t, e.command(nil, "chat", "example.test"))
+	screen.waitFor(t, regexp.MustCompile(`Type your first message`), 20*time.Second)
+	if _, err := ptmx.WriteString("The jacket isn't warm enough.\r"); err != nil {
+		t.Fatal(err)
+	}
+	// The pieces, dim, then the line cleared and the full message.
+	screen.waitFor(t, regexp.MustCompile(`\x1b\[2m[^\x1b]+\x1b\[0m`), 20*time.Second)
+	screen.waitFor(t, regexp.MustCompile(`\r\x1b\[2K\x1b\[1mcompany \(agent\):\x1b\[0m Thanks`), 20*time.Second)
+	if _, err := ptmx.WriteString("/status\r"); err != nil {
+		t.Fatal(err)
+	}
+	screen.waitFor(t, regexp.MustCompile(`Conversation \S+: \w+, answered by agent`), 20*time.Second)
+	if _, err := ptmx.WriteString("/quit\r"); err != nil {
+		t.Fatal(err)
+	}
+	if code := wait(); code != 0 {
+		t.Fatalf("exit %d; the screen shows:\n%s", code, screen.String())
+	}
+	if strings.Count(screen.String(), "Thanks, I have noted that.") != 1 {
+		t.Fatalf("the full message should show once:\n%q", screen.String())
+	}
+}
