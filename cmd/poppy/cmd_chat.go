@@ -25,6 +25,7 @@ import (
 	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/conversation"
 	"github.com/poppyproto/poppy/operations"
+	"github.com/poppyproto/poppy/signin"
 )
 
 const chatHelp = `Commands: /data JSON, /context k=v…, /as agent|human, /handoff, /signin [method] [scope],
@@ -176,6 +177,62 @@ type chat struct {
 	opts     conversation.Options
 	parent   *conversation.Conversation // while a Direct Conversation is open
 	switchTo func(*conversation.Conversation)
+	// authScopes are the scopes the last authorization event asked for.
+	authScopes []string
+}
+
+// signIn runs /signin [method] [scope…]: Device or Direct Sign-In right
+// here (the conversation goes on with the new token, spec 7.11); Mediated
+// reads credentials from the terminal this chat reads lines from, so it is
+// left to another terminal.
+func (ch *chat) signIn(ctx context.Context, f []string) error {
+	a := ch.a
+	method := "device"
+	if len(f) > 0 {
+		method, f = f[0], f[1:]
+	}
+	scopes := f
+	if len(scopes) == 0 {
+		ch.mu.Lock()
+		scopes = append([]string(nil), ch.authScopes...)
+		ch.mu.Unlock()
+	}
+	if len(scopes) == 0 {
+		scopes = []string{"poppy:read"}
+	}
+	opts := &poppy.SignInOptions{Scopes: scopes}
+	if res, ok, err := ch.session.UseAccountToken(ctx, opts); err != nil {
+		return err
+	} else if ok {
+		return a.reportSignIn(ch.session.Company(), method, res)
+	}
+	p := &cliPrompter{a: a, Terminal: signin.TerminalPrompter(a.out.prompt(), a.stdin)}
+	defer p.stopCountdown()
+	var res *poppy.SignInResult
+	var err error
+	switch method {
+	case "device":
+		res, err = signin.Device(ctx, ch.session, opts, p)
+	case "direct":
+		a.checkIdentityServed(ctx)
+		var d *signin.Direct
+		if d, err = signin.NewDirect(a.agent, nil); err == nil {
+			res, err = d.SignIn(ctx, ch.session, opts, p)
+		}
+	default:
+		args := []string{"signin", shellQuote(ch.domain), "--method", shellQuote(method)}
+		for _, sc := range scopes {
+			args = append(args, "--scope", shellQuote(sc))
+		}
+		next := a.cmdline(args...)
+		ch.say("", map[string]any{"event": "signin", "next": next}, "Sign in from another terminal, then keep talking here: "+esc(next))
+		return nil
+	}
+	p.stopCountdown()
+	if err != nil {
+		return err
+	}
+	return a.reportSignIn(ch.session.Company(), method, res)
 }
 
 // say prints one thing: a JSON line with --json, else text.
@@ -254,6 +311,9 @@ func (ch *chat) event(ctx context.Context, ev conversation.Event) {
 		ch.say("", map[string]any{"event": "state", "id": ev.ID, "status": ev.Status, "responder": ev.Responder},
 			o.dim(fmt.Sprintf("(%s, answered by %s)", esc(string(ev.Status)), esc(string(ev.Responder)))))
 	case conversation.EventAuthorization:
+		ch.mu.Lock()
+		ch.authScopes = append([]string(nil), ev.Authorization.Scope...)
+		ch.mu.Unlock()
 		next := a.signInHint(ev.Authorization, nil, ch.domain, ev.Authorization.Scope).(*hintError).hint
 		ch.say("", map[string]any{"event": "authorization", "id": ev.ID, "code": ev.Authorization.Code, "scope": ev.Authorization.Scope, "next": next},
 			o.bold("The Company needs you signed in")+" ("+esc(strings.Join(ev.Authorization.Scope, " "))+"): /signin, or in another terminal "+esc(next))
@@ -270,7 +330,6 @@ func (ch *chat) event(ctx context.Context, ev conversation.Event) {
 
 // command runs a /command, or sends the line.
 func (ch *chat) command(ctx context.Context, line string) (quit bool, err error) {
-	a := ch.a
 	cmd, rest, _ := strings.Cut(line, " ")
 	rest = strings.TrimSpace(rest)
 	switch cmd {
@@ -331,17 +390,7 @@ func (ch *chat) command(ctx context.Context, line string) (quit bool, err error)
 		_, err := ch.conv.DeclineUserRequest(ctx, rest)
 		return false, err
 	case "/signin":
-		args := []string{"signin", shellQuote(ch.domain)}
-		f := strings.Fields(rest)
-		if len(f) > 0 {
-			args = append(args, "--method", shellQuote(f[0]))
-		}
-		for _, sc := range f[min(1, len(f)):] {
-			args = append(args, "--scope", shellQuote(sc))
-		}
-		next := a.cmdline(args...)
-		ch.say("", map[string]any{"event": "signin", "next": next}, "Sign in from another terminal, then keep talking here: "+next)
-		return false, nil
+		return false, ch.signIn(ctx, strings.Fields(rest))
 	case "/data":
 		var obj map[string]any
 		if err := json.Unmarshal([]byte(rest), &obj); err != nil {
