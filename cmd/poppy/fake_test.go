@@ -88,6 +88,11 @@ func fakeCompanyMain() int {
 	}
 	_ = enc.Encode(map[string]string{"name": envControl, "value": "http://" + ln.Addr().String()})
 	_ = enc.Encode(map[string]string{"name": envAgentAddr, "value": agentAddr})
+	// What a real Chromium needs to reach the fake and trust its key only
+	// (poppy browse's hidden --unsafe-chromium-* flags).
+	trust := srv.BrowserTrust()
+	_ = enc.Encode(map[string]string{"name": "CHROMIUM_HOST_RULES", "value": trust.ChromiumHostRules()})
+	_ = enc.Encode(map[string]string{"name": "CHROMIUM_SPKI", "value": trust.SPKI})
 	fmt.Println("READY")
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

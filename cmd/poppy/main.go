@@ -24,10 +24,17 @@
 // the redirect URI under one base URL, so they share the exact host, as
 // both readings of A-02 require.
 //
-// The command is built only on the SDK's public packages. Commands for the
-// areas of the protocol that come later (APIs, MCP, conversations,
-// operations, browser Sessions, LLM tools) slot in as one file per command
-// group, each adding itself to the tree in newRootCmd.
+// The agent's client metadata lists the operations extension
+// ({"operations": "1"}): the command asks the User itself before anything a
+// Company proposes is confirmed (poppy ops confirm: a typed "yes" on the
+// terminal, or a standing permission covering every term; with --json, never
+// an answer from a stdin that is not a terminal).
+//
+// The command is built only on the SDK's public packages: apis, api and mcp
+// on package api, ops and permissions on package operations, browse on
+// packages browser and browser/headless. Commands for the areas still to
+// come (conversations, LLM tools) slot in as one file per command group,
+// each adding itself to the tree in newRootCmd.
 package main
 
 import (

@@ -40,9 +40,11 @@ import (
 
 	"github.com/rogpeppe/go-internal/testscript"
 	"go.uber.org/goleak"
+
+	"github.com/poppyproto/poppy/internal/realtest"
 )
 
-type leakCheckM struct{ m *testing.M }
+type leakCheckM struct{ m realtest.M }
 
 func (l leakCheckM) Run() int {
 	code := l.m.Run()
@@ -61,16 +63,18 @@ func (l leakCheckM) Run() int {
 }
 
 func TestMain(m *testing.M) {
-	testscript.Main(leakCheckM{m}, map[string]func(){
+	testscript.Main(leakCheckM{realtest.Main(m)}, map[string]func(){
 		"poppy":       main, // unmodified: it reaches the fake as its HTTPS proxy (poppytest.Server.Env)
 		"fakeco":      func() { os.Exit(fakeCompanyMain()) },
 		"fakebrowser": func() { os.Exit(fakeBrowserMain()) },
 	})
 }
 
-func TestScripts(t *testing.T) {
-	testscript.Run(t, testscript.Params{
-		Dir:                 "testdata/script",
+func TestScripts(t *testing.T) { testscript.Run(t, scriptParams("testdata/script")) }
+
+func scriptParams(dir string) testscript.Params {
+	return testscript.Params{
+		Dir:                 dir,
 		RequireExplicitExec: true,
 		Setup: func(e *testscript.Env) error {
 			e.Setenv("XDG_CONFIG_HOME", filepath.Join(e.WorkDir, ".config"))
@@ -87,7 +91,7 @@ func TestScripts(t *testing.T) {
 			"await":   cmdAwait,
 			"waitfor": cmdWaitFor,
 		},
-	})
+	}
 }
 
 type procsKey struct{}

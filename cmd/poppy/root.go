@@ -57,7 +57,9 @@ func newRootCmd(a *app) *cobra.Command {
 		Short: "A Personal Agent on the command line",
 		Long: `poppy acts for you at a Company through the Personal Agent Protocol (Poppy):
 it discovers what the Company offers, keeps a Session there, signs you in to
-your account and shows what is kept, with every secret in the keystore.
+your account, calls its APIs, asks you before any operation it proposes is
+done, browses its website in a headless Chromium joined to your Session, and
+shows what is kept, with every secret in the keystore.
 
 Exit codes: 0 ok, 1 error, 2 usage error, 3 sign-in needed, 4 declined by the User.`,
 		SilenceUsage:      true,
@@ -80,8 +82,11 @@ Exit codes: 0 ok, 1 error, 2 usage error, 3 sign-in needed, 4 declined by the Us
 	addSessionCommand(root, a)   // cmd_session.go
 	addSignInCommand(root, a)    // cmd_signin.go
 	addStatusCommands(root, a)   // cmd_status.go: status, signout
-	// Later areas add their groups here: apis/api/mcp, chat, ops and
-	// permissions, browse, ask and mcp-server.
+	addAPICommands(root, a)      // cmd_api.go: apis, api, mcp
+	addOpsCommands(root, a)      // cmd_ops.go: ops, permissions
+	addBrowseCommand(root, a)    // cmd_browse.go
+	addChatCommand(root, a)      // cmd_chat.go
+	// Later areas add their groups here: chat, ask and mcp-server.
 
 	for _, c := range root.Commands() {
 		c.Args = wrapArgs(c.Args)

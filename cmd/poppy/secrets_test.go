@@ -16,6 +16,7 @@ import (
 
 	_ "modernc.org/sqlite"
 
+	"github.com/poppyproto/poppy/browser/headless"
 	"github.com/poppyproto/poppy/keystore/keyring"
 	"github.com/poppyproto/poppy/poppytest"
 )
@@ -36,10 +37,11 @@ func TestNoSecretsInOutput(t *testing.T) {
 			secrets[k] = v
 		}
 	}
-	add := func(args ...string) {
+	add := func(args ...string) string {
 		out, errOut, _ := e.run(append(g, args...)...)
 		outputs = append(outputs, out, errOut)
 		collect()
+		return out
 	}
 	serve := e.init(g...)
 	add("identity")
@@ -48,7 +50,7 @@ func TestNoSecretsInOutput(t *testing.T) {
 	add("session", "example.test", "--new")
 
 	// Device Sign-In, approved when the code shows.
-	cmd := e.command(nil, append(g, "signin", "example.test", "--method", "device")...)
+	cmd := e.command(nil, append(g, "signin", "example.test", "--method", "device", "--scope", "poppy:read", "--scope", "poppy:write")...)
 	dev := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = dev, dev
 	if err := cmd.Start(); err != nil {
@@ -63,6 +65,66 @@ func TestNoSecretsInOutput(t *testing.T) {
 	}
 	outputs = append(outputs, dev.String())
 	collect()
+
+	// The APIs, operations and standing permissions (cmd_api.go, cmd_ops.go).
+	add("apis", "example.test")
+	add("api", "example.test", "GET", "/orders")
+	add("api", "example.test", "POST", "/echo", "--data", `{"x":1}`)
+	add("mcp", "tools", "example.test")
+	add("mcp", "call", "example.test", "search_products", `{"query":"jacket"}`)
+	opID := regexp.MustCompile(`"operation_id":"([^"]+)"`)
+	exchange := `{"item_id":"itm_4Qa","replacement_sku":"stormline-insulated-m"}`
+	var ids []string
+	for _, order := range []string{"ord_1", "ord_2"} {
+		m := opID.FindStringSubmatch(add("api", "example.test", "POST", "/orders/"+order+"/exchanges", "--data", exchange))
+		if m == nil {
+			t.Fatalf("no operation proposed: %s", outputs[len(outputs)-1])
+		}
+		ids = append(ids, m[1])
+	}
+	add("ops", "list", "example.test")
+	add("ops", "show", "example.test", ids[0])
+	add("ops", "confirm", "example.test", ids[0]) // no terminal: declined
+	add("ops", "cancel", "example.test", ids[1])
+	add("ops", "track", "example.test", ids[1])
+	perm := regexp.MustCompile(`"id":"([^"]+)"`).FindStringSubmatch(add("permissions", "grant", "example.test",
+		"--action", "openapi:POST /orders/{id}/exchanges", "--any", "order_id", "--any", "item_id", "--any", "replacement_sku", "--any", "price_difference"))
+	if perm == nil {
+		t.Fatal("no permission granted")
+	}
+	add("ops", "confirm", "example.test", ids[0]) // approved by the standing permission
+	add("permissions", "list", "example.test")
+	add("permissions", "revoke", "example.test", perm[1])
+	if _, err := headless.LookPath(); err == nil {
+		trust := e.srv.BrowserTrust()
+		out := add("browse", "example.test", "https://example.test/account", "--screenshot", filepath.Join(e.dir, "shot.png"),
+			"--unsafe-chromium-host-rules", trust.ChromiumHostRules(), "--unsafe-chromium-trust-spki", trust.SPKI)
+		if !strings.Contains(out, `"mode":"joined"`) {
+			t.Fatalf("browse: %s", out)
+		}
+	} else {
+		t.Log("no Chromium: poppy browse is left out")
+	}
+
+	// A conversation (cmd_chat.go), started and resumed.
+	cc := e.command(nil, append(g, "chat", "example.test")...)
+	cc.Stdin = strings.NewReader("Hello there.\n/status\n")
+	chatOut := &syncBuffer{}
+	cc.Stdout, cc.Stderr = chatOut, chatOut
+	if err := cc.Run(); err != nil {
+		t.Fatalf("chat: %v\n%s", err, chatOut.String())
+	}
+	outputs = append(outputs, chatOut.String())
+	collect()
+	if m := regexp.MustCompile(`"conversation_id":"([^"]+)","event":"started"`).FindStringSubmatch(chatOut.String()); m != nil {
+		cr := e.command(nil, append(g, "chat", "example.test", "--conversation", m[1], "--no-stream")...)
+		cr.Stdin = strings.NewReader("/data {\"a\":1}\n/handoff\n/close\n")
+		b, _ := cr.CombinedOutput()
+		outputs = append(outputs, string(b))
+		collect()
+	} else {
+		t.Fatalf("chat started nothing: %s", chatOut.String())
+	}
 
 	add("session", "example.test", "--scope", "poppy:read")
 	add("session", "example.test", "--scope", "poppy:write", "--scope", "addresses") // refused: a hint

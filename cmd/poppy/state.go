@@ -104,6 +104,8 @@ func (c *identityConfig) identity(keys []*poppy.SigningKey) (*poppy.Identity, er
 		JWKSURI:      c.jwksURI(),
 		RedirectURIs: []string{c.redirectURI()},
 		Keys:         keys,
+		// The command approves operations with the User (cmd_ops.go).
+		Extensions: map[string]string{"operations": "1"},
 	})
 }
 

@@ -1,0 +1,78 @@
+package main
+
+import (
+	"context"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/poppyproto/poppy/poppytest"
+)
+
+// deviceSignIn signs the profile in with poppy:read and poppy:write, the
+// User approving in their browser.
+func (e *cliEnv) deviceSignIn(t *testing.T) {
+	t.Helper()
+	cmd := e.command(nil, "--json", "signin", "example.test", "--method", "device", "--scope", "poppy:read", "--scope", "poppy:write")
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	link := out.waitFor(t, regexp.MustCompile(`"verification_uri_complete":"(https://[^"]+)"`), 20*time.Second)[1]
+	if _, err := e.srv.Browse(context.Background(), link); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("device sign-in: %v\n%s", err, out.String())
+	}
+}
+
+// The User approves an operation by typing "yes" on the terminal, even
+// with --json (whose stdout then holds only JSON): the summary and terms
+// they are shown are the Company's, escaped (OPS 5.1).
+func TestPTYOpsConfirm(t *testing.T) {
+	e := newCLIEnv(t, &poppytest.Options{})
+	e.init()
+	e.deviceSignIn(t)
+	out := e.mustRun("--json", "api", "example.test", "POST", "/orders/ord_1/exchanges", "--data", `{"item_id":"itm_4Qa","replacement_sku":"stormline-insulated-m"}`)
+	m := regexp.MustCompile(`"operation_id":"([^"]+)"`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no operation: %s", out)
+	}
+	ptmx, screen, wait := onPTY(t, e.command(nil, "--json", "ops", "confirm", "example.test", m[1]))
+	screen.waitFor(t, regexp.MustCompile(`Stormline Insulated Jacket`), 20*time.Second)
+	screen.waitFor(t, regexp.MustCompile(`"amount": "70.00"`), 5*time.Second)
+	screen.waitFor(t, regexp.MustCompile(`Type "yes" to approve`), 5*time.Second)
+	if _, err := ptmx.WriteString("yes\r"); err != nil {
+		t.Fatal(err)
+	}
+	if code := wait(); code != 0 {
+		t.Fatalf("exit %d; the screen shows:\n%s", code, screen.String())
+	}
+	s := screen.String()
+	if !strings.Contains(s, `"state":"succeeded"`) || !strings.Contains(s, `"approved_by":"user"`) {
+		t.Fatalf("not confirmed by the User; the screen shows:\n%s", s)
+	}
+}
+
+// On a terminal, anything but "yes" declines: exit code 4.
+func TestPTYOpsDecline(t *testing.T) {
+	e := newCLIEnv(t, &poppytest.Options{})
+	e.init()
+	e.deviceSignIn(t)
+	out := e.mustRun("--json", "api", "example.test", "POST", "/orders/ord_1/exchanges", "--data", `{"item_id":"itm_4Qa","replacement_sku":"stormline-insulated-m"}`)
+	id := regexp.MustCompile(`"operation_id":"([^"]+)"`).FindStringSubmatch(out)[1]
+	ptmx, screen, wait := onPTY(t, e.command(nil, "ops", "confirm", "example.test", id))
+	screen.waitFor(t, regexp.MustCompile(`Type "yes" to approve`), 20*time.Second)
+	if _, err := ptmx.WriteString("y\r"); err != nil {
+		t.Fatal(err)
+	}
+	if code := wait(); code != exitDeclined {
+		t.Fatalf("exit %d, want %d; the screen shows:\n%s", code, exitDeclined, screen.String())
+	}
+	if s := e.mustRun("--json", "ops", "show", "example.test", id); !strings.Contains(s, `"state":"cancelled"`) {
+		t.Fatalf("not declined at the Company: %s", s)
+	}
+}
