@@ -76,6 +76,71 @@ type accountRecord struct {
 	Token  string    `json:"refresh_token"`
 	Scope  string    `json:"scope"`
 	Expiry time.Time `json:"expiry,omitzero"`
+	// Recent are the Session Tokens the latest refreshes got, so that a
+	// replica that waited for the lock while another refreshed for the
+	// same Session adopts that token instead of refreshing again.
+	Recent []recentToken `json:"recent,omitempty"`
+}
+
+// recentToken is a Session Token a refresh with the Account Token got for
+// the Session Asked, with the token key it was asked for.
+type recentToken struct {
+	Asked     string    `json:"asked"`
+	Bearer    bool      `json:"bearer,omitempty"`
+	Resource  string    `json:"resource,omitempty"`
+	KeyScope  string    `json:"key_scope,omitempty"`
+	Value     string    `json:"value"`
+	Type      string    `json:"type"`
+	SessionID string    `json:"session_id"`
+	Scope     *string   `json:"scope,omitempty"`
+	Issued    time.Time `json:"issued"`
+	Lifetime  int64     `json:"lifetime"` // seconds
+}
+
+// maxRecent bounds accountRecord.Recent: one entry per Session and token
+// key in use, the oldest dropped first.
+const maxRecent = 16
+
+// recent returns the entry a refresh for sessionID and k can adopt: a
+// token still before its renewal point that is not stale.
+func (r *accountRecord) recent(sessionID string, k tokenKey, stale string, now time.Time) *tokenResponse {
+	if sessionID == "" {
+		return nil // a new Session each time
+	}
+	for _, e := range r.Recent {
+		if e.Asked != sessionID || e.Bearer != k.bearer || e.Resource != k.resource || e.KeyScope != k.scope {
+			continue
+		}
+		lifetime := time.Duration(e.Lifetime) * time.Second
+		if e.Value == stale || !now.Before(renewPoint(e.Issued, lifetime)) {
+			return nil
+		}
+		return &tokenResponse{AccessToken: e.Value, TokenType: e.Type, Scope: e.Scope, SessionID: e.SessionID,
+			SignedIn: true, expiresIn: lifetime, issued: e.Issued, adopted: true}
+	}
+	return nil
+}
+
+// remember records tr, obtained for sessionID and k, in Recent, dropping
+// entries past their renewal point.
+func (r *accountRecord) remember(sessionID string, k tokenKey, tr *tokenResponse, now time.Time) {
+	keep := r.Recent[:0]
+	for _, e := range r.Recent {
+		same := e.Asked == sessionID && e.Bearer == k.bearer && e.Resource == k.resource && e.KeyScope == k.scope
+		if !same && now.Before(renewPoint(e.Issued, time.Duration(e.Lifetime)*time.Second)) {
+			keep = append(keep, e)
+		}
+	}
+	r.Recent = keep
+	if sessionID == "" || !tr.SignedIn {
+		return
+	}
+	if len(r.Recent) >= maxRecent {
+		r.Recent = slices.Delete(r.Recent, 0, len(r.Recent)-maxRecent+1)
+	}
+	r.Recent = append(r.Recent, recentToken{Asked: sessionID, Bearer: k.bearer, Resource: k.resource, KeyScope: k.scope,
+		Value: tr.AccessToken, Type: tr.TokenType, SessionID: tr.SessionID, Scope: tr.Scope,
+		Issued: now, Lifetime: int64(tr.expiresIn / time.Second)})
 }
 
 func (r *accountRecord) expired(now time.Time) bool {
@@ -318,9 +383,9 @@ func (s *Session) useAccountToken(ctx context.Context, opts *SignInOptions, reus
 			return res, res != nil, err
 		}
 	}
-	tr, err := s.refresh(ctx, s.ID(), account, tokenKey{})
+	tr, err := s.refresh(ctx, s.ID(), account, tokenKey{}, "")
 	if errors.Is(err, ErrAccountMismatch) || errors.Is(err, ErrInvalidSession) {
-		tr, err = s.refresh(ctx, "", account, tokenKey{}) // a new signed-in Session
+		tr, err = s.refresh(ctx, "", account, tokenKey{}, "") // a new signed-in Session
 	}
 	if errors.Is(err, ErrNoAccountToken) {
 		// Refused or expired, and deleted by refresh: a Session signed in
@@ -370,6 +435,12 @@ func (s *Session) storeRenewal(ctx context.Context, tr *tokenResponse, k tokenKe
 		if cur != nil && json.Unmarshal(cur, &rec) != nil {
 			rec = sessionRecord{}
 		}
+		if st := rec.token(k); tr.adopted && st != nil && st.Value == tr.AccessToken && rec.SessionID == tr.SessionID && rec.SignedIn {
+			// Another replica stored it already: nothing to write.
+			out = s.tokenFrom(&rec, st)
+			s.setRecord(&rec)
+			return cur, nil
+		}
 		if rec.SessionID != "" && rec.SessionID != tr.SessionID {
 			replaced = [2]string{rec.SessionID, tr.SessionID}
 		}
@@ -391,7 +462,9 @@ func (s *Session) markSignedOut(ctx context.Context, account string) error {
 		if cur == nil || json.Unmarshal(cur, &rec) != nil || !rec.SignedIn || rec.Account != account {
 			return cur, nil
 		}
-		rec = sessionRecord{SessionID: rec.SessionID}
+		// The Company may still hold the Session signed in (a rotation
+		// lost by another replica): see renewSignedOut.
+		rec = sessionRecord{SessionID: rec.SessionID, LostSignIn: true}
 		s.setRecord(&rec)
 		return json.Marshal(&rec)
 	})
@@ -406,7 +479,19 @@ func (s *Session) markSignedOut(ctx context.Context, account string) error {
 // Account Token's lock, storing a rotated token before returning. It holds
 // no other keystore lock. On invalid_grant it deletes the Account Token and
 // returns an error matching ErrInvalidGrant and ErrNoAccountToken.
-func (s *Session) refresh(ctx context.Context, sessionID, account string, k tokenKey) (*tokenResponse, error) {
+//
+// Replicas that find one Session's token due at once all queue on the
+// Account Token's lock, but the Session's record is written only after the
+// lock is released, so a re-read of that record under the lock would still
+// find the old token. The refresh therefore also keeps the Session Token it
+// got in the Account Token's record (accountRecord.Recent), and a refresh
+// for the same Session and token key that finds one there still before its
+// renewal point, and not stale, adopts it and sends nothing.
+//
+// A rotated Account Token is stored whatever else is wrong with the
+// response that carried it: the Company has consumed the old one
+// (RFC 6749 section 6, PA-4.8-04).
+func (s *Session) refresh(ctx context.Context, sessionID, account string, k tokenKey, stale string) (*tokenResponse, error) {
 	a, c := s.agent, s.company
 	var tr *tokenResponse
 	var grantErr error
@@ -416,9 +501,13 @@ func (s *Session) refresh(ctx context.Context, sessionID, account string, k toke
 			grantErr = ErrNoAccountToken
 			return cur, nil
 		}
-		if ar.expired(a.clock.Now()) {
+		now := a.clock.Now()
+		if ar.expired(now) {
 			grantErr = fmt.Errorf("%w: it has expired", ErrNoAccountToken) // PA-4.4-12
 			return nil, nil
+		}
+		if tr = ar.recent(sessionID, k, stale, now); tr != nil {
+			return cur, nil // PA-4.8-05: another replica refreshed while we waited
 		}
 		key := s.key
 		if k.bearer {
@@ -449,24 +538,52 @@ func (s *Session) refresh(ctx context.Context, sessionID, account string, k toke
 			grantErr = err
 			return cur, nil
 		}
+		now = a.clock.Now()
+		rotated := false
+		if rt, expiresIn := rotatedToken(body); rt != "" && rt != ar.Token {
+			// PA-4.8-04: rotated; stored before the Session Token is used,
+			// and even if the rest of the response is refused below.
+			ar.Token, rotated = rt, true
+			if expiresIn > 0 {
+				ar.Expiry = now.Add(time.Duration(expiresIn) * time.Second)
+			}
+		}
 		tr, grantErr = parseTokenResponse(body, k.bearer)
 		if grantErr != nil {
+			tr = nil
+			if rotated {
+				ar.remember(sessionID, k, &tokenResponse{}, now) // drops entries of the old token's Session Tokens that are due
+				return json.Marshal(&ar)
+			}
 			return cur, nil
 		}
-		if tr.RefreshToken != "" && tr.RefreshToken != ar.Token {
-			// PA-4.8-04: rotated; stored before the Session Token is used.
-			ar.Token = tr.RefreshToken
-			if tr.RefreshTokenExpiresIn > 0 {
-				ar.Expiry = a.clock.Now().Add(time.Duration(tr.RefreshTokenExpiresIn) * time.Second)
-			}
-			return json.Marshal(&ar)
-		}
-		return cur, nil
+		tr.issued = now
+		ar.remember(sessionID, k, tr, now)
+		return json.Marshal(&ar)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("poppy: Account Token: %w", err)
 	}
 	return tr, grantErr
+}
+
+// rotatedToken returns the refresh_token of a token response, and its
+// refresh_token_expires_in when that is an integer, however wrong the rest
+// of the response is.
+func rotatedToken(body []byte) (string, int64) {
+	var v struct {
+		RefreshToken string `json:"refresh_token"`
+	}
+	if json.Unmarshal(body, &v) != nil && v.RefreshToken == "" {
+		return "", 0
+	}
+	var e struct {
+		ExpiresIn int64 `json:"refresh_token_expires_in"`
+	}
+	if json.Unmarshal(body, &e) != nil {
+		e.ExpiresIn = 0
+	}
+	return v.RefreshToken, e.ExpiresIn
 }
 
 // renewSignedIn renews the token for k of a signed-in Session, whose
@@ -475,10 +592,10 @@ func (s *Session) refresh(ctx context.Context, sessionID, account string, k toke
 // (PA-4.2-18). If the Account Token is gone or refused, the Session is
 // marked signed out and ErrNoAccountToken returned, for the caller to renew
 // it signed out (PA-4.8-06).
-func (s *Session) renewSignedIn(ctx context.Context, k tokenKey, snap *sessionRecord) (*Token, error) {
-	tr, err := s.refresh(ctx, snap.SessionID, snap.Account, k)
+func (s *Session) renewSignedIn(ctx context.Context, k tokenKey, snap *sessionRecord, stale string) (*Token, error) {
+	tr, err := s.refresh(ctx, snap.SessionID, snap.Account, k, stale)
 	if errors.Is(err, ErrAccountMismatch) || errors.Is(err, ErrInvalidSession) {
-		tr, err = s.refresh(ctx, "", snap.Account, k)
+		tr, err = s.refresh(ctx, "", snap.Account, k, "")
 	}
 	if errors.Is(err, ErrNoAccountToken) {
 		if merr := s.markSignedOut(ctx, snap.Account); merr != nil {
@@ -539,7 +656,8 @@ func (c *Company) signOutSessions(ctx context.Context, user, account string) err
 			if cur == nil || json.Unmarshal(cur, &rec) != nil || !rec.SignedIn || rec.Account != account {
 				return cur, nil
 			}
-			rec = sessionRecord{SessionID: rec.SessionID}
+			// LostSignIn: a failed revocation leaves it signed in.
+			rec = sessionRecord{SessionID: rec.SessionID, LostSignIn: true}
 			return json.Marshal(&rec)
 		})
 		if err != nil {
@@ -557,7 +675,7 @@ func (c *Company) signOutSessions(ctx context.Context, user, account string) err
 	for _, s := range live {
 		s.mu.Lock()
 		if s.rec.SignedIn && s.rec.Account == account {
-			s.rec = sessionRecord{SessionID: s.rec.SessionID}
+			s.rec = sessionRecord{SessionID: s.rec.SessionID, LostSignIn: true}
 			clear(s.tokens)
 		}
 		s.mu.Unlock()

@@ -41,7 +41,9 @@
 //     revocation). RFC 7523 allows it and deployed servers accept it; the
 //     Session assertion is pinned to the same value by spec 4.2.
 //   - A-04 (assertion lifetimes): client and Session assertions live 60 s and
-//     carry a 128-bit random jti; they have no typ header.
+//     carry a 128-bit random jti; their header has typ "JWT", the value
+//     RFC 7519 section 5.1 recommends, which servers that check typ
+//     accept and the others ignore.
 //   - A-05 (issuer matching): the metadata issuer must equal auth.issuer byte
 //     for byte; a trailing "/" is a difference. The metadata is fetched from
 //     the RFC 8414 path-inserted location and may redirect only to HTTPS.
@@ -53,7 +55,11 @@
 //     resource, scope); a new token replaces only the one with the same key.
 //   - A-10 (renewing a signed-in Session): always with its Account Token;
 //     only when the Account Token is gone or refused does the Session renew
-//     signed out, with the assertion.
+//     signed out, with the assertion. A Company may refuse that (it still
+//     holds the Session signed in, e.g. after a rotation another replica
+//     lost): invalid_grant then starts a new, signed-out Session, reported
+//     to OnSessionReplaced, so the User ends signed out and asked to sign
+//     in again (sign_in_required), never stuck.
 //   - A-11 (token_type): compared case-insensitively; DPoP is required for a
 //     request sent with a proof, Bearer for one sent without.
 //   - A-16 (rotation): refreshes of one Account Token are serialised across

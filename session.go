@@ -98,6 +98,11 @@ type sessionRecord struct {
 	Account   string        `json:"account,omitempty"` // label of the Account Token it signed in with
 	Scope     string        `json:"scope,omitempty"`
 	Tokens    []storedToken `json:"tokens,omitempty"`
+	// LostSignIn marks a Session the SDK signed out locally because its
+	// Account Token is gone (refused, or deleted by SignOut), which the
+	// Company may still hold signed in: if it then refuses to renew it
+	// with the assertion (A-10), a new Session replaces it.
+	LostSignIn bool `json:"lost_sign_in,omitempty"`
 }
 
 func (r *sessionRecord) token(k tokenKey) *storedToken {
@@ -327,10 +332,22 @@ func (s *Session) Token(ctx context.Context, opts *TokenOptions) (*Token, error)
 	return s.token(ctx, k, stale)
 }
 
+// renewMargin is the least time before expiry at which a token is
+// renewed, so that a short-lived token does not expire while a request
+// that carries it is in flight or waits for a lock.
+const renewMargin = time.Second
+
 // renewBefore is how long before expiry a token is renewed: 10% of its
-// lifetime, at most a minute.
+// lifetime, at most a minute, but at least renewMargin (or half the
+// lifetime, if that is shorter): the renewal point is
+// min(90% of the lifetime, lifetime - renewMargin).
 func renewBefore(lifetime time.Duration) time.Duration {
-	return min(lifetime/10, time.Minute)
+	return max(min(lifetime/10, time.Minute), min(renewMargin, lifetime/2))
+}
+
+// renewPoint is when a token issued at issued with lifetime is renewed.
+func renewPoint(issued time.Time, lifetime time.Duration) time.Time {
+	return issued.Add(lifetime - renewBefore(lifetime))
 }
 
 // token returns the token for k. If stale is non-empty, a token with that
@@ -388,7 +405,7 @@ func (s *Session) renew(ctx context.Context, k tokenKey, stale string) (*Token, 
 		if err != nil || signedIn == nil {
 			return out, wrapRenewal(err)
 		}
-		out, err = s.renewSignedIn(ctx, k, signedIn)
+		out, err = s.renewSignedIn(ctx, k, signedIn, stale)
 		if errors.Is(err, ErrNoAccountToken) {
 			continue // now signed out: renew with the assertion (PA-4.8-06)
 		}
@@ -434,9 +451,19 @@ func (s *Session) renewSignedOut(ctx context.Context, k tokenKey, stale string) 
 		}
 		before := rec.SessionID
 		tr, err := s.request(ctx, rec.SessionID, k)
-		if errors.Is(err, ErrInvalidSession) && rec.SessionID != "" {
+		switch {
+		case rec.SessionID == "":
+		case errors.Is(err, ErrInvalidSession):
 			// PA-4.2-16: the Session has ended; start a new one.
 			a.log.InfoContext(ctx, "poppy: Session ended at the Company, starting a new one", "session_id", rec.SessionID)
+			rec = sessionRecord{}
+			tr, err = s.request(ctx, "", k)
+		case rec.LostSignIn && errors.Is(err, ErrInvalidGrant):
+			// The Account Token is gone but the Company still holds the
+			// Session signed in, and won't renew it with the assertion
+			// (A-10): a new signed-out Session replaces it, once, for every
+			// replica, since the record is written under its lock.
+			a.log.InfoContext(ctx, "poppy: the Company keeps the Session signed in without its Account Token, starting a new one", "session_id", rec.SessionID)
 			rec = sessionRecord{}
 			tr, err = s.request(ctx, "", k)
 		}
@@ -498,7 +525,11 @@ func (s *Session) restart(ctx context.Context, ended string) error {
 // state, and returns the token. account labels the Account Token a
 // signed-in token came from.
 func (s *Session) recordToken(rec *sessionRecord, tr *tokenResponse, k tokenKey, account string) *Token {
-	now := s.agent.clock.Now()
+	now := tr.issued
+	if now.IsZero() {
+		now = s.agent.clock.Now()
+	}
+	rec.LostSignIn = false
 	if rec.SessionID != tr.SessionID {
 		rec.Tokens = nil // a different Session: its old tokens don't apply
 	}
@@ -520,7 +551,7 @@ func (s *Session) recordToken(rec *sessionRecord, tr *tokenResponse, k tokenKey,
 		rec.Scope = granted
 	}
 	rec.setToken(k, storedToken{Value: tr.AccessToken, Granted: granted,
-		Expiry: now.Add(tr.expiresIn), RenewAt: now.Add(tr.expiresIn - renewBefore(tr.expiresIn))})
+		Expiry: now.Add(tr.expiresIn), RenewAt: renewPoint(now, tr.expiresIn)})
 	s.setRecord(rec)
 	return s.tokenFrom(rec, rec.token(k))
 }

@@ -43,6 +43,8 @@ type tokenResponse struct {
 	RefreshTokenExpiresIn accountSeconds  `json:"refresh_token_expires_in,omitempty"`
 
 	expiresIn time.Duration
+	issued    time.Time // when it was received; zero means now
+	adopted   bool      // taken from another replica's refresh, not requested
 }
 
 // accountSeconds is refresh_token_expires_in (PA-4.4-12): whole seconds,

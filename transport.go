@@ -483,26 +483,35 @@ func (c *Company) isMCP(u *url.URL) bool {
 }
 
 // resourceFor returns the resource a DPoP token for u must be issued for:
-// that of the listed entry whose resource (an https URL) prefixes u, or
-// else whose URL's directory prefixes u, the longest match winning; "" when
+// that of the listed entry whose resource (an https URL) contains u, or
+// else whose URL's directory contains u, the longest match winning; "" when
 // no entry with a resource matches (spec 4.3: one token works everywhere).
+// URLs are compared normalised (RFC 3986 section 6.2.2, 6.2.3; urlnorm.go),
+// and paths segment by segment.
 func (c *Company) resourceFor(u *url.URL) string {
-	target := htuOf(u)
-	best, bestLen := "", 0
+	origin, path := normURL(u)
+	best, bestLen := "", -1
 	for _, e := range c.endpoints() {
 		if e.resource == "" || e.mcp {
 			continue
 		}
 		prefix := ""
-		if r, err := url.Parse(e.resource); err == nil && r.Host != "" && strings.HasPrefix(target, htuOf(r)) {
-			prefix = htuOf(r)
-		} else if eu, err := url.Parse(e.url); err == nil && eu.Host != "" {
-			p := htuOf(eu)
-			if i := strings.LastIndex(p, "/"); i >= 0 && strings.HasPrefix(target, p[:i+1]) {
-				prefix = p[:i+1]
+		matched := false
+		if r, err := url.Parse(e.resource); err == nil && r.Host != "" {
+			if ro, rp := normURL(r); ro == origin && pathWithin(path, rp) {
+				prefix, matched = rp, true
 			}
 		}
-		if len(prefix) > bestLen {
+		if !matched {
+			if eu, err := url.Parse(e.url); err == nil && eu.Host != "" {
+				eo, ep := normURL(eu)
+				dir := ep[:strings.LastIndex(ep, "/")+1]
+				if eo == origin && strings.HasPrefix(path, dir) {
+					prefix, matched = dir, true
+				}
+			}
+		}
+		if matched && len(prefix) > bestLen {
 			best, bestLen = e.resource, len(prefix)
 		}
 	}

@@ -301,7 +301,10 @@
 //     for APIResource. GET /openapi.json needs no token.
 //   - renewing a signed-in Session with the JWT bearer assertion is
 //     refused with invalid_grant and recorded as a PA-4.2-15 violation; a
-//     signed-in Session is renewed with its Account Token.
+//     signed-in Session is renewed with its Account Token. Once a refresh
+//     with that Session's Account Token was refused (revoked, expired or
+//     rotated away), the refusal stays but is no violation: the client has
+//     no Account Token left for it and must start a new Session.
 //   - the token response always carries scope ("" when signed out).
 //   - an authorization code's exchange takes the User ID for the
 //     Account Token from the Session it signs in, which must belong to

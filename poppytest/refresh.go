@@ -44,16 +44,19 @@ func (s *Server) grantRefreshToken(g *grantRequest) (map[string]any, *protoError
 	f := at.fam
 	switch {
 	case f.revoked:
+		f.refused = true
 		s.mu.Unlock()
 		return invalid("invalid_grant", "the Account Token has been revoked") // CO-4.8-10
 	case !f.expires.IsZero() && !now.Before(f.expires):
 		if now.Sub(f.expires) > expiredGrace {
 			violation, vdetail = "PA-4.4-12", "an Account Token was used after refresh_token_expires_in"
 		}
+		f.refused = true
 		s.mu.Unlock()
 		return invalid("invalid_grant", "the Account Token has expired") // CO-4.8-08, CO-4.8-10
 	case !at.replaced.IsZero() && now.Sub(at.replaced) >= s.opts.RotationGrace:
 		violation, vdetail = "PA-4.8-04", "an Account Token that a rotation replaced was used again"
+		f.refused = true
 		s.mu.Unlock()
 		return invalid("invalid_grant", "the Account Token was replaced by rotation")
 	}

@@ -110,6 +110,10 @@ type acctFamily struct {
 	scopes                 []string
 	issued, expires        time.Time // expires zero: no lifetime
 	revoked                bool
+	// refused: a refresh with one of its values was refused, so the
+	// client knows it has no usable value (A-10: renewing the Session it
+	// signed in with the assertion is then no PA-4.2-15 violation).
+	refused bool
 }
 
 // acctToken is one value of an Account Token family.

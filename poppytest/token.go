@@ -273,8 +273,12 @@ func (s *Server) grantJWTBearer(g *grantRequest) (map[string]any, *protoError) {
 		sess = s.sessions[sid]
 		s.lapseLocked(sess, s.clock.Now())
 		var state session
+		lost := false // the client was refused its Account Token for this Session
 		if sess != nil {
 			state = *sess
+			if f := s.signin.families[sess.family]; f != nil {
+				lost = f.refused || f.revoked
+			}
 		}
 		s.mu.Unlock()
 		switch {
@@ -284,7 +288,9 @@ func (s *Server) grantJWTBearer(g *grantRequest) (map[string]any, *protoError) {
 			return invalid("invalid_session", "the Session belongs to another Personal Agent or User") // CO-4.2-08
 		case state.signedIn:
 			// a signed-in Session is renewed with its Account Token.
-			s.violate(x.idx, "PA-4.2-15", "signed-in Session renewed with the JWT bearer assertion instead of the Account Token")
+			if !lost {
+				s.violate(x.idx, "PA-4.2-15", "signed-in Session renewed with the JWT bearer assertion instead of the Account Token")
+			}
 			return invalid("invalid_grant", "the Session is signed in: renew it with the Account Token")
 		}
 	}
