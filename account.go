@@ -464,7 +464,7 @@ func (s *Session) markSignedOut(ctx context.Context, account string) error {
 		}
 		// The Company may still hold the Session signed in (a rotation
 		// lost by another replica): see renewSignedOut.
-		rec = sessionRecord{SessionID: rec.SessionID, LostSignIn: true}
+		rec = sessionRecord{SessionID: rec.SessionID}
 		s.setRecord(&rec)
 		return json.Marshal(&rec)
 	})
@@ -656,8 +656,7 @@ func (c *Company) signOutSessions(ctx context.Context, user, account string) err
 			if cur == nil || json.Unmarshal(cur, &rec) != nil || !rec.SignedIn || rec.Account != account {
 				return cur, nil
 			}
-			// LostSignIn: a failed revocation leaves it signed in.
-			rec = sessionRecord{SessionID: rec.SessionID, LostSignIn: true}
+			rec = sessionRecord{SessionID: rec.SessionID}
 			return json.Marshal(&rec)
 		})
 		if err != nil {
@@ -675,7 +674,7 @@ func (c *Company) signOutSessions(ctx context.Context, user, account string) err
 	for _, s := range live {
 		s.mu.Lock()
 		if s.rec.SignedIn && s.rec.Account == account {
-			s.rec = sessionRecord{SessionID: s.rec.SessionID, LostSignIn: true}
+			s.rec = sessionRecord{SessionID: s.rec.SessionID}
 			clear(s.tokens)
 		}
 		s.mu.Unlock()

@@ -21,6 +21,7 @@ import (
 
 func TestMain(m *testing.M) {
 	testenv.RotationChildMain(func(path string) (keystore.Store, error) { return sqlitestore.Open(path, nil) })
+	testenv.ReplicaChildMain(func(path string) (keystore.Store, error) { return sqlitestore.Open(path, nil) })
 	goleak.VerifyTestMain(m,
 		// net/http keeps idle connections' goroutines until the transport
 		// is closed; poppytest closes its own at Close.

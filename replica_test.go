@@ -14,7 +14,9 @@ import (
 	"time"
 
 	"github.com/poppyproto/poppy"
+	"github.com/poppyproto/poppy/internal/testenv"
 	"github.com/poppyproto/poppy/keystore"
+	"github.com/poppyproto/poppy/keystore/sqlitestore"
 	"github.com/poppyproto/poppy/poppytest"
 )
 
@@ -25,12 +27,17 @@ import (
 type crashingStore struct {
 	keystore.Store
 	armed atomic.Bool
+	kind  keystore.Kind // default KindAccountToken
 }
 
 var errCrashed = errors.New("test: replica killed before the write")
 
 func (c *crashingStore) Update(ctx context.Context, key keystore.Key, fn func([]byte) ([]byte, error)) error {
-	if key.Kind != keystore.KindAccountToken || !c.armed.Load() {
+	kind := c.kind
+	if kind == "" {
+		kind = keystore.KindAccountToken
+	}
+	if key.Kind != kind || !c.armed.Load() {
 		return c.Store.Update(ctx, key, fn)
 	}
 	c.armed.Store(false)
@@ -230,5 +237,72 @@ func TestPA_4_8_05_OneRefreshAcrossReplicas(t *testing.T) {
 				t.Fatalf("round %d: replica %d has another token", round, i)
 			}
 		}
+	}
+}
+
+// Three OS processes on one SQLite keystore serve 20 signed-in Users whose
+// Account Tokens rotate on every use, with Session Tokens of 2 s; one
+// replica crashes between the Company rotating a token and the store
+// saving it, another is killed at random. No User ends stuck, the lost
+// rotation ends in sign_in_required and a working signed-out Session, and
+// before the kills the replicas refresh once per lifetime (PA-4.8-04,
+// PA-4.8-05, PA-4.8-06).
+func TestReplicasSQLite(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a multi-process run of about 10 s")
+	}
+	path := t.TempDir() + "/keystore.db"
+	store, err := sqlitestore.Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	testenv.ReplicaRun(t, store, path, &testenv.ReplicaOptions{Kills: true})
+}
+
+// A replica dies after the Company signed a Session in with the stored
+// Account Token and before the Session's record says so: the record says
+// signed out, the Company says signed in and refuses the assertion.
+// Another replica starts a new Session instead of failing for good, and
+// the next account call signs it in with the stored Account Token.
+func TestCrashBetweenSignInAndRecord(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	signedIn(t, e, "")
+	crash := &crashingStore{Store: e.store, kind: keystore.KindSession}
+	b := e.newAgent(&poppy.AgentOptions{Store: crash})
+	cb, err := b.Company(ctx, "example.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := cb.Session(ctx, "alice", &poppy.SessionOptions{Name: "task"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := sb.ID()
+	crash.armed.Store(true)
+	if _, _, err := sb.UseAccountToken(ctx, nil); !errors.Is(err, errCrashed) {
+		t.Fatalf("UseAccountToken on the crashing replica: %v", err)
+	}
+	// Another replica resumes the Session: signed out in the store.
+	c := e.newAgent(nil)
+	cc, err := c.Company(ctx, "example.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := cc.Session(ctx, "alice", &poppy.SessionOptions{Name: "task"})
+	if err != nil {
+		t.Fatalf("resuming the Session: %v", err)
+	}
+	e.srv.Clock().Advance(2 * time.Hour)
+	if code, body := e.get(sc, "/orders"); code != 200 {
+		t.Fatalf("account call: %d %s", code, body)
+	}
+	if sc.ID() == old || !sc.SignedIn() {
+		t.Fatalf("Session %s (signed in %v), want a new one, signed in", sc.ID(), sc.SignedIn())
+	}
+	// The one assertion renewal of the Session the Company held signed in
+	// is the price of the crash: nothing in the store said it was.
+	if vs := e.srv.TakeViolations(); len(vs) != 1 || vs[0].Rule != "PA-4.2-15" {
+		t.Fatalf("violations %v, want the one PA-4.2-15 of the crash", vs)
 	}
 }

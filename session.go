@@ -98,11 +98,6 @@ type sessionRecord struct {
 	Account   string        `json:"account,omitempty"` // label of the Account Token it signed in with
 	Scope     string        `json:"scope,omitempty"`
 	Tokens    []storedToken `json:"tokens,omitempty"`
-	// LostSignIn marks a Session the SDK signed out locally because its
-	// Account Token is gone (refused, or deleted by SignOut), which the
-	// Company may still hold signed in: if it then refuses to renew it
-	// with the assertion (A-10), a new Session replaces it.
-	LostSignIn bool `json:"lost_sign_in,omitempty"`
 }
 
 func (r *sessionRecord) token(k tokenKey) *storedToken {
@@ -458,12 +453,15 @@ func (s *Session) renewSignedOut(ctx context.Context, k tokenKey, stale string) 
 			a.log.InfoContext(ctx, "poppy: Session ended at the Company, starting a new one", "session_id", rec.SessionID)
 			rec = sessionRecord{}
 			tr, err = s.request(ctx, "", k)
-		case rec.LostSignIn && errors.Is(err, ErrInvalidGrant):
-			// The Account Token is gone but the Company still holds the
-			// Session signed in, and won't renew it with the assertion
-			// (A-10): a new signed-out Session replaces it, once, for every
-			// replica, since the record is written under its lock.
-			a.log.InfoContext(ctx, "poppy: the Company keeps the Session signed in without its Account Token, starting a new one", "session_id", rec.SessionID)
+		case errors.Is(err, ErrInvalidGrant):
+			// A-10: the Company holds the Session signed in, and won't
+			// renew it with the assertion: its Account Token was refused
+			// (a rotation another replica lost), or a replica died between
+			// a sign-in at the Company and storing it. A new signed-out
+			// Session replaces it, once for every replica, since the record
+			// is written under its lock; if the Company refuses that start
+			// too, its invalid_grant is returned (PA-4.2-17: no loop).
+			a.log.InfoContext(ctx, "poppy: the Company refused to renew the Session with the assertion, starting a new one", "session_id", rec.SessionID)
 			rec = sessionRecord{}
 			tr, err = s.request(ctx, "", k)
 		}
@@ -529,7 +527,6 @@ func (s *Session) recordToken(rec *sessionRecord, tr *tokenResponse, k tokenKey,
 	if now.IsZero() {
 		now = s.agent.clock.Now()
 	}
-	rec.LostSignIn = false
 	if rec.SessionID != tr.SessionID {
 		rec.Tokens = nil // a different Session: its old tokens don't apply
 	}

@@ -27,6 +27,7 @@ func TestMain(m *testing.M) {
 	testenv.RotationChildMain(func(table string) (keystore.Store, error) {
 		return pgstore.Open(context.Background(), os.Getenv(urlEnv), &pgstore.Options{Table: table})
 	})
+	testenv.ReplicaChildMain(openReplicaStore)
 	benchChildMain()
 	goleak.VerifyTestMain(realtest.Main(m)) // one line per missing real component
 }

@@ -16,15 +16,34 @@
 //
 // # Updates across replicas
 //
-// [Store.Update] runs in a transaction that first takes a transaction-scoped
-// advisory lock derived from the table and the record's Key. The lock exists
-// whether or not the row does, so two replicas creating the same record queue
-// up like two replicas renewing it. fn runs once under that lock, on a
-// connection held from the pool until the transaction ends: size the pool
-// (pool_max_conns in the connection string; pgxpool's default is 4 or the
-// number of CPUs) for the number of updates that may wait on the network at
-// once, and don't call the store from inside fn on a pool that could be
-// exhausted.
+// [Store.Update] takes a session-level advisory lock derived from the table
+// and the record's Key, reads the record, runs fn, writes what fn returned
+// and releases the lock. The lock exists whether or not the row does, so two
+// replicas creating the same record queue up like two replicas renewing it.
+//
+// No connection of the pool is held while fn runs, since fn may wait on the
+// network (a token request): the locks live on a few connections of the
+// store's own ([Options.LockConns], 2 by default, opened when first needed
+// and outside the pool), each holding the locks of many keys at once. Taking
+// a lock is a non-blocking pg_try_advisory_lock, sent together with the read
+// in one round trip on the lock connection; the write is one statement on a
+// pooled connection; the release is one more round trip. A lock held by
+// another process is waited for by trying again, from 1 ms apart up to 20 ms
+// apart, so the wait costs no connection either. Updates of one key within
+// one process queue in the process first ([keystore.KeyLocks]), so only one
+// of them at a time polls the database. The store thus scales with the
+// number of Users, not with the pool size: the pool need only be as large as
+// the number of reads and writes in flight at once (pgxpool's default of 4,
+// or the number of CPUs, serves thousands of Users per replica).
+//
+// A replica that dies releases its locks at once: PostgreSQL drops the
+// session-level locks of a connection when it closes, and a killed process's
+// connections close with it. If a lock connection breaks while fn runs (the
+// network, or the server restarting), its locks are gone and another replica
+// may take one before fn's result is written; the result is written all the
+// same, so a rotated Account Token fn obtained is never dropped.
+//
+// An Update whose fn returns the record unchanged writes nothing.
 //
 // The role the store connects as needs SELECT, INSERT, UPDATE and DELETE on
 // the records table and SELECT on the version table; creating or migrating
@@ -41,13 +60,16 @@
 package pgstore
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -89,6 +111,21 @@ type Options struct {
 	// Without one, values are stored as they are. A store with a Sealer
 	// refuses to read secret records that are not sealed.
 	Sealer keystore.Sealer
+
+	// LockConns is how many connections, outside the pool, hold the
+	// Updates' locks (see "Updates across replicas"). Zero means 2.
+	LockConns int
+}
+
+// defaultLockConns is Options.LockConns when zero.
+const defaultLockConns = 2
+
+// Stats are counters of a Store's Updates since it was created.
+type Stats struct {
+	Updates   int64 // Updates whose fn ran
+	Contended int64 // Updates that found the key locked by another process and waited
+	Waiting   int64 // Updates waiting for another process's lock now
+	Unchanged int64 // Updates whose fn returned the record unchanged: nothing written
 }
 
 // Store is a [keystore.Store] in a PostgreSQL database. It is safe for
@@ -103,11 +140,16 @@ type Store struct {
 
 	migrateMu sync.Mutex
 	migrated  bool // guarded by migrateMu
+
+	local     keystore.KeyLocks // Updates of one key within this process
+	lockConns []*lockConn
+	stats     struct{ updates, contended, waiting, unchanged atomic.Int64 }
 }
 
 // queries holds the SQL, with quoted table names, built once.
 type queries struct {
 	get, list, upsert, delete  string
+	lock                       string // try the lock, without waiting
 	versionTable               string // quoted, for to_regclass
 	createVersion, readVersion string
 	writeVersion               string
@@ -164,12 +206,22 @@ func New(pool *pgxpool.Pool, opts *Options) (*Store, error) {
 	}
 	table := qualified(o.Schema, o.Table)
 	version := qualified(o.Schema, o.Table+versionSuffix)
-	return &Store{
+	if o.LockConns < 0 {
+		return nil, errors.New("pgstore: LockConns must not be negative")
+	}
+	if o.LockConns == 0 {
+		o.LockConns = defaultLockConns
+	}
+	st := &Store{
 		pool:      pool,
 		sealer:    o.Sealer,
 		lockSpace: o.Schema + "\x00" + o.Table,
 		q:         buildQueries(table, version),
-	}, nil
+	}
+	for range o.LockConns {
+		st.lockConns = append(st.lockConns, &lockConn{cfg: pool.Config().ConnConfig})
+	}
+	return st, nil
 }
 
 func checkIdentifier(what, name string, reserve int) error {
@@ -193,6 +245,7 @@ func buildQueries(table, version string) queries {
 	where := ` WHERE kind = $1 AND local_user = $2 AND issuer = $3 AND record_id = $4`
 	return queries{
 		get:  `SELECT value FROM ` + table + where,
+		lock: `SELECT pg_try_advisory_lock($1)`,
 		list: `SELECT record_id FROM ` + table + ` WHERE kind = $1 AND local_user = $2 AND issuer = $3 ORDER BY record_id`,
 		upsert: `INSERT INTO ` + table + ` (kind, local_user, issuer, record_id, value, updated_at)
 			VALUES ($1, $2, $3, $4, $5, now())
@@ -220,14 +273,24 @@ func buildQueries(table, version string) queries {
 	}
 }
 
-// Close closes the connection pool if [Open] created it, waiting for
-// connections in use to be returned; a store from [New] leaves its pool
-// open. It returns nil: the error is there so that a Store is an io.Closer.
+// Close closes the store's lock connections and, if [Open] created it, the
+// connection pool, waiting for connections in use to be returned; a store
+// from [New] leaves its pool open. Updates still running lose their locks.
+// It returns nil: the error is there so that a Store is an io.Closer.
 func (s *Store) Close() error {
+	for _, lc := range s.lockConns {
+		lc.close()
+	}
 	if s.ownsPool {
 		s.pool.Close()
 	}
 	return nil
+}
+
+// Stats returns the store's counters.
+func (s *Store) Stats() Stats {
+	return Stats{Updates: s.stats.updates.Load(), Contended: s.stats.contended.Load(),
+		Waiting: s.stats.waiting.Load(), Unchanged: s.stats.unchanged.Load()}
 }
 
 // SchemaVersion is the version of the schema this package creates.
@@ -339,14 +402,14 @@ func (s *Store) Get(ctx context.Context, key keystore.Key) ([]byte, error) {
 
 // Update atomically replaces the record for key with fn's result, as
 // [keystore.Store] describes, under a lock that holds across every process
-// and replica using the table.
+// and replica using the table (see "Updates across replicas").
 //
-// ctx bounds waiting for a connection and for the lock, and reading the
-// record; fn gets no ctx of its own and should carry its caller's. Once fn
-// has returned a value, the store writes and commits it even if ctx is done
-// by then, within 30 seconds: fn may have renewed a rotating Account Token,
-// and dropping the rotated token because a deadline passed during the
-// renewal would lose it for good (spec 4.8).
+// ctx bounds waiting for the lock and reading the record; fn gets no ctx of
+// its own and should carry its caller's. Once fn has returned a value, the
+// store writes it even if ctx is done by then, within 30 seconds: fn may
+// have renewed a rotating Account Token, and dropping the rotated token
+// because a deadline passed during the renewal would lose it for good
+// (spec 4.8).
 func (s *Store) Update(ctx context.Context, key keystore.Key, fn func(current []byte) ([]byte, error)) error {
 	if err := checkKey(key); err != nil {
 		return err
@@ -354,56 +417,20 @@ func (s *Store) Update(ctx context.Context, key keystore.Key, fn func(current []
 	if err := s.migrate(ctx); err != nil {
 		return err
 	}
-	if err := ctx.Err(); err != nil {
+	unlockLocal, err := s.local.Lock(ctx, key) // fails at once if ctx is done
+	if err != nil {
 		return err
 	}
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return fmt.Errorf("pgstore: update %s: %w", key, err)
-	}
-	// A connection released inside a transaction is closed by the pool,
-	// which ends the transaction and its lock whatever happened.
-	defer conn.Release()
-	inTx := false
-	defer func() {
-		if inTx {
-			// Even when ctx is done, or the lock would stay held until
-			// the pool notices.
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
-			conn.Exec(rctx, "ROLLBACK")
-			cancel()
-		}
-	}()
+	defer unlockLocal()
 
-	// One round trip: begin, lock, read. The lock is taken on the Key, not
-	// on a row, so it exists before the record does; the read is a
-	// statement of its own, so its snapshot is taken once the lock is held
-	// and sees what the previous holder committed.
 	args := []any{string(key.Kind), key.User, key.Issuer, key.ID}
-	var b pgx.Batch
-	b.Queue("BEGIN")
-	b.Queue(`SELECT pg_advisory_xact_lock($1)`, s.lockID(args[0].(string), key.User, key.Issuer, key.ID))
-	b.Queue(s.q.get, args...)
-	inTx = true
-	br := conn.SendBatch(ctx, &b)
-	var stored []byte
-	existed := true
-	_, err = br.Exec()
-	if err == nil {
-		_, err = br.Exec()
-	}
-	if err == nil {
-		err = br.QueryRow().Scan(&stored)
-		if errors.Is(err, pgx.ErrNoRows) {
-			existed, err = false, nil
-		}
-	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
+	id := s.lockID(args[0].(string), key.User, key.Issuer, key.ID)
+	lc := s.lockConns[uint64(id)%uint64(len(s.lockConns))]
+	stored, existed, err := s.lock(ctx, lc, id, args)
 	if err != nil {
 		return fmt.Errorf("pgstore: update %s: lock and read: %w", key, err)
 	}
+	defer lc.unlock(id)
 	var current []byte
 	if existed {
 		if current, err = keystore.OpenValue(s.sealer, key, stored); err != nil {
@@ -411,49 +438,165 @@ func (s *Store) Update(ctx context.Context, key keystore.Key, fn func(current []
 		}
 	}
 
+	s.stats.updates.Add(1)
 	next, err := fn(current)
 	if err != nil {
 		return err // unchanged, as the contract says
 	}
-
-	// One round trip: write, commit.
+	if next == nil && !existed || next != nil && existed && bytes.Equal(next, current) {
+		s.stats.unchanged.Add(1)
+		return nil
+	}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
 	defer cancel()
-	b = pgx.Batch{}
-	switch {
-	case next == nil && !existed:
-		// Nothing to write; commit releases the lock.
-	case next == nil:
-		b.Queue(s.q.delete, args...)
-	default:
-		sealed, err := keystore.SealValue(s.sealer, key, next)
-		if err != nil {
+	if next == nil {
+		_, err = s.pool.Exec(wctx, s.q.delete, args...)
+	} else {
+		var sealed []byte
+		if sealed, err = keystore.SealValue(s.sealer, key, next); err != nil {
 			return fmt.Errorf("pgstore: update %s: seal: %w", key, err)
 		}
-		b.Queue(s.q.upsert, append(args, sealed)...)
-	}
-	b.Queue("COMMIT")
-	br = conn.SendBatch(wctx, &b)
-	for range b.Len() - 1 {
-		if _, err = br.Exec(); err != nil {
-			break
-		}
-	}
-	if err == nil {
-		var tag pgconn.CommandTag
-		// A failed transaction answers COMMIT with ROLLBACK, not an error.
-		if tag, err = br.Exec(); err == nil && tag.String() != "COMMIT" {
-			err = errors.New("transaction rolled back")
-		}
-	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
+		_, err = s.pool.Exec(wctx, s.q.upsert, append(args, sealed)...)
 	}
 	if err != nil {
 		return fmt.Errorf("pgstore: update %s: write: %w", key, err)
 	}
-	inTx = false
 	return nil
+}
+
+// Polling for a lock another process holds: the first retry after
+// minPoll, each later one twice as late, at most maxPoll apart, each wait
+// drawn from [d/2, d) so that replicas don't retry in step.
+const (
+	minPoll = time.Millisecond
+	maxPoll = 20 * time.Millisecond
+)
+
+// lock takes the advisory lock id on lc and reads the record, waiting for
+// another process to release the lock until ctx is done.
+func (s *Store) lock(ctx context.Context, lc *lockConn, id int64, args []any) (stored []byte, existed bool, err error) {
+	wait := minPoll
+	waiting := false
+	defer func() {
+		if waiting {
+			s.stats.waiting.Add(-1)
+		}
+	}()
+	for failures := 0; ; {
+		got, v, err := lc.tryLockGet(s.q.lock, id, s.q.get, args)
+		if err != nil && got {
+			lc.unlock(id) // locked, but the read failed
+		}
+		if err != nil {
+			// A broken lock connection reconnects on the next try.
+			if failures++; failures == 2 {
+				return nil, false, err
+			}
+			continue
+		}
+		if got {
+			return v, v != nil, nil
+		}
+		if !waiting {
+			waiting = true
+			s.stats.contended.Add(1)
+			s.stats.waiting.Add(1)
+		}
+		t := time.NewTimer(wait/2 + rand.N(wait/2))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, false, ctx.Err()
+		case <-t.C:
+		}
+		wait = min(2*wait, maxPoll)
+	}
+}
+
+// lockTimeout bounds each statement on a lock connection. It is not the
+// caller's ctx: a statement abandoned half-way closes the connection, which
+// would release every lock it holds, other Updates' too.
+const lockTimeout = 10 * time.Second
+
+// lockConn is a connection of the store's own holding session-level
+// advisory locks for many Updates at once. Statements on it are one at a
+// time.
+type lockConn struct {
+	cfg  *pgx.ConnConfig
+	mu   sync.Mutex
+	conn *pgx.Conn // nil until first used, or after it broke
+}
+
+// do runs f on the connection, connecting first if need be. An error that
+// leaves the connection unusable closes it; the next call reconnects.
+func (l *lockConn) do(f func(ctx context.Context, c *pgx.Conn) error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), lockTimeout)
+	defer cancel()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.conn != nil && l.conn.IsClosed() {
+		l.conn = nil
+	}
+	if l.conn == nil {
+		c, err := pgx.ConnectConfig(ctx, l.cfg.Copy())
+		if err != nil {
+			return err
+		}
+		l.conn = c
+	}
+	err := f(ctx, l.conn)
+	var pgErr *pgconn.PgError
+	if err != nil && !errors.As(err, &pgErr) {
+		// Not an answer from the server: the connection can't be trusted,
+		// and with it go its locks.
+		l.conn.Close(context.Background())
+		l.conn = nil
+	}
+	return err
+}
+
+// tryLockGet tries the lock id and reads the record with get and args, in
+// one round trip. The read is a statement of its own, so its snapshot is
+// taken once the lock is held and sees what the previous holder wrote. The
+// value is nil when there is no record.
+func (l *lockConn) tryLockGet(lock string, id int64, get string, args []any) (got bool, value []byte, err error) {
+	err = l.do(func(ctx context.Context, c *pgx.Conn) error {
+		var b pgx.Batch
+		b.Queue(lock, id)
+		b.Queue(get, args...)
+		br := c.SendBatch(ctx, &b)
+		err := br.QueryRow().Scan(&got)
+		if err == nil {
+			if err = br.QueryRow().Scan(&value); errors.Is(err, pgx.ErrNoRows) {
+				value, err = nil, nil
+			} else if err == nil && value == nil {
+				value = []byte{} // an empty record
+			}
+		}
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+		return err
+	})
+	return got, value, err
+}
+
+// unlock releases the lock id. If the connection broke meanwhile, the lock
+// is gone already.
+func (l *lockConn) unlock(id int64) {
+	_ = l.do(func(ctx context.Context, c *pgx.Conn) error {
+		_, err := c.Exec(ctx, `SELECT pg_advisory_unlock($1)`, id)
+		return err
+	})
+}
+
+func (l *lockConn) close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.conn != nil {
+		l.conn.Close(context.Background())
+		l.conn = nil
+	}
 }
 
 // List returns the keys of every record of kind for user at issuer, in

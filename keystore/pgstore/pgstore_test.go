@@ -85,6 +85,7 @@ func newStore(tb testing.TB, pool *pgxpool.Pool, opts *pgstore.Options) *pgstore
 	if err != nil {
 		tb.Fatal(err)
 	}
+	tb.Cleanup(func() { s.Close() }) // its lock connections
 	return s
 }
 
@@ -295,20 +296,11 @@ func releaser(t *testing.T) *gate {
 
 func (g *gate) Release() { g.once.Do(func() { close(g.C) }) }
 
-// waitForLockWaiter waits until some session waits for an advisory lock,
-// failing if stop is closed first.
-func waitForLockWaiter(t *testing.T, pool *pgxpool.Pool, stop <-chan struct{}) {
+// waitForLockWaiter waits until an Update of s waits for a lock another
+// process (here: another store) holds, failing if stop is closed first.
+func waitForLockWaiter(t *testing.T, s *pgstore.Store, stop <-chan struct{}) {
 	t.Helper()
-	for {
-		var n int
-		err := pool.QueryRow(context.Background(),
-			`SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n > 0 {
-			return
-		}
+	for s.Stats().Waiting == 0 {
 		select {
 		case <-stop:
 			t.Fatal("the second Update went ahead while the first held the lock")
@@ -345,7 +337,7 @@ func TestUpdateLocksAKeyWithNoRecordYet(t *testing.T) {
 			return append(cur, "+second"...), nil
 		})
 	}()
-	waitForLockWaiter(t, pool, secondCalled)
+	waitForLockWaiter(t, b, secondCalled)
 	release.Release()
 	if err := <-firstDone; err != nil {
 		t.Fatal(err)

@@ -1,0 +1,629 @@
+package testenv
+
+// Replicas of an agent product on one shared keystore (spec 4.8): several
+// OS processes serve the same signed-in Users at once, against a fake
+// Company that rotates Account Tokens on every use and issues Session
+// Tokens of a few seconds, while replicas are killed.
+//
+// The parent (ReplicaRun) starts the fake, signs every User in, and runs
+// the children (the test binary again, with ReplicaChildMain called first
+// in TestMain). It talks to each child one line at a time on stdin and
+// stdout, as package storetest does:
+//
+//	child:  ready          every User's Session started or resumed
+//	parent: go             start calling
+//	parent: crash          die (os.Exit) inside the next Account Token
+//	                       Update, after the Company answered the refresh
+//	                       and before the store saved it: the rotation is
+//	                       lost, as with a kill -9 at the worst moment
+//	parent: stop           stop calling, check every User, report
+//	child:  stats {json}   what the child saw
+//
+// Each child calls GET /orders (an account call) for each User every
+// CallEvery or so. ErrSignInRequired is what a User whose rotation was lost
+// must get: the child then checks the signed-out Session works (GET
+// /products) and signs the User in again. At "stop" each User must get a 200
+// from /orders within three tries (signing in again if asked): otherwise the
+// User is stuck.
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/poppyproto/poppy"
+	"github.com/poppyproto/poppy/keystore"
+	"github.com/poppyproto/poppy/poppytest"
+	"github.com/poppyproto/poppy/signin"
+)
+
+const (
+	envReplicaChild = "POPPY_TEST_REPLICA_CHILD" // the replica's number
+	envReplicaStore = "POPPY_TEST_REPLICA_STORE" // what open gets
+	envReplicaKey   = "POPPY_TEST_REPLICA_KEY"   // the agent's private JWK
+	envReplicaUsers = "POPPY_TEST_REPLICA_USERS" // how many Users
+	envReplicaEvery = "POPPY_TEST_REPLICA_EVERY" // CallEvery
+	envReplicaAPI   = "POPPY_TEST_REPLICA_API"   // the fake's API URL
+)
+
+// ReplicaOptions configures ReplicaRun. Zero fields take the defaults.
+type ReplicaOptions struct {
+	Processes int           // replicas; default 3
+	Users     int           // signed-in Users; default 20
+	TokenTTL  time.Duration // Session Token lifetime; default 2 s
+	CallEvery time.Duration // each replica calls for each User about this often; default 200 ms
+	Steady    time.Duration // the run before any kill, measured; default 4 s
+	Kills     bool          // then kill replicas: one armed crash, one random kill -9
+	After     time.Duration // the run after the kills; default 3 s
+}
+
+// ReplicaStats are the figures of a run.
+type ReplicaStats struct {
+	Users, Processes int
+	// Refreshes is the number of refresh grants in the steady run, and
+	// PerLifetime their number per User per Session Token lifetime, where
+	// a duplicate is a refresh for a Session that had one less than half a
+	// renewal interval before (the ideal is 1).
+	Refreshes   int
+	Duplicates  int
+	PerLifetime float64
+	// LostRotations is the number of rotated-away Account Tokens the
+	// Company was sent (each a rotation a killed replica lost).
+	LostRotations int
+	// NewSessions counts Sessions started during the run (each lost
+	// rotation should start one new, signed-out Session).
+	NewSessions int
+	// SignIns counts the sign-ins during the run: Users signing in again
+	// after sign_in_required (a replica killed later reports no figures,
+	// so this is counted at the Company).
+	SignIns int
+	// CrashedSignIns counts Sessions a kill left signed in at the Company
+	// and signed out in the store.
+	CrashedSignIns int
+	Child          replicaChildStats
+	// TokenRequests and APIRequests count the fake's requests in all.
+	TokenRequests, APIRequests int
+}
+
+type replicaChildStats struct {
+	OK            int64            `json:"ok"`
+	SignInAsked   int64            `json:"sign_in_required"`
+	SignedOutFail int64            `json:"signed_out_fail"`
+	SignInFail    int64            `json:"sign_in_fail"`
+	Errors        map[string]int64 `json:"errors"`
+	Stuck         []string         `json:"stuck"`
+	Store         map[string]int64 `json:"store,omitempty"`
+}
+
+func (s *replicaChildStats) add(o replicaChildStats) {
+	s.OK += o.OK
+	s.SignInAsked += o.SignInAsked
+	s.SignedOutFail += o.SignedOutFail
+	s.SignInFail += o.SignInFail
+	if s.Errors == nil {
+		s.Errors = map[string]int64{}
+	}
+	for k, v := range o.Errors {
+		s.Errors[k] += v
+	}
+	s.Stuck = append(s.Stuck, o.Stuck...)
+	if len(o.Store) > 0 && s.Store == nil {
+		s.Store = map[string]int64{}
+	}
+	for k, v := range o.Store {
+		s.Store[k] += v
+	}
+}
+
+// ReplicaUser names the i-th User of a run.
+func ReplicaUser(i int) string { return fmt.Sprintf("user-%05d", i) }
+
+// ReplicaRun runs a replica test (see the file comment) on store, which the
+// children open with open(spec) from ReplicaChildMain, and fails t when a
+// User ends stuck, a lost rotation does not end in sign_in_required, or
+// (without kills) the replicas refresh more than 1.05 times per lifetime.
+func ReplicaRun(t testing.TB, store keystore.Store, spec string, opts *ReplicaOptions) *ReplicaStats {
+	t.Helper()
+	o := ReplicaOptions{Processes: 3, Users: 20, TokenTTL: 2 * time.Second, CallEvery: 200 * time.Millisecond,
+		Steady: 4 * time.Second, After: 3 * time.Second}
+	if opts != nil {
+		o.Kills = opts.Kills
+		for _, f := range [][2]*time.Duration{{&o.TokenTTL, &opts.TokenTTL}, {&o.CallEvery, &opts.CallEvery},
+			{&o.Steady, &opts.Steady}, {&o.After, &opts.After}} {
+			if *f[1] > 0 {
+				*f[0] = *f[1]
+			}
+		}
+		if opts.Processes > 0 {
+			o.Processes = opts.Processes
+		}
+		if opts.Users > 0 {
+			o.Users = opts.Users
+		}
+	}
+	e := New(t, &poppytest.Options{RotateAccountTokens: true, TokenTTL: o.TokenTTL}, &poppy.AgentOptions{Store: store})
+	ctx := context.Background()
+	// Sign every User in, a few at a time.
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8)
+	for i := range o.Users {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			s, err := e.Company("example.test").Session(ctx, ReplicaUser(i), nil)
+			if err == nil {
+				err = replicaSignIn(ctx, s)
+			}
+			if err != nil {
+				t.Errorf("signing %s in: %v", ReplicaUser(i), err)
+			}
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	priv, err := e.Key.MarshalPrivateJWK()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := append(os.Environ(), e.Srv.Env()...)
+	env = append(env, envReplicaStore+"="+spec, envReplicaKey+"="+string(priv),
+		envReplicaUsers+"="+strconv.Itoa(o.Users), envReplicaEvery+"="+o.CallEvery.String(),
+		envReplicaAPI+"="+e.Srv.APIURL())
+	start := func(i int) *replicaChild {
+		c := startReplica(t, i, env)
+		c.expect(t, "ready")
+		c.send(t, "go")
+		return c
+	}
+	children := make([]*replicaChild, o.Processes)
+	for i := range children {
+		children[i] = startReplica(t, i, env)
+	}
+	for _, c := range children {
+		c.expect(t, "ready")
+	}
+	for _, c := range children {
+		c.send(t, "go")
+	}
+	steadyFrom := len(e.Srv.Requests())
+	time.Sleep(o.Steady)
+	steady := e.Srv.Requests()[steadyFrom:]
+	if o.Kills {
+		// A crash at the worst moment: the rotation is lost.
+		children[0].send(t, "crash")
+		children[0].waitDead(t, 30*time.Second)
+		children[0] = start(0)
+		time.Sleep(time.Duration(rand.N(int64(time.Second))) + 300*time.Millisecond)
+		// A kill -9 at a random moment.
+		if o.Processes > 1 {
+			children[1].kill()
+			children[1] = start(1)
+		}
+		time.Sleep(o.After)
+	}
+	st := &ReplicaStats{Users: o.Users, Processes: o.Processes}
+	for i, c := range children {
+		c.send(t, "stop")
+		line := c.next(t)
+		js, ok := strings.CutPrefix(line, "stats ")
+		if !ok {
+			t.Fatalf("replica %d: got %q, want stats", i, line)
+		}
+		var cs replicaChildStats
+		if err := json.Unmarshal([]byte(js), &cs); err != nil {
+			t.Fatalf("replica %d: %v", i, err)
+		}
+		st.Child.add(cs)
+		c.wait(t)
+	}
+	renewEvery := o.TokenTTL - max(min(o.TokenTTL/10, time.Minute), min(time.Second, o.TokenTTL/2))
+	st.Refreshes, st.Duplicates = countRefreshes(steady, renewEvery/2)
+	if st.Refreshes > 0 {
+		st.PerLifetime = float64(st.Refreshes) / float64(st.Refreshes-st.Duplicates)
+	}
+	all := e.Srv.Requests()
+	for _, r := range all {
+		switch r.Endpoint {
+		case poppytest.EndpointToken:
+			st.TokenRequests++
+			if r.Index >= steadyFrom && r.Status == 200 && r.Form.Get("grant_type") == "urn:ietf:params:oauth:grant-type:jwt-bearer" && r.Form.Get("session_id") == "" {
+				st.NewSessions++
+			}
+		case poppytest.EndpointAPI:
+			st.APIRequests++
+		case poppytest.EndpointSignIn:
+			if r.Index >= steadyFrom && r.Status == 200 {
+				st.SignIns++
+			}
+		}
+	}
+	if os.Getenv("POPPY_TEST_REPLICA_DEBUG") != "" {
+		for _, r := range all[steadyFrom:] {
+			if r.Endpoint == poppytest.EndpointToken && (r.Status != 200 || r.Form.Get("grant_type") != "refresh_token") || r.Endpoint == poppytest.EndpointSignIn {
+				t.Logf("%d %s %s %s sid=%s -> %d %s %s", r.Index, r.Time.Format("05.000"), r.Endpoint, r.Form.Get("grant_type"), r.Form.Get("session_id"), r.Status, r.ErrorCode, r.SessionID)
+			}
+		}
+	}
+	for _, v := range e.Srv.TakeViolations() {
+		if v.Rule == "PA-4.8-04" {
+			st.LostRotations++
+			continue
+		}
+		if v.Rule == "PA-4.2-15" && o.Kills {
+			// A replica killed after the Company signed a Session in and
+			// before its record said so: the next replica renews it with the
+			// assertion once, and starts a new one when refused.
+			st.CrashedSignIns++
+			continue
+		}
+		t.Errorf("violation %v", v)
+	}
+	t.Logf("%d replicas, %d Users, Session Tokens of %v: %d refreshes in %v steady (%d duplicates: %.3f per User per lifetime); "+
+		"%d lost rotations, %d new Sessions, %d sign-ins, %d sign_in_required, %d calls ok, errors %v; %d token and %d API requests; store %v",
+		o.Processes, o.Users, o.TokenTTL, st.Refreshes, o.Steady, st.Duplicates, st.PerLifetime,
+		st.LostRotations, st.NewSessions, st.SignIns, st.Child.SignInAsked, st.Child.OK, st.Child.Errors, st.TokenRequests, st.APIRequests, st.Child.Store)
+	if len(st.Child.Stuck) > 0 {
+		t.Errorf("%d Users stuck: %s", len(st.Child.Stuck), strings.Join(st.Child.Stuck[:min(5, len(st.Child.Stuck))], "; "))
+	}
+	if st.Child.SignedOutFail > 0 || st.Child.SignInFail > 0 {
+		t.Errorf("after sign_in_required: %d signed-out calls failed, %d sign-ins failed", st.Child.SignedOutFail, st.Child.SignInFail)
+	}
+	if st.PerLifetime > 1.05 {
+		t.Errorf("%.3f refreshes per User per lifetime across %d replicas, want at most 1.05", st.PerLifetime, o.Processes)
+	}
+	if o.Kills {
+		if st.LostRotations == 0 {
+			t.Errorf("the armed crash lost no rotation: the test did not test it")
+		}
+		// Every lost rotation ends in sign_in_required (then a sign-in);
+		// each starts one new Session, or none when the Company let the
+		// old one renew signed out.
+		if st.SignIns < st.LostRotations {
+			t.Errorf("%d lost rotations but %d Users signed in again after sign_in_required", st.LostRotations, st.SignIns)
+		}
+		if st.NewSessions > st.LostRotations+st.CrashedSignIns {
+			t.Errorf("%d new Sessions for %d lost rotations and %d crashed sign-ins: want at most one each", st.NewSessions, st.LostRotations, st.CrashedSignIns)
+		}
+	}
+	return st
+}
+
+// countRefreshes counts the successful refresh grants in rs and those that
+// came less than dup after the previous one for the same Session.
+func countRefreshes(rs []poppytest.Request, dup time.Duration) (n, dups int) {
+	last := map[string]time.Time{}
+	sort.SliceStable(rs, func(i, j int) bool { return rs[i].Time.Before(rs[j].Time) })
+	for _, r := range rs {
+		if r.Endpoint != poppytest.EndpointToken || r.Form.Get("grant_type") != "refresh_token" || r.Status != 200 {
+			continue
+		}
+		n++
+		sid := r.SessionID
+		if prev, ok := last[sid]; ok && r.Time.Sub(prev) < dup {
+			dups++
+		}
+		last[sid] = r.Time
+	}
+	return n, dups
+}
+
+func replicaSignIn(ctx context.Context, s *poppy.Session) error {
+	u := signin.PrompterFuncs{CredentialsFunc: func(_ context.Context, p *signin.CredentialsPrompt) (*signin.Credentials, error) {
+		return signin.NewCredentials(p, map[string]string{"email": "user@example.test", "password": "correct horse"}), nil
+	}}
+	_, err := signin.Mediated(ctx, s, &poppy.SignInOptions{Scopes: []string{"poppy:read"}}, u)
+	return err
+}
+
+type replicaChild struct {
+	cmd  *exec.Cmd
+	in   io.WriteCloser
+	out  *bufio.Scanner
+	errb *strings.Builder
+	done chan struct{}
+}
+
+func startReplica(t testing.TB, i int, env []string) *replicaChild {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(slices.Clone(env), envReplicaChild+"="+strconv.Itoa(i))
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var errb strings.Builder
+	cmd.Stderr = &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	c := &replicaChild{cmd: cmd, in: in, out: bufio.NewScanner(out), errb: &errb, done: make(chan struct{})}
+	c.out.Buffer(nil, 1<<20)
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-c.done
+	})
+	go func() {
+		_ = cmd.Wait()
+		close(c.done)
+	}()
+	return c
+}
+
+func (c *replicaChild) next(t testing.TB) string {
+	t.Helper()
+	line := make(chan string, 1)
+	go func() {
+		if c.out.Scan() {
+			line <- c.out.Text()
+		}
+		close(line)
+	}()
+	select {
+	case l, ok := <-line:
+		if !ok {
+			<-c.done
+			t.Fatalf("replica ended: %v\n%s", c.cmd.ProcessState, c.errb.String())
+		}
+		return l
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("replica silent for 2 minutes\n%s", c.errb.String())
+	}
+	return ""
+}
+
+func (c *replicaChild) expect(t testing.TB, want string) {
+	t.Helper()
+	if got := c.next(t); got != want {
+		t.Fatalf("replica said %q, want %q\n%s", got, want, c.errb.String())
+	}
+}
+
+func (c *replicaChild) send(t testing.TB, line string) {
+	t.Helper()
+	if _, err := io.WriteString(c.in, line+"\n"); err != nil {
+		t.Fatalf("to replica: %v", err)
+	}
+}
+
+func (c *replicaChild) kill() {
+	_ = c.cmd.Process.Kill()
+	<-c.done
+}
+
+func (c *replicaChild) waitDead(t testing.TB, limit time.Duration) {
+	t.Helper()
+	select {
+	case <-c.done:
+	case <-time.After(limit):
+		c.kill()
+		t.Fatalf("the armed replica did not crash within %v", limit)
+	}
+}
+
+func (c *replicaChild) wait(t testing.TB) {
+	t.Helper()
+	select {
+	case <-c.done:
+	case <-time.After(time.Minute):
+		t.Fatalf("replica did not exit")
+	}
+	if !c.cmd.ProcessState.Success() {
+		t.Fatalf("replica failed: %v\n%s", c.cmd.ProcessState, c.errb.String())
+	}
+}
+
+// ReplicaChildMain does a replica's part of ReplicaRun and exits, or returns
+// at once in any other process. open opens the store named by the spec the
+// parent passed. If the store has a LoadStats() map[string]int64 method, its
+// figures are reported with the child's.
+func ReplicaChildMain(open func(spec string) (keystore.Store, error)) {
+	if os.Getenv(envReplicaChild) == "" {
+		return
+	}
+	if err := runReplica(open); err != nil {
+		fmt.Fprintln(os.Stderr, "replica:", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// crashStore dies inside the next Account Token Update once armed, after
+// fn (the refresh) ran and before anything is written.
+type crashStore struct {
+	keystore.Store
+	armed atomic.Bool
+}
+
+func (c *crashStore) Update(ctx context.Context, key keystore.Key, fn func([]byte) ([]byte, error)) error {
+	if key.Kind != keystore.KindAccountToken || !c.armed.Load() {
+		return c.Store.Update(ctx, key, fn)
+	}
+	return c.Store.Update(ctx, key, func(cur []byte) ([]byte, error) {
+		next, err := fn(cur)
+		if err == nil && cur != nil && next != nil && string(next) != string(cur) {
+			os.Exit(3) // killed: the rotated Account Token is lost
+		}
+		return next, err
+	})
+}
+
+func runReplica(open func(string) (keystore.Store, error)) error {
+	ctx := context.Background()
+	inner, err := open(os.Getenv(envReplicaStore))
+	if err != nil {
+		return err
+	}
+	if c, ok := inner.(interface{ Close() error }); ok {
+		defer c.Close()
+	}
+	store := &crashStore{Store: inner}
+	key, err := poppy.ParseSigningKey([]byte(os.Getenv(envReplicaKey)))
+	if err != nil {
+		return err
+	}
+	id, err := poppy.NewIdentity(poppy.IdentityConfig{ClientID: ClientID, JWKSURI: JWKS, RedirectURIs: []string{Redirect}, Keys: []*poppy.SigningKey{key}})
+	if err != nil {
+		return err
+	}
+	client, err := poppytest.ClientFromEnv()
+	if err != nil {
+		return err
+	}
+	agent, err := poppy.NewAgent(id, &poppy.AgentOptions{Store: store, HTTPClient: client, Clock: poppytest.ClockFromEnv()})
+	if err != nil {
+		return err
+	}
+	c, err := agent.Company(ctx, "example.test")
+	if err != nil {
+		return err
+	}
+	users, _ := strconv.Atoi(os.Getenv(envReplicaUsers))
+	every, _ := time.ParseDuration(os.Getenv(envReplicaEvery))
+	api := os.Getenv(envReplicaAPI)
+	sessions := make([]*poppy.Session, users)
+	{
+		// A replica that starts must start every User's Session, whatever
+		// the others left behind.
+		var wg sync.WaitGroup
+		errs := make([]error, users)
+		sem := make(chan struct{}, 4*runtime.GOMAXPROCS(0))
+		for i := range users {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				sessions[i], errs[i] = c.Session(ctx, ReplicaUser(i), nil)
+			}()
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			return fmt.Errorf("starting Sessions: %w", err)
+		}
+	}
+	in := bufio.NewScanner(os.Stdin)
+	fmt.Println("ready")
+	if !in.Scan() || in.Text() != "go" {
+		return errors.New("no go")
+	}
+	var (
+		mu    sync.Mutex
+		stats = replicaChildStats{Errors: map[string]int64{}}
+		stop  = make(chan struct{})
+		wg    sync.WaitGroup
+	)
+	count := func(f func(*replicaChildStats)) {
+		mu.Lock()
+		f(&stats)
+		mu.Unlock()
+	}
+	call := func(s *poppy.Session, path string) error {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, api+path, nil)
+		resp, err := s.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err
+	}
+	errKind := func(err error) string {
+		var pe *poppy.Error
+		if errors.As(err, &pe) {
+			return pe.Code + " " + strconv.Itoa(pe.Status)
+		}
+		return err.Error()
+	}
+	for _, s := range sessions {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t := time.NewTimer(time.Duration(rand.N(int64(every))))
+			defer t.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-t.C:
+				}
+				t.Reset(every/2 + time.Duration(rand.N(int64(every))))
+				err := call(s, "/orders")
+				switch {
+				case err == nil:
+					count(func(st *replicaChildStats) { st.OK++ })
+				case errors.Is(err, poppy.ErrSignInRequired):
+					count(func(st *replicaChildStats) { st.SignInAsked++ })
+					if err := call(s, "/products"); err != nil {
+						count(func(st *replicaChildStats) { st.SignedOutFail++ })
+					}
+					if err := replicaSignIn(ctx, s); err != nil {
+						count(func(st *replicaChildStats) { st.SignInFail++ })
+					}
+				default:
+					count(func(st *replicaChildStats) { st.Errors[errKind(err)]++ })
+				}
+			}
+		}()
+	}
+	for in.Scan() {
+		switch in.Text() {
+		case "crash":
+			store.armed.Store(true)
+			continue
+		case "stop":
+		default:
+			continue
+		}
+		break
+	}
+	close(stop)
+	wg.Wait()
+	// Every User ends with a working account call.
+	for i, s := range sessions {
+		var err error
+		for range 3 {
+			if err = call(s, "/orders"); errors.Is(err, poppy.ErrSignInRequired) {
+				count(func(st *replicaChildStats) { st.SignInAsked++ })
+				err = replicaSignIn(ctx, s)
+				continue
+			}
+			if err == nil {
+				break
+			}
+		}
+		if err != nil {
+			stats.Stuck = append(stats.Stuck, fmt.Sprintf("%s: %s", ReplicaUser(i), errKind(err)))
+		}
+	}
+	if ls, ok := inner.(interface{ LoadStats() map[string]int64 }); ok {
+		stats.Store = ls.LoadStats()
+	}
+	b, err := json.Marshal(&stats)
+	if err != nil {
+		return err
+	}
+	fmt.Println("stats " + string(b))
+	return nil
+}
