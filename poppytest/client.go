@@ -167,13 +167,9 @@ func (s *Server) authenticateClient(r *http.Request, form url.Values, endpoint s
 		exp, _ := num(c, "exp")
 		key := id + " " + jti
 		s.mu.Lock()
-		until, seen := s.clientJTIs[key]
-		seen = seen && now.Before(until)
+		seen := s.clientJTIs.seen(key, now)
 		if !seen {
-			if len(s.clientJTIs) > 4096 {
-				pruneJTIs(s.clientJTIs, now)
-			}
-			s.clientJTIs[key] = time.Unix(int64(exp), 0).Add(clockLeeway)
+			s.clientJTIs.add(key, time.Unix(int64(exp), 0).Add(clockLeeway), now)
 		}
 		s.mu.Unlock()
 		if seen {

@@ -239,13 +239,11 @@ func (s *Server) checkProof(r *http.Request, pc proofCheck, optional bool) (*par
 	}
 	// CO-4.3-06: jti not accepted within the window.
 	s.mu.Lock()
-	seen, replay := s.proofJTIs[p.jti]
-	replay = replay && now.Before(seen)
+	replay := s.proofJTIs.seen(p.jti, now)
 	if !replay {
-		if len(s.proofJTIs) > 4096 {
-			pruneJTIs(s.proofJTIs, now)
-		}
-		s.proofJTIs[p.jti] = now.Add(2 * proofWindow)
+		// A proof is accepted only while iat is within proofWindow of now,
+		// so its jti can be replayed only until iat + proofWindow.
+		s.proofJTIs.add(p.jti, iat.Add(proofWindow+time.Second), now)
 	}
 	s.mu.Unlock()
 	if replay {
@@ -306,14 +304,6 @@ func (s *Server) checkPublishedKey(idx int, jkt string) {
 	s.clientMu.Unlock()
 	if published {
 		s.violate(idx, "PA-4.1-10", "DPoP proof key is a key published in the JWKS of %s", owner)
-	}
-}
-
-func pruneJTIs(m map[string]time.Time, now time.Time) {
-	for k, exp := range m {
-		if !now.Before(exp) {
-			delete(m, k)
-		}
 	}
 }
 

@@ -107,13 +107,18 @@ const (
 	maxLogBody = 64 << 10
 )
 
-// Requests returns every request received so far, in order of arrival.
-// Status and ErrorCode of a request still in flight are zero.
+// Requests returns the requests received so far that the log keeps, in
+// order of arrival: every request, unless Options.Load bounds the log (by
+// default to the latest DefaultLogSize). Request.Index numbers every
+// request received, so it equals the position in Requests only while
+// nothing was dropped. Status and ErrorCode of a request still in flight
+// are zero.
 func (s *Server) Requests() []Request {
 	s.logMu.Lock()
 	defer s.logMu.Unlock()
-	out := make([]Request, len(s.log))
-	for i, r := range s.log {
+	logged := s.loggedLocked()
+	out := make([]Request, len(logged))
+	for i, r := range logged {
 		out[i] = *r
 		out[i].Violations = slices.Clone(r.Violations)
 	}
@@ -220,8 +225,8 @@ func (s *Server) record(scheme string, next http.Handler) http.Handler {
 			Internal: r.Header.Get("User-Agent") == InternalUserAgent,
 			Browser:  r.Header.Get("User-Agent") == BrowserUserAgent,
 		}
-		if len(body) > 0 {
-			rec.Body = bytes.Clone(body[:min(len(body), maxLogBody)])
+		if n := min(len(body), s.bodyLogBytes()); n > 0 {
+			rec.Body = bytes.Clone(body[:n])
 		}
 		x := &exchange{scheme: scheme, host: host, endpoint: ep, body: body}
 		if r.Method == http.MethodPost && isForm(r.Header.Get("Content-Type")) {
@@ -241,9 +246,8 @@ func (s *Server) record(scheme string, next http.Handler) http.Handler {
 			rec.AuthScheme, rec.AccessToken = scheme, strings.TrimSpace(tok)
 		}
 		s.logMu.Lock()
-		x.idx = len(s.log)
-		rec.Index = x.idx
-		s.log = append(s.log, rec)
+		s.logStartLocked(rec)
+		x.idx = rec.Index
 		s.logMu.Unlock()
 
 		sw := &statusWriter{ResponseWriter: w}
@@ -281,6 +285,7 @@ func (s *Server) record(scheme string, next http.Handler) http.Handler {
 		if x.clientAssertion != nil {
 			rec.ClientAssertion = x.clientAssertion
 		}
+		s.logEndLocked(rec)
 		s.logMu.Unlock()
 	})
 }

@@ -214,6 +214,10 @@ type Options struct {
 
 	// Conversation configures the conversation endpoint (spec 7).
 	Conversation ConversationOptions
+
+	// Load bounds what the fake keeps for long load tests: the request
+	// log, violations, Session Tokens (see LoadOptions).
+	Load LoadOptions
 }
 
 // Misconfig lists the ways a [Server] can be told to break a rule a
@@ -283,7 +287,10 @@ type Server struct {
 	agents  map[string]http.Handler
 
 	logMu      sync.Mutex
-	log        []*Request
+	log        []*Request // a ring from logHead once full (load.go)
+	logHead    int
+	inflight   map[int]*Request
+	counts     Counts
 	violations []Violation
 
 	mu           sync.Mutex
@@ -296,9 +303,11 @@ type Server struct {
 	revoked      map[string]bool // client_ids revoked with RevokeClient
 	accepted     map[string]bool // client_ids that authenticated successfully
 	starts       map[string][]time.Time
-	proofJTIs    map[string]time.Time
-	assertJTIs   map[string]time.Time
-	clientJTIs   map[string]time.Time
+	proofJTIs    jtiSet
+	assertJTIs   jtiSet
+	clientJTIs   jtiSet
+	forget       []tokenExpiry // Session Tokens to forget (LoadOptions.ForgetTokensAfter)
+	forgetHead   int
 	nonces       map[string]*nonceState
 	jktOwner     map[string]string // DPoP key thumbprint -> client_id + " " + sub
 	signin       signinState       // sign-in records and knobs (signin.go)
@@ -479,9 +488,10 @@ func (s *Server) configure() error {
 	s.revoked = map[string]bool{}
 	s.accepted = map[string]bool{}
 	s.starts = map[string][]time.Time{}
-	s.proofJTIs = map[string]time.Time{}
-	s.assertJTIs = map[string]time.Time{}
-	s.clientJTIs = map[string]time.Time{}
+	s.proofJTIs = newJTISet()
+	s.assertJTIs = newJTISet()
+	s.clientJTIs = newJTISet()
+	s.inflight = map[int]*Request{}
 	s.nonces = map[string]*nonceState{}
 	s.jktOwner = map[string]string{}
 	s.clients = map[string]*clientInfo{}

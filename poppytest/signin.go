@@ -504,23 +504,17 @@ func (s *Server) scanForCredentials(idx int, r *http.Request, x *exchange) {
 	if x.endpoint == EndpointToken || x.endpoint == EndpointRevoke {
 		return
 	}
+	// An index lookup of the "pat_" values in the request, not a search
+	// for every Account Token ever issued (load.go).
 	s.mu.Lock()
-	var pats []string
-	for v := range s.signin.acctTokens {
-		pats = append(pats, v)
-	}
+	found := s.findAccountTokenLocked(hay[2:]) // headers and body: scanURLForTokens has the path and query
 	s.mu.Unlock()
-	for _, v := range pats {
-		for _, h := range hay[2:] { // headers and body: scanURLForTokens has the path and query
-			if strings.Contains(h, v) {
-				rule := "PA-4.8-01"
-				if x.endpoint == EndpointConversation {
-					rule = "PA-4.8-09"
-				}
-				s.violate(idx, rule, "an Account Token was sent to %s, which is neither the token nor the revocation endpoint", x.endpoint)
-				return
-			}
+	if found {
+		rule := "PA-4.8-01"
+		if x.endpoint == EndpointConversation {
+			rule = "PA-4.8-09"
 		}
+		s.violate(idx, rule, "an Account Token was sent to %s, which is neither the token nor the revocation endpoint", x.endpoint)
 	}
 }
 

@@ -302,8 +302,7 @@ func (s *Server) grantJWTBearer(g *grantRequest) (map[string]any, *protoError) {
 	exp, _ := num(c, "exp")
 	key := g.client.id + " " + jti
 	s.mu.Lock()
-	until, seen := s.assertJTIs[key]
-	if seen && now.Before(until) {
+	if s.assertJTIs.seen(key, now) {
 		s.mu.Unlock()
 		s.violate(x.idx, "PA-4.2-10", "Session assertion jti reused")
 		return invalid("invalid_grant", "assertion jti was already used")
@@ -326,10 +325,7 @@ func (s *Server) grantJWTBearer(g *grantRequest) (map[string]any, *protoError) {
 			s.starts[g.client.id] = append(recent, now)
 		}
 	}
-	if len(s.assertJTIs) > 4096 {
-		pruneJTIs(s.assertJTIs, now)
-	}
-	s.assertJTIs[key] = time.Unix(int64(exp), 0).Add(clockLeeway)
+	s.assertJTIs.add(key, time.Unix(int64(exp), 0).Add(clockLeeway), now)
 	if sess == nil {
 		sess = &session{id: newID("ses_", 12), clientID: g.client.id, sub: sub, created: now}
 		s.sessions[sess.id] = sess
@@ -447,6 +443,7 @@ func (s *Server) issueToken(g *grantRequest, sess *session, spec *issueSpecT) ma
 		}
 	}
 	s.tokens[value] = t
+	s.rememberTokenLocked(t, now)
 	owner := sess.clientID + " " + sess.sub
 	prev, seen := "", false
 	if t.jkt != "" {
@@ -509,8 +506,10 @@ func (s *Server) SignInSession(sessionID, account string, scopes ...string) (str
 	s.mu.Unlock()
 	value := s.mintToken(sessionID, now, s.opts.TokenTTL)
 	s.mu.Lock()
-	s.tokens[value] = &token{value: value, sessionID: sessionID, clientID: sess.clientID, sub: sess.sub, typ: "DPoP", jkt: jkt,
+	t := &token{value: value, sessionID: sessionID, clientID: sess.clientID, sub: sess.sub, typ: "DPoP", jkt: jkt,
 		scopes: slices.Clone(sess.scopes), signedIn: true, account: account, issued: now, expires: now.Add(s.opts.TokenTTL)}
+	s.tokens[value] = t
+	s.rememberTokenLocked(t, now)
 	s.mu.Unlock()
 	return value, nil
 }

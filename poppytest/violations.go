@@ -17,7 +17,7 @@ import (
 type Violation struct {
 	Rule    string // requirement ID the client broke, e.g. "PA-4.3-11"
 	Detail  string // what happened; never holds a token, proof or assertion
-	Request int    // index into Requests() of the offending request, -1 if none
+	Request int    // Request.Index of the offending request, -1 if none
 	// Method and URL are the offending request's method and URL, without
 	// its query and with any long path segment elided, since either may
 	// hold a token; empty if none.
@@ -37,12 +37,14 @@ func (v Violation) String() string {
 func (s *Server) violate(idx int, rule, format string, args ...any) {
 	v := Violation{Rule: rule, Detail: fmt.Sprintf(format, args...), Request: idx}
 	s.logMu.Lock()
-	if idx >= 0 && idx < len(s.log) {
-		r := s.log[idx]
+	s.counts.Violations++
+	if r := s.requestLocked(idx); idx >= 0 && r != nil {
 		r.Violations = append(r.Violations, rule)
 		v.Method, v.URL = r.Method, safeURL(r.URL)
 	}
-	s.violations = append(s.violations, v)
+	if len(s.violations) < s.maxViolations() {
+		s.violations = append(s.violations, v)
+	}
 	s.logMu.Unlock()
 }
 

@@ -71,7 +71,7 @@ type WebOptions struct {
 type webState struct {
 	hosts   map[string]bool       // every host the website is served on
 	cookies map[string]*webCookie // by cookie value
-	jtis    map[string]time.Time  // accepted browser assertion jti -> forget after
+	jtis    jtiSet                // accepted browser assertion jtis, until they can't be replayed (load.go)
 	joins   int
 }
 
@@ -97,7 +97,7 @@ func (s *Server) configureWeb() error {
 	if o.SameSite == 0 {
 		o.SameSite = http.SameSiteLaxMode
 	}
-	s.web = webState{hosts: map[string]bool{}, cookies: map[string]*webCookie{}, jtis: map[string]time.Time{}}
+	s.web = webState{hosts: map[string]bool{}, cookies: map[string]*webCookie{}, jtis: newJTISet()}
 	for _, d := range s.opts.Domains {
 		s.web.hosts[d] = true
 		s.web.hosts["www."+d] = true
@@ -280,7 +280,7 @@ func (s *Server) serveBrowserSession(w http.ResponseWriter, r *http.Request) {
 	jtiKey := iss + " " + jti
 	s.mu.Lock()
 	// CO-5-08: a jti accepted before is refused until it expires.
-	if until, seen := s.web.jtis[jtiKey]; seen && now.Before(until) {
+	if s.web.jtis.seen(jtiKey, now) {
 		s.mu.Unlock()
 		s.violate(x.idx, "PA-5-04", "browser assertion jti reused")
 		s.webError(w, r, "invalid_grant", "the assertion was already used")
@@ -299,10 +299,7 @@ func (s *Server) serveBrowserSession(w http.ResponseWriter, r *http.Request) {
 		s.webError(w, r, "invalid_session", "the Session belongs to another Personal Agent or User")
 		return
 	}
-	if len(s.web.jtis) > 4096 {
-		pruneJTIs(s.web.jtis, now)
-	}
-	s.web.jtis[jtiKey] = time.Unix(int64(exp), 0).Add(clockLeeway)
+	s.web.jtis.add(jtiKey, time.Unix(int64(exp), 0).Add(clockLeeway), now)
 	if s.opts.Web.RevokeOnRejoin {
 		for _, ck := range s.web.cookies {
 			if ck.sessionID == sid {

@@ -1,0 +1,296 @@
+package poppytest
+
+// The fake under load: agent products load-test against it, so its own
+// cost per request must not grow with the number of requests it has seen.
+//
+//   - Replay windows (DPoP proof jtis, Session and client assertion jtis)
+//     are a map plus a queue in order of arrival: each check drops the
+//     entries at the head of the queue that have expired, so remembering
+//     and forgetting a jti is O(1) amortised and the sets hold only what
+//     is inside its window (jtiSet).
+//   - The scan for Account Tokens sent where they don't belong looks up the
+//     "pat_" values in a request in the map of Account Tokens, instead of
+//     searching the request for every Account Token ever issued.
+//   - The request log is a ring of LoadOptions.LogSize requests (65,536 by
+//     default), or keeps only the requests that broke a rule; counts of
+//     every request are kept apart (Server.Counts).
+//   - With LoadOptions.ForgetTokensAfter, Session Tokens are forgotten that
+//     long after they expire.
+
+import (
+	"maps"
+	"strings"
+	"time"
+)
+
+// DefaultLogSize is how many requests the log keeps when LoadOptions.LogSize
+// is zero.
+const DefaultLogSize = 1 << 16
+
+// LoadOptions bound what the fake keeps, for long runs. The zero value keeps
+// the last DefaultLogSize requests and every Session Token.
+type LoadOptions struct {
+	// LogSize is how many of the latest requests Requests returns; older
+	// ones are dropped (their Index stays). Zero means DefaultLogSize;
+	// negative keeps every request.
+	LogSize int
+	// ViolationsOnly keeps in the log only the requests that broke a rule.
+	// Counts still counts every request.
+	ViolationsOnly bool
+	// MaxViolations bounds the violations kept for Violations and
+	// TakeViolations; later ones are only counted (Counts.Violations).
+	// Zero means 65,536.
+	MaxViolations int
+	// ForgetTokensAfter, if positive, forgets a Session Token that long
+	// after it expired: Token no longer finds it, and a request with it
+	// gets invalid_token as an unknown token.
+	ForgetTokensAfter time.Duration
+	// BodyLogBytes bounds the request body kept in the log. Zero means
+	// 64 KiB; negative keeps none.
+	BodyLogBytes int
+}
+
+// Counts are totals over every request the fake received, including those
+// the log no longer holds.
+type Counts struct {
+	Requests   int
+	Dropped    int // requests no longer (or never) in the log
+	Violations int // violations recorded, including those not kept
+	ByEndpoint map[Endpoint]int
+	// Grants counts token requests by grant_type, and GrantErrors those
+	// answered with an error.
+	Grants, GrantErrors map[string]int
+}
+
+// Counts returns the request counts.
+func (s *Server) Counts() Counts {
+	s.logMu.Lock()
+	defer s.logMu.Unlock()
+	c := s.counts
+	c.ByEndpoint = maps.Clone(c.ByEndpoint)
+	c.Grants = maps.Clone(c.Grants)
+	c.GrantErrors = maps.Clone(c.GrantErrors)
+	return c
+}
+
+func (s *Server) logSize() int {
+	switch n := s.opts.Load.LogSize; {
+	case n == 0:
+		return DefaultLogSize
+	case n < 0:
+		return -1
+	default:
+		return n
+	}
+}
+
+func (s *Server) maxViolations() int {
+	if n := s.opts.Load.MaxViolations; n > 0 {
+		return n
+	}
+	return 1 << 16
+}
+
+func (s *Server) bodyLogBytes() int {
+	switch n := s.opts.Load.BodyLogBytes; {
+	case n == 0:
+		return maxLogBody
+	case n < 0:
+		return 0
+	default:
+		return n
+	}
+}
+
+// logStart numbers a new request and, unless only violations are kept,
+// puts it in the log. s.logMu is held.
+func (s *Server) logStartLocked(rec *Request) {
+	rec.Index = s.counts.Requests
+	s.counts.Requests++
+	if s.counts.ByEndpoint == nil {
+		s.counts.ByEndpoint = map[Endpoint]int{}
+		s.counts.Grants = map[string]int{}
+		s.counts.GrantErrors = map[string]int{}
+	}
+	s.counts.ByEndpoint[rec.Endpoint]++
+	s.inflight[rec.Index] = rec
+	if !s.opts.Load.ViolationsOnly {
+		s.appendLogLocked(rec)
+	}
+}
+
+// logEndLocked ends a request: counts its grant and, when only violations
+// are kept, logs it if it broke a rule.
+func (s *Server) logEndLocked(rec *Request) {
+	delete(s.inflight, rec.Index)
+	if rec.Endpoint == EndpointToken && rec.Form != nil {
+		g := rec.Form.Get("grant_type")
+		if len(g) > 64 {
+			g = g[:64]
+		}
+		s.counts.Grants[g]++
+		if rec.Status >= 400 {
+			s.counts.GrantErrors[g]++
+		}
+	}
+	if s.opts.Load.ViolationsOnly {
+		if len(rec.Violations) > 0 {
+			s.appendLogLocked(rec)
+		} else {
+			s.counts.Dropped++
+		}
+	}
+}
+
+// appendLogLocked adds rec to the log, dropping the oldest request when
+// the log is full.
+func (s *Server) appendLogLocked(rec *Request) {
+	n := s.logSize()
+	if n < 0 || len(s.log) < n {
+		s.log = append(s.log, rec)
+		return
+	}
+	// A ring: s.logHead is the oldest.
+	s.log[s.logHead] = rec
+	s.logHead = (s.logHead + 1) % n
+	s.counts.Dropped++
+}
+
+// logged returns the log in order of arrival. s.logMu is held.
+func (s *Server) loggedLocked() []*Request {
+	if s.logHead == 0 {
+		return s.log
+	}
+	out := make([]*Request, 0, len(s.log))
+	out = append(out, s.log[s.logHead:]...)
+	return append(out, s.log[:s.logHead]...)
+}
+
+// requestLocked finds request idx in flight or in the log. s.logMu is held.
+func (s *Server) requestLocked(idx int) *Request {
+	if r := s.inflight[idx]; r != nil {
+		return r
+	}
+	if len(s.log) == 0 {
+		return nil
+	}
+	// The log is in order of Index, from the head of the ring.
+	first := s.log[s.logHead].Index
+	if !s.opts.Load.ViolationsOnly && idx >= first {
+		if i := idx - first; i < len(s.log) {
+			if r := s.log[(s.logHead+i)%len(s.log)]; r.Index == idx {
+				return r
+			}
+		}
+	}
+	for _, r := range s.log {
+		if r.Index == idx {
+			return r
+		}
+	}
+	return nil
+}
+
+// jtiSet remembers values (jtis) until a time, for replay checks. Entries
+// are dropped from the head of a queue in order of arrival once expired,
+// so add is O(1) amortised. An entry behind a longer-lived one leaves the
+// queue only after it, which keeps memory within the longest window and
+// never forgets a value too early: seen checks the map's own time.
+type jtiSet struct {
+	m    map[string]time.Time
+	q    []jtiEntry
+	head int
+}
+
+type jtiEntry struct {
+	key   string
+	until time.Time
+}
+
+func newJTISet() jtiSet { return jtiSet{m: map[string]time.Time{}} }
+
+// seen reports whether key was added with a time after now.
+func (j *jtiSet) seen(key string, now time.Time) bool {
+	until, ok := j.m[key]
+	return ok && now.Before(until)
+}
+
+// add remembers key until until, first forgetting what expired by now.
+func (j *jtiSet) add(key string, until, now time.Time) {
+	j.expire(now)
+	j.m[key] = until
+	j.q = append(j.q, jtiEntry{key, until})
+}
+
+func (j *jtiSet) expire(now time.Time) {
+	for j.head < len(j.q) && !now.Before(j.q[j.head].until) {
+		e := j.q[j.head]
+		if u, ok := j.m[e.key]; ok && u.Equal(e.until) {
+			delete(j.m, e.key)
+		}
+		j.q[j.head] = jtiEntry{}
+		j.head++
+	}
+	if j.head > 1024 && j.head > len(j.q)/2 {
+		j.q = append(j.q[:0], j.q[j.head:]...)
+		j.head = 0
+	}
+}
+
+func (j *jtiSet) len() int { return len(j.m) }
+
+// tokenExpiry is a Session Token to forget at a time.
+type tokenExpiry struct {
+	value string
+	at    time.Time
+}
+
+// rememberTokenLocked notes when to forget a new Session Token and forgets
+// those due. s.mu is held.
+func (s *Server) rememberTokenLocked(t *token, now time.Time) {
+	after := s.opts.Load.ForgetTokensAfter
+	if after <= 0 {
+		return
+	}
+	for s.forgetHead < len(s.forget) && !now.Before(s.forget[s.forgetHead].at) {
+		f := s.forget[s.forgetHead]
+		if old := s.tokens[f.value]; old != nil && !now.Before(old.expires.Add(after)) {
+			delete(s.tokens, f.value)
+		}
+		s.forget[s.forgetHead] = tokenExpiry{}
+		s.forgetHead++
+	}
+	if s.forgetHead > 1024 && s.forgetHead > len(s.forget)/2 {
+		s.forget = append(s.forget[:0], s.forget[s.forgetHead:]...)
+		s.forgetHead = 0
+	}
+	s.forget = append(s.forget, tokenExpiry{t.value, t.expires.Add(after)})
+}
+
+// accountTokenPrefix starts every Account Token value (addAccountTokenLocked).
+const accountTokenPrefix = "pat_"
+
+// accountTokenLen is the length of an Account Token value: the prefix and
+// 32 random bytes in unpadded base64url.
+const accountTokenLen = len(accountTokenPrefix) + 43
+
+// findAccountTokenLocked reports whether any of hay holds an Account Token
+// value the fake issued. s.mu is held.
+func (s *Server) findAccountTokenLocked(hay []string) bool {
+	for _, h := range hay {
+		for from := 0; ; {
+			i := strings.Index(h[from:], accountTokenPrefix)
+			if i < 0 {
+				break
+			}
+			i += from
+			if i+accountTokenLen <= len(h) {
+				if _, ok := s.signin.acctTokens[h[i:i+accountTokenLen]]; ok {
+					return true
+				}
+			}
+			from = i + 1
+		}
+	}
+	return false
+}
