@@ -513,89 +513,166 @@ func (s *Store) lock(ctx context.Context, lc *lockConn, id int64, args []any) (s
 	}
 }
 
-// lockTimeout bounds each statement on a lock connection. It is not the
+// lockTimeout bounds each round trip on a lock connection. It is not the
 // caller's ctx: a statement abandoned half-way closes the connection, which
 // would release every lock it holds, other Updates' too.
 const lockTimeout = 10 * time.Second
 
 // lockConn is a connection of the store's own holding session-level
-// advisory locks for many Updates at once. Statements on it are one at a
-// time.
+// advisory locks for many Updates at once. Lock and unlock requests queue
+// up while a round trip is in flight and go together in the next one (a
+// pipelined batch), so the connection serves as many Updates as the server
+// can run, not one per round trip.
 type lockConn struct {
-	cfg  *pgx.ConnConfig
-	mu   sync.Mutex
-	conn *pgx.Conn // nil until first used, or after it broke
+	cfg     *pgx.ConnConfig
+	mu      sync.Mutex
+	queue   []*lockOp
+	running bool      // a goroutine sends the queue
+	conn    *pgx.Conn // nil until first used, or after it broke; used by the sender only
+	closed  bool
 }
 
-// do runs f on the connection, connecting first if need be. An error that
-// leaves the connection unusable closes it; the next call reconnects.
-func (l *lockConn) do(f func(ctx context.Context, c *pgx.Conn) error) error {
+// lockOp is one request on a lock connection: try a lock and read a
+// record, or release a lock.
+type lockOp struct {
+	unlock bool
+	id     int64
+	lock   string // the try-lock statement
+	get    string // the read, with args
+	args   []any
+
+	got   bool
+	value []byte
+	err   error
+	done  chan struct{}
+}
+
+// submit queues op and waits for its answer.
+func (l *lockConn) submit(op *lockOp) {
+	op.done = make(chan struct{})
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		op.err = errors.New("pgstore: store closed")
+		return
+	}
+	l.queue = append(l.queue, op)
+	if !l.running {
+		l.running = true
+		go l.send()
+	}
+	l.mu.Unlock()
+	<-op.done
+}
+
+// send sends the queue, one batch per round trip, until it is empty.
+func (l *lockConn) send() {
+	for {
+		l.mu.Lock()
+		ops := l.queue
+		l.queue = nil
+		if len(ops) == 0 {
+			l.running = false
+			l.mu.Unlock()
+			return
+		}
+		l.mu.Unlock()
+		l.run(ops)
+		for _, op := range ops {
+			close(op.done)
+		}
+	}
+}
+
+// run sends ops in one batch on the connection, connecting first if need
+// be. An error that is not the server's answer closes the connection (its
+// locks go with it); the next batch reconnects.
+func (l *lockConn) run(ops []*lockOp) {
+	fail := func(err error) {
+		for _, op := range ops {
+			if op.err == nil {
+				op.err = err
+			}
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), lockTimeout)
 	defer cancel()
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.conn != nil && l.conn.IsClosed() {
 		l.conn = nil
 	}
 	if l.conn == nil {
 		c, err := pgx.ConnectConfig(ctx, l.cfg.Copy())
 		if err != nil {
-			return err
+			fail(err)
+			return
 		}
 		l.conn = c
 	}
-	err := f(ctx, l.conn)
+	var b pgx.Batch
+	for _, op := range ops {
+		if op.unlock {
+			b.Queue(`SELECT pg_advisory_unlock($1)`, op.id)
+			continue
+		}
+		// The read is a statement of its own, so its snapshot is taken
+		// once the lock is held and sees what the previous holder wrote.
+		b.Queue(op.lock, op.id)
+		b.Queue(op.get, op.args...)
+	}
+	br := l.conn.SendBatch(ctx, &b)
+	for _, op := range ops {
+		if op.unlock {
+			_, op.err = br.Exec()
+			continue
+		}
+		if op.err = br.QueryRow().Scan(&op.got); op.err != nil {
+			_, _ = br.Exec() // the read's result
+			continue
+		}
+		if op.err = br.QueryRow().Scan(&op.value); errors.Is(op.err, pgx.ErrNoRows) {
+			op.value, op.err = nil, nil
+		} else if op.err == nil && op.value == nil {
+			op.value = []byte{} // an empty record
+		}
+	}
+	err := br.Close()
 	var pgErr *pgconn.PgError
 	if err != nil && !errors.As(err, &pgErr) {
-		// Not an answer from the server: the connection can't be trusted,
-		// and with it go its locks.
+		fail(err)
 		l.conn.Close(context.Background())
 		l.conn = nil
 	}
-	return err
 }
 
 // tryLockGet tries the lock id and reads the record with get and args, in
-// one round trip. The read is a statement of its own, so its snapshot is
-// taken once the lock is held and sees what the previous holder wrote. The
-// value is nil when there is no record.
+// one round trip. The value is nil when there is no record.
 func (l *lockConn) tryLockGet(lock string, id int64, get string, args []any) (got bool, value []byte, err error) {
-	err = l.do(func(ctx context.Context, c *pgx.Conn) error {
-		var b pgx.Batch
-		b.Queue(lock, id)
-		b.Queue(get, args...)
-		br := c.SendBatch(ctx, &b)
-		err := br.QueryRow().Scan(&got)
-		if err == nil {
-			if err = br.QueryRow().Scan(&value); errors.Is(err, pgx.ErrNoRows) {
-				value, err = nil, nil
-			} else if err == nil && value == nil {
-				value = []byte{} // an empty record
-			}
-		}
-		if cerr := br.Close(); err == nil {
-			err = cerr
-		}
-		return err
-	})
-	return got, value, err
+	op := &lockOp{id: id, lock: lock, get: get, args: args}
+	l.submit(op)
+	return op.got, op.value, op.err
 }
 
 // unlock releases the lock id. If the connection broke meanwhile, the lock
 // is gone already.
 func (l *lockConn) unlock(id int64) {
-	_ = l.do(func(ctx context.Context, c *pgx.Conn) error {
-		_, err := c.Exec(ctx, `SELECT pg_advisory_unlock($1)`, id)
-		return err
-	})
+	l.submit(&lockOp{unlock: true, id: id})
 }
 
+// close closes the connection once no batch is in flight; later requests
+// fail.
 func (l *lockConn) close() {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.conn != nil {
-		l.conn.Close(context.Background())
-		l.conn = nil
+	l.closed = true
+	for l.running {
+		l.mu.Unlock()
+		time.Sleep(time.Millisecond)
+		l.mu.Lock()
+	}
+	c := l.conn
+	l.conn = nil
+	l.mu.Unlock()
+	if c != nil {
+		c.Close(context.Background())
 	}
 }
 

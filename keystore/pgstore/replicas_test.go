@@ -79,7 +79,9 @@ func TestReplicas(t *testing.T) {
 // TestReplicaLoad is the load run, skipped unless POPPY_TEST_REPLICA_LOAD
 // names the number of Users (10000 for the figures in docs/stores.md): 3
 // replicas with Session Tokens of 4 s, no kills, for
-// POPPY_TEST_REPLICA_LOAD_SECONDS (default 20) seconds. It logs refreshes
+// POPPY_TEST_REPLICA_LOAD_SECONDS (default 20) seconds, each replica calling
+// for each User every POPPY_TEST_REPLICA_LOAD_EVERY or so (default 4 s). It
+// logs refreshes
 // per User per lifetime and the pools' waits:
 //
 //	source .ci/postgres.sh
@@ -93,7 +95,11 @@ func TestReplicaLoad(t *testing.T) {
 	if secs <= 0 {
 		secs = 20
 	}
+	every, err := time.ParseDuration(os.Getenv("POPPY_TEST_REPLICA_LOAD_EVERY"))
+	if err != nil {
+		every = 4 * time.Second
+	}
 	s, env := sharedStore(t, false)
 	testenv.ReplicaRun(t, s, env[envTable], &testenv.ReplicaOptions{Users: users, TokenTTL: 4 * time.Second,
-		CallEvery: 2 * time.Second, Steady: time.Duration(secs) * time.Second})
+		CallEvery: every, Steady: time.Duration(secs) * time.Second})
 }
