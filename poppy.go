@@ -60,6 +60,14 @@
 //     lost): invalid_grant then starts a new, signed-out Session, reported
 //     to OnSessionReplaced, so the User ends signed out and asked to sign
 //     in again (sign_in_required), never stuck.
+//   - Resources at sign-in (RFC 8707): Direct and Device Sign-In name every
+//     resource the Company lists (Company.Resources: each "resource", and
+//     each MCP url) in the authorization request. Spec 4.3 lets any token
+//     request name a resource, which a Company reading it alone accepts;
+//     an OAuth server that holds a refresh token to the resources named at
+//     authorization (RFC 8707 section 2.2) would otherwise refuse the
+//     others at refresh with invalid_target. Mediated Sign-In's request
+//     has no such member and names none.
 //   - A-11 (token_type): compared case-insensitively; DPoP is required for a
 //     request sent with a proof, Bearer for one sent without.
 //   - A-16 (rotation): refreshes of one Account Token are serialised across

@@ -117,3 +117,31 @@ func pathWithin(p, prefix string) bool {
 	}
 	return p == prefix || strings.HasPrefix(p, prefix+"/")
 }
+
+// Resources returns the RFC 8707 resource identifiers the Company lists in
+// poppy.json: the "resource" of every entry that has one, and the url of
+// every MCP server (whose Bearer tokens are asked for with it, spec 4.3),
+// each once, in the order listed. Direct and Device Sign-In name them in
+// the authorization request, so that an OAuth server that holds a refresh
+// token to the resources named at authorization (RFC 8707 section 2.2)
+// still issues tokens for each of them when the Account Token is used; a
+// Company that reads spec 4.3 alone accepts them as well.
+func (c *Company) Resources() []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, e := range c.endpoints() {
+		r := e.resource
+		if e.mcp && r == "" {
+			r = e.url
+		}
+		if r == "" || seen[r] {
+			continue
+		}
+		if u, err := url.Parse(r); err != nil || u.Scheme != "https" || u.Host == "" {
+			continue
+		}
+		seen[r] = true
+		out = append(out, r)
+	}
+	return out
+}

@@ -106,6 +106,12 @@ func (s *Server) serveDeviceAuthorization(w http.ResponseWriter, r *http.Request
 		s.writeTokenError(w, r, &protoError{code: "invalid_scope", desc: desc}) // CO-4.4-07..09
 		return
 	}
+	for _, res := range x.form["resource"] {
+		if !s.knownResource(res) {
+			s.writeTokenError(w, r, &protoError{code: "invalid_target", desc: "unknown resource"}) // RFC 8707 section 2
+			return
+		}
+	}
 	name, _ := str(client.metadata, "client_name")
 	logo, _ := str(client.metadata, "logo_uri")
 	now := s.clock.Now()

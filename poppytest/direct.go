@@ -139,8 +139,14 @@ func (s *Server) authorizeRequest(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	for k, v := range q {
-		if len(v) > 1 {
+		if len(v) > 1 && k != "resource" { // RFC 8707 section 2: resource may repeat
 			fail("invalid_request", "parameter "+k+" appears more than once")
+			return
+		}
+	}
+	for _, res := range q["resource"] {
+		if !s.knownResource(res) {
+			fail("invalid_target", "unknown resource") // RFC 8707 section 2
 			return
 		}
 	}

@@ -299,6 +299,10 @@
 //     Without APIResource, the API accepts DPoP tokens issued with no
 //     resource or for "https://api.{primary}/"; with it, only tokens issued
 //     for APIResource. GET /openapi.json needs no token.
+//   - RFC 8707 at sign-in: the authorization and device authorization
+//     requests may name resources (resource repeated); each must be a
+//     known resource, else invalid_target. They don't restrict
+//     the Account Token: spec 4.3 lets any token request name a resource.
 //   - renewing a signed-in Session with the JWT bearer assertion is
 //     refused with invalid_grant and recorded as a PA-4.2-15 violation; a
 //     signed-in Session is renewed with its Account Token. Once a refresh

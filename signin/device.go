@@ -93,6 +93,9 @@ func Device(ctx context.Context, sess *poppy.Session, opts *poppy.SignInOptions,
 	clock := c.Agent().Clock()
 	// PA-4.6-01
 	form := url.Values{"scope": {scopeString(opts.Scopes)}}
+	if rs := c.Resources(); len(rs) > 0 {
+		form["resource"] = rs // RFC 8707 section 2.1, as for Direct Sign-In
+	}
 	body, err := sdk.PostClientAuthenticated(ctx, c, c.Metadata().DeviceAuthorizationEndpoint, form)
 	if err != nil {
 		return nil, err

@@ -249,6 +249,9 @@ func (d *Direct) Start(ctx context.Context, sess *poppy.Session, opts *poppy.Sig
 	q.Set("state", state)
 	q.Set("code_challenge", challenge)
 	q.Set("code_challenge_method", "S256")
+	if rs := c.Resources(); len(rs) > 0 {
+		q["resource"] = rs // RFC 8707 section 2.1: every listed resource
+	}
 	authz.RawQuery = q.Encode()
 	return &DirectStart{URL: authz.String(), State: state}, nil
 }
