@@ -126,6 +126,9 @@ type Stats struct {
 	Contended int64 // Updates that found the key locked by another process and waited
 	Waiting   int64 // Updates waiting for another process's lock now
 	Unchanged int64 // Updates whose fn returned the record unchanged: nothing written
+	// LockConnsLost counts lock connections that broke or timed out,
+	// releasing the locks they held.
+	LockConnsLost int64
 }
 
 // Store is a [keystore.Store] in a PostgreSQL database. It is safe for
@@ -143,7 +146,7 @@ type Store struct {
 
 	local     keystore.KeyLocks // Updates of one key within this process
 	lockConns []*lockConn
-	stats     struct{ updates, contended, waiting, unchanged atomic.Int64 }
+	stats     struct{ updates, contended, waiting, unchanged, lost atomic.Int64 }
 }
 
 // queries holds the SQL, with quoted table names, built once.
@@ -219,7 +222,7 @@ func New(pool *pgxpool.Pool, opts *Options) (*Store, error) {
 		q:         buildQueries(table, version),
 	}
 	for range o.LockConns {
-		st.lockConns = append(st.lockConns, &lockConn{cfg: pool.Config().ConnConfig})
+		st.lockConns = append(st.lockConns, &lockConn{cfg: pool.Config().ConnConfig, lost: &st.stats.lost})
 	}
 	return st, nil
 }
@@ -290,7 +293,7 @@ func (s *Store) Close() error {
 // Stats returns the store's counters.
 func (s *Store) Stats() Stats {
 	return Stats{Updates: s.stats.updates.Load(), Contended: s.stats.contended.Load(),
-		Waiting: s.stats.waiting.Load(), Unchanged: s.stats.unchanged.Load()}
+		Waiting: s.stats.waiting.Load(), Unchanged: s.stats.unchanged.Load(), LockConnsLost: s.stats.lost.Load()}
 }
 
 // SchemaVersion is the version of the schema this package creates.
@@ -525,6 +528,7 @@ const lockTimeout = 10 * time.Second
 // can run, not one per round trip.
 type lockConn struct {
 	cfg     *pgx.ConnConfig
+	lost    *atomic.Int64
 	mu      sync.Mutex
 	queue   []*lockOp
 	running bool      // a goroutine sends the queue
@@ -641,6 +645,7 @@ func (l *lockConn) run(ops []*lockOp) {
 		fail(err)
 		l.conn.Close(context.Background())
 		l.conn = nil
+		l.lost.Add(1)
 	}
 }
 

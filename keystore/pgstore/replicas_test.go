@@ -28,7 +28,7 @@ func (r *replicaStore) LoadStats() map[string]int64 {
 	return map[string]int64{
 		"acquires": ps.AcquireCount(), "acquires_waited": ps.EmptyAcquireCount(),
 		"acquire_wait_us": ps.EmptyAcquireWaitTime().Microseconds(),
-		"updates":         ss.Updates, "contended": ss.Contended, "unchanged": ss.Unchanged,
+		"updates":         ss.Updates, "contended": ss.Contended, "unchanged": ss.Unchanged, "lock_conns_lost": ss.LockConnsLost,
 	}
 }
 
