@@ -33,8 +33,10 @@
 // one process queue in the process first ([keystore.KeyLocks]), so only one
 // of them at a time polls the database. The store thus scales with the
 // number of Users, not with the pool size: the pool need only be as large as
-// the number of reads and writes in flight at once (pgxpool's default of 4,
-// or the number of CPUs, serves thousands of Users per replica).
+// the number of reads and writes in flight at once, each a single statement
+// (pgxpool's default is 4 or the number of CPUs; with durable commits each
+// write holds its connection for an fsync, so a replica renewing for many
+// Users at once gains from pool_max_conns of 8 to 16).
 //
 // A replica that dies releases its locks at once: PostgreSQL drops the
 // session-level locks of a connection when it closes, and a killed process's
@@ -67,6 +69,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -518,8 +521,13 @@ func (s *Store) lock(ctx context.Context, lc *lockConn, id int64, args []any) (s
 
 // lockTimeout bounds each round trip on a lock connection. It is not the
 // caller's ctx: a statement abandoned half-way closes the connection, which
-// would release every lock it holds, other Updates' too.
-const lockTimeout = 10 * time.Second
+// releases every lock it holds, other Updates' too; so it is long, for a
+// server that stopped answering rather than one that is slow.
+const lockTimeout = 2 * time.Minute
+
+// maxLockBatch bounds the requests sent in one round trip, so that one
+// batch stays short on a loaded server.
+const maxLockBatch = 256
 
 // lockConn is a connection of the store's own holding session-level
 // advisory locks for many Updates at once. Lock and unlock requests queue
@@ -574,7 +582,12 @@ func (l *lockConn) send() {
 	for {
 		l.mu.Lock()
 		ops := l.queue
-		l.queue = nil
+		if len(ops) > maxLockBatch {
+			ops = slices.Clone(ops[:maxLockBatch])
+			l.queue = l.queue[maxLockBatch:]
+		} else {
+			l.queue = nil
+		}
 		if len(ops) == 0 {
 			l.running = false
 			l.mu.Unlock()
