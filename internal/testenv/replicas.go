@@ -538,7 +538,7 @@ func runReplica(open func(string) (keystore.Store, error)) error {
 		var wg sync.WaitGroup
 		errs := make([]error, users)
 		sem := make(chan struct{}, 16*runtime.GOMAXPROCS(0))
-		for i := range users {
+		for _, i := range rand.Perm(users) {
 			wg.Add(1)
 			sem <- struct{}{}
 			go func() {
@@ -627,23 +627,35 @@ func runReplica(open func(string) (keystore.Store, error)) error {
 	}
 	close(stop)
 	wg.Wait()
-	// Every User ends with a working account call.
-	for i, s := range sessions {
-		var err error
-		for range 3 {
-			if err = call(s, "/orders"); errors.Is(err, poppy.ErrSignInRequired) {
-				count(func(st *replicaChildStats) { st.SignInAsked++ })
-				err = replicaSignIn(ctx, s)
-				continue
+	// Every User ends with a working account call: many at a time, each
+	// replica in an order of its own.
+	sem := make(chan struct{}, 32)
+	for _, i := range rand.Perm(len(sessions)) {
+		s := sessions[i]
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			var err error
+			for range 3 {
+				if err = call(s, "/orders"); errors.Is(err, poppy.ErrSignInRequired) {
+					count(func(st *replicaChildStats) { st.SignInAsked++ })
+					err = replicaSignIn(ctx, s)
+					continue
+				}
+				if err == nil {
+					break
+				}
 			}
-			if err == nil {
-				break
+			if err != nil {
+				count(func(st *replicaChildStats) {
+					st.Stuck = append(st.Stuck, fmt.Sprintf("%s: %s", ReplicaUser(i), errKind(err)))
+				})
 			}
-		}
-		if err != nil {
-			stats.Stuck = append(stats.Stuck, fmt.Sprintf("%s: %s", ReplicaUser(i), errKind(err)))
-		}
+		}()
 	}
+	wg.Wait()
 	if ls, ok := inner.(interface{ LoadStats() map[string]int64 }); ok {
 		stats.Store = ls.LoadStats()
 	}
