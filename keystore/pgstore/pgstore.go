@@ -656,10 +656,28 @@ func (l *lockConn) run(ops []*lockOp) {
 	var pgErr *pgconn.PgError
 	if err != nil && !errors.As(err, &pgErr) {
 		fail(err)
-		l.conn.Close(context.Background())
-		l.conn = nil
-		l.lost.Add(1)
+		l.drop()
+		return
 	}
+	// A statement that failed aborts the rest of its batch (one implicit
+	// transaction): release the locks it didn't, each on its own, or the
+	// keys would stay locked for as long as the connection lives.
+	for _, op := range ops {
+		if !op.unlock || op.err == nil {
+			continue
+		}
+		if _, op.err = l.conn.Exec(ctx, `SELECT pg_advisory_unlock($1)`, op.id); op.err != nil {
+			l.drop() // closing the connection releases its locks
+			return
+		}
+	}
+}
+
+// drop closes a connection that can't be trusted; its locks go with it.
+func (l *lockConn) drop() {
+	l.conn.Close(context.Background())
+	l.conn = nil
+	l.lost.Add(1)
 }
 
 // tryLockGet tries the lock id and reads the record with get and args, in
