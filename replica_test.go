@@ -133,7 +133,7 @@ func TestLostRotationEndsSignedOut(t *testing.T) {
 func TestPA_4_8_04_RotationKeptFromRefusedResponse(t *testing.T) {
 	e := newEnv(t, &poppytest.Options{RotateAccountTokens: true}, nil)
 	s := signedIn(t, e, "")
-	e.srv.SetExpiresIn(0, 1)
+	e.srv.SetExpiresIn(poppytest.ExpiresIn{Seconds: 0, Times: 1})
 	if _, err := s.Token(ctx, &poppy.TokenOptions{Renew: true}); !errors.Is(err, poppy.ErrInvalidTokenResponse) {
 		t.Fatalf("err = %v, want ErrInvalidTokenResponse (PA-4.2-13)", err)
 	}
