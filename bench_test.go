@@ -163,3 +163,55 @@ func BenchmarkIdleSessionMemory(b *testing.B) {
 	b.ReportMetric(sdk, "B/session")
 	b.ReportMetric(fakeBytes/float64(iters), "fake-B/session")
 }
+
+// stubBench answers every request to bench.example.test itself, without a
+// network, and passes the rest to the fake Company.
+type stubBench struct{ next http.RoundTripper }
+
+func (s stubBench) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.URL.Host != "bench.example.test" {
+		return s.next.RoundTrip(r)
+	}
+	return &http.Response{StatusCode: 200, Header: http.Header{}, Body: http.NoBody, Request: r}, nil
+}
+
+// BenchmarkSessionOverhead is the Session transport's own work per request:
+// the network is a stub that answers at once, so what remains is the token
+// lookup, the proof (one ES256 signature) and the request's copy.
+func BenchmarkSessionOverhead(b *testing.B) {
+	e, url := benchEnv(b)
+	hc := *e.srv.Client()
+	hc.Transport = stubBench{hc.Transport}
+	a := e.newAgent(&poppy.AgentOptions{HTTPClient: &hc, Store: keystore.NewMemory()})
+	c, err := a.Company(ctx, "example.test")
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, err := c.Session(ctx, benchUser(), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	rt := s.Transport()
+	req, _ := http.NewRequest("GET", url, nil)
+	b.ReportAllocs()
+	for b.Loop() {
+		resp, err := rt.RoundTrip(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+}
+
+// BenchmarkFloorSign is one ES256 signature of proof-sized bytes.
+func BenchmarkFloorSign(b *testing.B) {
+	priv, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	payload := make([]byte, 420)
+	b.ReportAllocs()
+	for b.Loop() {
+		sum := sha256.Sum256(payload)
+		if _, _, err := ecdsa.Sign(rand.Reader, priv, sum[:]); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -183,6 +183,7 @@ type Company struct {
 	st     *issuerState
 
 	hostsOnce sync.Once
+	orgHost   string // organization.domain, normalized
 	hosts     map[string]bool
 
 	endpointsOnce sync.Once

@@ -253,7 +253,7 @@ func FuzzDocument(f *testing.F) {
 			_ = c.ownsHost("api.example.test")
 		}
 		u, _ := url.Parse("https://api.example.test/orders")
-		_ = c.resourceFor(u)
+		_ = c.resourceFor(htuOf(u))
 	})
 }
 

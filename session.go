@@ -35,7 +35,11 @@ import (
 // Token is a Session Token. Its value never appears in formatted output or
 // logs; Value returns it for the rare caller that must send it itself.
 type Token struct {
-	value   string
+	value string
+	// authz is the Authorization header value, "<Type> <value>": value is
+	// its suffix, so the token is held once and the header is not built
+	// on every request.
+	authz   string
 	ath     string
 	renewAt time.Time
 	// Type is "DPoP" or "Bearer".
@@ -572,8 +576,9 @@ func (s *Session) tokenFrom(rec *sessionRecord, st *storedToken) *Token {
 	if st.Bearer {
 		typ = "Bearer"
 	}
+	authz := typ + " " + st.Value
 	return &Token{
-		value: st.Value, ath: jose.Hash(st.Value), renewAt: st.RenewAt, Type: typ, Expiry: st.Expiry,
+		value: authz[len(typ)+1:], authz: authz, ath: jose.Hash(st.Value), renewAt: st.RenewAt, Type: typ, Expiry: st.Expiry,
 		Scopes: strings.Fields(st.Granted), Resource: st.Resource,
 		SessionID: rec.SessionID, SignedIn: rec.SignedIn,
 	}

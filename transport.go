@@ -114,6 +114,27 @@ func (s *Session) resourceHTTPClient(resource string) *http.Client {
 	return c
 }
 
+// withAuth returns a shallow copy of req with its own Header carrying
+// "Authorization: DPoP <token>" and the proof, leaving req as it was (the
+// http.RoundTripper contract). The copy shares req's URL, context and header
+// values, which neither this transport nor net/http modifies: a deep Clone
+// on every request cost allocations the request doesn't need.
+func withAuth(req *http.Request, authz, proof string) *http.Request {
+	r := new(http.Request)
+	*r = *req
+	h := make(http.Header, len(req.Header)+2)
+	for k, v := range req.Header {
+		if k != "Authorization" && k != "Dpop" {
+			h[k] = v
+		}
+	}
+	vals := []string{authz, proof} // one allocation for both values
+	h["Authorization"] = vals[0:1:1]
+	h["Dpop"] = vals[1:2:2] // the canonical form of "DPoP"
+	r.Header = h
+	return r
+}
+
 // respSessionKey marks, in the context of an error response's Request, the
 // Session whose transport returned it, so that ResponseError can name the
 // sign-in types that would help.
@@ -138,7 +159,8 @@ func (t *sessionTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		closeBody()
 		return nil, fmt.Errorf("%w: %s", ErrForeignHost, req.URL.Hostname())
 	}
-	if s.company.isMCP(req.URL) {
+	htu := htuOf(req.URL)
+	if s.company.isMCP(htu) {
 		// PA-4.3-19: an MCP server takes Bearer tokens, never the DPoP one.
 		closeBody()
 		return nil, fmt.Errorf("%w: %s is an MCP server, which takes a Bearer token (package api)", ErrForeignHost, endpointOf(req.URL))
@@ -147,11 +169,10 @@ func (t *sessionTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	if err != nil {
 		return nil, err
 	}
-	k := tokenKey{resource: s.company.resourceFor(req.URL)} // PA-4.3-22
-	if t.resource != "" {
-		k.resource = t.resource
+	k := tokenKey{resource: t.resource}
+	if k.resource == "" {
+		k.resource = s.company.resourceFor(htu) // PA-4.3-22
 	}
-	htu := htuOf(req.URL)
 	origin := originOf(req.URL)
 	ctx := req.Context()
 	var (
@@ -171,9 +192,7 @@ func (t *sessionTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		if err != nil {
 			return nil, fmt.Errorf("poppy: signing DPoP proof: %w", err)
 		}
-		r := req.Clone(ctx)
-		r.Header.Set("Authorization", "DPoP "+tok.value)
-		r.Header.Set("DPoP", proof)
+		r := withAuth(req, tok.authz, proof)
 		if getBody != nil {
 			if r.Body, err = getBody(); err != nil {
 				return nil, err
@@ -402,15 +421,16 @@ func replayable(req *http.Request) (getBody func() (io.ReadCloser, error), canRe
 // or a subdomain of it, or a host one of its documents names.
 func (c *Company) ownsHost(host string) bool {
 	h := strings.ToLower(strings.TrimSuffix(host, "."))
-	d := normHost(c.doc.Organization.Domain)
-	if h == d || strings.HasSuffix(h, "."+d) {
+	c.hostsOnce.Do(c.collectHosts)
+	d := c.orgHost
+	if h == d || (len(h) > len(d) && h[len(h)-len(d)-1] == '.' && strings.HasSuffix(h, d)) {
 		return true
 	}
-	c.hostsOnce.Do(c.collectHosts)
 	return c.hosts[h]
 }
 
 func (c *Company) collectHosts() {
+	c.orgHost = normHost(c.doc.Organization.Domain)
 	c.hosts = map[string]bool{}
 	add := func(raw string) {
 		if u, err := url.Parse(raw); err == nil && u.Host != "" {
@@ -437,6 +457,10 @@ func (c *Company) collectHosts() {
 type endpoint struct {
 	url, resource string
 	mcp           bool
+	// htu is the url as a DPoP htu ("" if it doesn't parse); prefix is
+	// what a request's htu must start with to take the entry's resource
+	// (see resourceFor). Both are computed once, not on every request.
+	htu, prefix string
 }
 
 // endpoints returns the services the Company lists, computed once.
@@ -467,37 +491,49 @@ func (c *Company) listEndpoints() []endpoint {
 	if c.doc.Web != nil && c.doc.Web.BrowserSessionEndpoint != "" {
 		out = append(out, endpoint{url: c.doc.Web.BrowserSessionEndpoint})
 	}
+	for i := range out {
+		e := &out[i]
+		eu, err := url.Parse(e.url)
+		if err == nil && eu.Host != "" {
+			e.htu = htuOf(eu)
+		}
+		if e.resource == "" || e.mcp {
+			continue
+		}
+		if r, err := url.Parse(e.resource); err == nil && r.Host != "" {
+			e.prefix = htuOf(r)
+		}
+	}
 	return out
 }
 
-// isMCP reports whether u is the url of an MCP server the Company lists.
-func (c *Company) isMCP(u *url.URL) bool {
+// isMCP reports whether target, a request's htu, is the url of an MCP
+// server the Company lists.
+func (c *Company) isMCP(target string) bool {
 	for _, e := range c.endpoints() {
-		if e.mcp {
-			if eu, err := url.Parse(e.url); err == nil && htuOf(eu) == htuOf(u) {
-				return true
-			}
+		if e.mcp && e.htu != "" && e.htu == target {
+			return true
 		}
 	}
 	return false
 }
 
-// resourceFor returns the resource a DPoP token for u must be issued for:
-// that of the listed entry whose resource (an https URL) prefixes u, or
-// else whose URL's directory prefixes u, the longest match winning; "" when
-// no entry with a resource matches (spec 4.3: one token works everywhere).
-func (c *Company) resourceFor(u *url.URL) string {
-	target := htuOf(u)
+// resourceFor returns the resource a DPoP token for target (a request's
+// htu) must be issued for: that of the listed entry whose resource (an
+// https URL) prefixes target, or else whose URL's directory prefixes
+// target, the longest match winning; "" when no entry with a resource
+// matches (spec 4.3: one token works everywhere).
+func (c *Company) resourceFor(target string) string {
 	best, bestLen := "", 0
 	for _, e := range c.endpoints() {
 		if e.resource == "" || e.mcp {
 			continue
 		}
 		prefix := ""
-		if r, err := url.Parse(e.resource); err == nil && r.Host != "" && strings.HasPrefix(target, htuOf(r)) {
-			prefix = htuOf(r)
-		} else if eu, err := url.Parse(e.url); err == nil && eu.Host != "" {
-			p := htuOf(eu)
+		if e.prefix != "" && strings.HasPrefix(target, e.prefix) {
+			prefix = e.prefix
+		} else if e.htu != "" {
+			p := e.htu
 			if i := strings.LastIndex(p, "/"); i >= 0 && strings.HasPrefix(target, p[:i+1]) {
 				prefix = p[:i+1]
 			}
