@@ -153,11 +153,13 @@ func BenchmarkIdleSessionMemory(b *testing.B) {
 		held, agent, c = nil, nil, nil
 		without := heapNow()
 		b.StartTimer()
-		if withSDK < without || without < base {
-			b.Fatalf("heap went down while Sessions were held: base %d, with Sessions %d, after dropping them %d", base, withSDK, without)
+		if withSDK <= without {
+			b.Fatalf("dropping %d Sessions freed nothing: heap %d with them, %d without", n, withSDK, without)
 		}
 		sdkBytes += float64(withSDK-without) / float64(n)
-		fakeBytes += float64(without-base) / float64(n)
+		// Other garbage freed meanwhile can make the fake's share look
+		// negative; it is reported, not checked.
+		fakeBytes += (float64(without) - float64(base)) / float64(n)
 		iters++
 	}
 	sdk := sdkBytes / float64(iters)
