@@ -221,3 +221,36 @@ func BenchmarkSessionStart(b *testing.B) {
 		b.Fatalf("%d token requests for %d Session starts", got, b.N)
 	}
 }
+
+// BenchmarkSessionStartInterleaved starts a new User's Session and renews
+// an existing Session's token (the floor: one POST and two signatures) in
+// every iteration, timing each, so that both see the same load.
+func BenchmarkSessionStartInterleaved(b *testing.B) {
+	e := newEnv(b, nil, nil)
+	c, _ := countingAgent(b, e)
+	old, err := c.Session(ctx, benchUser(), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var startNS, floorNS time.Duration
+	for b.Loop() {
+		expireAll(e)
+		t0 := time.Now()
+		if _, err := old.Token(ctx, nil); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		if _, err := c.Session(ctx, benchUser(), nil); err != nil {
+			b.Fatal(err)
+		}
+		t2 := time.Now()
+		floorNS += t1.Sub(t0)
+		startNS += t2.Sub(t1)
+	}
+	if floorNS <= 0 || startNS <= 0 {
+		b.Fatalf("implausible: %v for the starts, %v for the floor", startNS, floorNS)
+	}
+	b.ReportMetric(float64(startNS.Nanoseconds())/float64(b.N), "start-ns/op")
+	b.ReportMetric(float64(floorNS.Nanoseconds())/float64(b.N), "floor-ns/op")
+	b.ReportMetric(float64(startNS)/float64(floorNS), "ratio")
+}
