@@ -183,10 +183,12 @@ type Company struct {
 	st     *issuerState
 
 	hostsOnce sync.Once
+	orgHost   string // organization.domain, normalized
 	hosts     map[string]bool
 
 	endpointsOnce sync.Once
 	eps           []endpoint
+	anyResource   bool // some listed entry has a resource (set with eps)
 }
 
 // Domain returns the domain the Company was resolved from, as given to
@@ -251,8 +253,26 @@ func (a *Agent) Company(ctx context.Context, domain string) (*Company, error) {
 	if a.opts.UnsafeAllowLoopbackHTTP && isLoopback(hostOnly(host)) {
 		wellKnown = "http://" + host + "/.well-known/poppy.json"
 	}
+	docBody, err := a.cache.get(ctx, a, wellKnown, "poppy.json", a.opts.MaxResponseBytes)
+	if err != nil {
+		return nil, err
+	}
+	// A Company resolved before from the very bytes the cache still holds
+	// fresh is that Company again: no parsing, no checks, no allocation.
+	if r := a.resolvedCompany(host); r != nil && sameBytes(r.doc, docBody) {
+		if r.c.meta == nil {
+			return r.c, nil
+		}
+		metaBody, err := a.cache.get(ctx, a, r.metaURL, "metadata", a.opts.MaxResponseBytes)
+		if err != nil {
+			return nil, err
+		}
+		if sameBytes(r.meta, metaBody) {
+			return r.c, nil
+		}
+	}
 	var doc Document
-	if err := a.fetchJSON(ctx, wellKnown, "poppy.json", &doc); err != nil {
+	if err := decodeJSON(docBody, "poppy.json", &doc); err != nil {
 		return nil, err
 	}
 	if err := a.checkDocument(host, &doc); err != nil {
@@ -260,14 +280,19 @@ func (a *Agent) Company(ctx context.Context, domain string) (*Company, error) {
 	}
 	c := &Company{agent: a, domain: host, doc: &doc}
 	if doc.Auth == nil {
+		a.remember(host, &resolved{c: c, doc: docBody})
 		return c, nil // browse only (spec 3.1): no metadata, no Sessions
 	}
 	metaURL, err := metadataURL(doc.Auth.Issuer)
 	if err != nil {
 		return nil, err
 	}
+	metaBody, err := a.cache.get(ctx, a, metaURL, "metadata", a.opts.MaxResponseBytes)
+	if err != nil {
+		return nil, err
+	}
 	var meta Metadata
-	if err := a.fetchJSON(ctx, metaURL, "metadata", &meta); err != nil {
+	if err := decodeJSON(metaBody, "metadata", &meta); err != nil {
 		return nil, err
 	}
 	if err := a.checkMetadata(&doc, &meta); err != nil {
@@ -275,7 +300,37 @@ func (a *Agent) Company(ctx context.Context, domain string) (*Company, error) {
 	}
 	c.meta = &meta
 	c.st = a.issuer(doc.Auth.Issuer)
+	a.remember(host, &resolved{c: c, doc: docBody, meta: metaBody, metaURL: metaURL})
 	return c, nil
+}
+
+// resolved is a Company as last resolved for a host, with the cached
+// document bodies it was built from.
+type resolved struct {
+	c         *Company
+	doc, meta []byte
+	metaURL   string
+}
+
+func (a *Agent) resolvedCompany(host string) *resolved {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.resolved[host]
+}
+
+func (a *Agent) remember(host string, r *resolved) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.resolved == nil {
+		a.resolved = map[string]*resolved{}
+	}
+	a.resolved[host] = r
+}
+
+// sameBytes reports whether a and b are the same slice of the same array:
+// the cache returns the very body it stored until it fetches another.
+func sameBytes(a, b []byte) bool {
+	return len(a) == len(b) && len(a) > 0 && &a[0] == &b[0]
 }
 
 // discoveryHost validates the caller's domain: a bare host, optionally with
@@ -415,11 +470,7 @@ func (a *Agent) checkMetadata(d *Document, m *Metadata) error {
 }
 
 // fetchJSON GETs rawURL through the document cache and decodes it into v.
-func (a *Agent) fetchJSON(ctx context.Context, rawURL, what string, v any) error {
-	body, err := a.cache.get(ctx, a, rawURL, what, a.opts.MaxResponseBytes)
-	if err != nil {
-		return err
-	}
+func decodeJSON(body []byte, what string, v any) error {
 	if err := json.Unmarshal(body, v); err != nil {
 		switch what {
 		case "metadata":

@@ -58,7 +58,7 @@ func newDPoPKey(priv *ecdsa.PrivateKey) (*dpopKey, error) {
 // the token endpoint; nonce is the origin's nonce, or "".
 func (k *dpopKey) proof(method, htu, ath, nonce string, now time.Time) (string, error) {
 	c := jose.NewClaims(168+len(htu)+len(nonce)).
-		String("jti", jose.RandomID(16)). // 128 bits: what assertions need too
+		Random("jti", 16). // 128 bits: what assertions need too
 		String("htm", method).
 		String("htu", htu).
 		Int("iat", now.Unix())

@@ -215,6 +215,7 @@ type Agent struct {
 
 	mu        sync.Mutex
 	companies map[string]*issuerState // by auth.issuer (spec 3.2)
+	resolved  map[string]*resolved    // by host: the last Company resolved (discovery.go)
 }
 
 const (

@@ -35,7 +35,11 @@ import (
 // Token is a Session Token. Its value never appears in formatted output or
 // logs; Value returns it for the rare caller that must send it itself.
 type Token struct {
-	value   string
+	value string
+	// authz is the Authorization header value, "<Type> <value>": value is
+	// its suffix, so the token is held once and the header is not built
+	// on every request.
+	authz   string
 	ath     string
 	renewAt time.Time
 	// Type is "DPoP" or "Bearer".
@@ -164,7 +168,7 @@ type Session struct {
 	mu       sync.Mutex
 	rec      sessionRecord
 	tokens   map[tokenKey]*Token
-	renewing map[tokenKey]*renewal
+	renewing map[tokenKey]*renewal // nil while none is under way
 }
 
 type renewal struct {
@@ -212,9 +216,8 @@ func (c *Company) Session(ctx context.Context, user string, opts *SessionOptions
 	}
 	s = &Session{
 		agent: a, company: c, user: user, name: name, userID: uid, key: key,
-		skey:     keystore.Key{Kind: keystore.KindSession, User: user, Issuer: c.Issuer(), ID: name},
-		tokens:   map[tokenKey]*Token{},
-		renewing: map[tokenKey]*renewal{},
+		skey:   keystore.Key{Kind: keystore.KindSession, User: user, Issuer: c.Issuer(), ID: name},
+		tokens: map[tokenKey]*Token{},
 	}
 	if b, err := a.store.Get(ctx, s.skey); err == nil {
 		if json.Unmarshal(b, &s.rec) != nil {
@@ -372,6 +375,9 @@ func (s *Session) token(ctx context.Context, k tokenKey, stale string) (*Token, 
 			return r.tok, nil
 		}
 		r := &renewal{done: make(chan struct{})}
+		if s.renewing == nil {
+			s.renewing = map[tokenKey]*renewal{}
+		}
 		s.renewing[k] = r
 		s.mu.Unlock()
 
@@ -379,6 +385,9 @@ func (s *Session) token(ctx context.Context, k tokenKey, stale string) (*Token, 
 
 		s.mu.Lock()
 		delete(s.renewing, k)
+		if len(s.renewing) == 0 {
+			s.renewing = nil // an idle Session keeps no map (heap per Session)
+		}
 		s.mu.Unlock()
 		close(r.done)
 		return r.tok, r.err
@@ -600,8 +609,10 @@ func (s *Session) tokenFrom(rec *sessionRecord, st *storedToken) *Token {
 	if st.Bearer {
 		typ = "Bearer"
 	}
+	authz := typ + " " + st.Value
+	st.Value = authz[len(typ)+1:] // the record and the Token share one copy
 	return &Token{
-		value: st.Value, ath: jose.Hash(st.Value), renewAt: st.RenewAt, Type: typ, Expiry: st.Expiry,
+		value: authz[len(typ)+1:], authz: authz, ath: jose.Hash(st.Value), renewAt: st.RenewAt, Type: typ, Expiry: st.Expiry,
 		Scopes: strings.Fields(st.Granted), Resource: st.Resource,
 		SessionID: rec.SessionID, SignedIn: rec.SignedIn,
 	}

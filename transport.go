@@ -114,6 +114,27 @@ func (s *Session) resourceHTTPClient(resource string) *http.Client {
 	return c
 }
 
+// withAuth returns a shallow copy of req with its own Header carrying
+// "Authorization: DPoP <token>" and the proof, leaving req as it was (the
+// http.RoundTripper contract). The copy shares req's URL, context and header
+// values, which neither this transport nor net/http modifies: a deep Clone
+// on every request cost allocations the request doesn't need.
+func withAuth(req *http.Request, authz, proof string) *http.Request {
+	r := new(http.Request)
+	*r = *req
+	h := make(http.Header, len(req.Header)+2)
+	for k, v := range req.Header {
+		if k != "Authorization" && k != "Dpop" {
+			h[k] = v
+		}
+	}
+	vals := []string{authz, proof} // one allocation for both values
+	h["Authorization"] = vals[0:1:1]
+	h["Dpop"] = vals[1:2:2] // the canonical form of "DPoP"
+	r.Header = h
+	return r
+}
+
 // respSessionKey marks, in the context of an error response's Request, the
 // Session whose transport returned it, so that ResponseError can name the
 // sign-in types that would help.
@@ -138,7 +159,8 @@ func (t *sessionTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		closeBody()
 		return nil, fmt.Errorf("%w: %s", ErrForeignHost, req.URL.Hostname())
 	}
-	if s.company.isMCP(req.URL) {
+	htu := htuOf(req.URL)
+	if s.company.isMCP(htu) {
 		// PA-4.3-19: an MCP server takes Bearer tokens, never the DPoP one.
 		closeBody()
 		return nil, fmt.Errorf("%w: %s is an MCP server, which takes a Bearer token (package api)", ErrForeignHost, endpointOf(req.URL))
@@ -147,11 +169,10 @@ func (t *sessionTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	if err != nil {
 		return nil, err
 	}
-	k := tokenKey{resource: s.company.resourceFor(req.URL)} // PA-4.3-22
-	if t.resource != "" {
-		k.resource = t.resource
+	k := tokenKey{resource: t.resource}
+	if k.resource == "" {
+		k.resource = s.company.resourceFor(req.URL) // PA-4.3-22
 	}
-	htu := htuOf(req.URL)
 	origin := originOf(req.URL)
 	ctx := req.Context()
 	var (
@@ -171,9 +192,7 @@ func (t *sessionTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		if err != nil {
 			return nil, fmt.Errorf("poppy: signing DPoP proof: %w", err)
 		}
-		r := req.Clone(ctx)
-		r.Header.Set("Authorization", "DPoP "+tok.value)
-		r.Header.Set("DPoP", proof)
+		r := withAuth(req, tok.authz, proof)
 		if getBody != nil {
 			if r.Body, err = getBody(); err != nil {
 				return nil, err
@@ -402,15 +421,16 @@ func replayable(req *http.Request) (getBody func() (io.ReadCloser, error), canRe
 // or a subdomain of it, or a host one of its documents names.
 func (c *Company) ownsHost(host string) bool {
 	h := strings.ToLower(strings.TrimSuffix(host, "."))
-	d := normHost(c.doc.Organization.Domain)
-	if h == d || strings.HasSuffix(h, "."+d) {
+	c.hostsOnce.Do(c.collectHosts)
+	d := c.orgHost
+	if h == d || (len(h) > len(d) && h[len(h)-len(d)-1] == '.' && strings.HasSuffix(h, d)) {
 		return true
 	}
-	c.hostsOnce.Do(c.collectHosts)
 	return c.hosts[h]
 }
 
 func (c *Company) collectHosts() {
+	c.orgHost = normHost(c.doc.Organization.Domain)
 	c.hosts = map[string]bool{}
 	add := func(raw string) {
 		if u, err := url.Parse(raw); err == nil && u.Host != "" {
@@ -437,6 +457,13 @@ func (c *Company) collectHosts() {
 type endpoint struct {
 	url, resource string
 	mcp           bool
+	// htu is the url as a DPoP htu ("" if it doesn't parse). resOrigin
+	// and resPath are the resource, urlOrigin and urlDir the url's
+	// directory, normalised for resourceFor ("" if they don't parse). All
+	// are computed once, not on every request.
+	htu                string
+	resOrigin, resPath string
+	urlOrigin, urlDir  string
 }
 
 // endpoints returns the services the Company lists, computed once.
@@ -467,16 +494,33 @@ func (c *Company) listEndpoints() []endpoint {
 	if c.doc.Web != nil && c.doc.Web.BrowserSessionEndpoint != "" {
 		out = append(out, endpoint{url: c.doc.Web.BrowserSessionEndpoint})
 	}
+	for i := range out {
+		e := &out[i]
+		eu, err := url.Parse(e.url)
+		if err == nil && eu.Host != "" {
+			e.htu = htuOf(eu)
+		}
+		if e.resource == "" || e.mcp {
+			continue
+		}
+		c.anyResource = true
+		if r, err := url.Parse(e.resource); err == nil && r.Host != "" {
+			e.resOrigin, e.resPath = normURL(r)
+		}
+		if err == nil && eu.Host != "" {
+			o, p := normURL(eu)
+			e.urlOrigin, e.urlDir = o, p[:strings.LastIndex(p, "/")+1]
+		}
+	}
 	return out
 }
 
-// isMCP reports whether u is the url of an MCP server the Company lists.
-func (c *Company) isMCP(u *url.URL) bool {
+// isMCP reports whether target, a request's htu, is the url of an MCP
+// server the Company lists.
+func (c *Company) isMCP(target string) bool {
 	for _, e := range c.endpoints() {
-		if e.mcp {
-			if eu, err := url.Parse(e.url); err == nil && htuOf(eu) == htuOf(u) {
-				return true
-			}
+		if e.mcp && e.htu != "" && e.htu == target {
+			return true
 		}
 	}
 	return false
@@ -487,32 +531,29 @@ func (c *Company) isMCP(u *url.URL) bool {
 // else whose URL's directory contains u, the longest match winning; "" when
 // no entry with a resource matches (spec 4.3: one token works everywhere).
 // URLs are compared normalised (RFC 3986 section 6.2.2, 6.2.3; urlnorm.go),
-// and paths segment by segment.
+// and paths segment by segment. The entries' sides are normalised once, in
+// listEndpoints; a request's URL once per call.
 func (c *Company) resourceFor(u *url.URL) string {
+	eps := c.endpoints()
+	if !c.anyResource {
+		return "" // nothing to match: the common case costs nothing
+	}
 	origin, path := normURL(u)
 	best, bestLen := "", -1
-	for _, e := range c.endpoints() {
+	for i := range eps {
+		e := &eps[i]
 		if e.resource == "" || e.mcp {
 			continue
 		}
-		prefix := ""
-		matched := false
-		if r, err := url.Parse(e.resource); err == nil && r.Host != "" {
-			if ro, rp := normURL(r); ro == origin && pathWithin(path, rp) {
-				prefix, matched = rp, true
+		switch {
+		case e.resOrigin != "" && e.resOrigin == origin && pathWithin(path, e.resPath):
+			if len(e.resPath) > bestLen {
+				best, bestLen = e.resource, len(e.resPath)
 			}
-		}
-		if !matched {
-			if eu, err := url.Parse(e.url); err == nil && eu.Host != "" {
-				eo, ep := normURL(eu)
-				dir := ep[:strings.LastIndex(ep, "/")+1]
-				if eo == origin && strings.HasPrefix(path, dir) {
-					prefix, matched = dir, true
-				}
+		case e.urlOrigin != "" && e.urlOrigin == origin && strings.HasPrefix(path, e.urlDir):
+			if len(e.urlDir) > bestLen {
+				best, bestLen = e.resource, len(e.urlDir)
 			}
-		}
-		if matched && len(prefix) > bestLen {
-			best, bestLen = e.resource, len(prefix)
 		}
 	}
 	return best

@@ -24,8 +24,26 @@ import (
 type Memory struct {
 	locks KeyLocks // one lock per key, held while fn runs
 
-	mu      sync.RWMutex // guards records, held only to read or write a map
-	records map[group]map[string][]byte
+	mu sync.RWMutex // guards records, held only to read or write a map
+	// records holds each group's records in a small slice rather than a
+	// map: a group is one kind of record of one User at one issuer, mostly
+	// a single record, and a map per group cost an Agent holding many
+	// Sessions several hundred bytes per record.
+	records map[group][]memRecord
+}
+
+type memRecord struct {
+	id string
+	v  []byte
+}
+
+func find(recs []memRecord, id string) int {
+	for i := range recs {
+		if recs[i].id == id {
+			return i
+		}
+	}
+	return -1
 }
 
 // group is the part of a Key that List filters on.
@@ -37,7 +55,7 @@ type group struct {
 
 // NewMemory returns an empty in-memory store.
 func NewMemory() *Memory {
-	return &Memory{records: make(map[group]map[string][]byte)}
+	return &Memory{records: make(map[group][]memRecord)}
 }
 
 // Get returns a copy of the record for key, or an error matching
@@ -57,8 +75,12 @@ func (m *Memory) Get(ctx context.Context, key Key) ([]byte, error) {
 func (m *Memory) get(key Key) ([]byte, bool) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	v, ok := m.records[group{key.Kind, key.User, key.Issuer}][key.ID]
-	return bytes.Clone(v), ok // a stored value is never nil, so neither is its clone
+	recs := m.records[group{key.Kind, key.User, key.Issuer}]
+	i := find(recs, key.ID)
+	if i < 0 {
+		return nil, false
+	}
+	return bytes.Clone(recs[i].v), true // a stored value is never nil, so neither is its clone
 }
 
 // Update replaces the record for key with what fn returns, as [Store]
@@ -94,19 +116,25 @@ func (m *Memory) put(key Key, v []byte) {
 	g := group{key.Kind, key.User, key.Issuer}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	ids := m.records[g]
+	recs := m.records[g]
+	i := find(recs, key.ID)
 	if v == nil {
-		delete(ids, key.ID)
-		if len(ids) == 0 {
+		if i < 0 {
+			return
+		}
+		recs = slices.Delete(recs, i, i+1)
+		if len(recs) == 0 {
 			delete(m.records, g)
+		} else {
+			m.records[g] = recs
 		}
 		return
 	}
-	if ids == nil {
-		ids = make(map[string][]byte)
-		m.records[g] = ids
+	if i >= 0 {
+		recs[i].v = bytes.Clone(v)
+		return
 	}
-	ids[key.ID] = bytes.Clone(v)
+	m.records[g] = append(recs, memRecord{id: key.ID, v: bytes.Clone(v)})
 }
 
 // List returns the keys of every record of kind for user at issuer, in
@@ -117,8 +145,8 @@ func (m *Memory) List(ctx context.Context, kind Kind, user, issuer string) ([]Ke
 	}
 	m.mu.RLock()
 	keys := make([]Key, 0, len(m.records[group{kind, user, issuer}]))
-	for id := range m.records[group{kind, user, issuer}] {
-		keys = append(keys, Key{Kind: kind, User: user, Issuer: issuer, ID: id})
+	for _, r := range m.records[group{kind, user, issuer}] {
+		keys = append(keys, Key{Kind: kind, User: user, Issuer: issuer, ID: r.id})
 	}
 	m.mu.RUnlock()
 	slices.SortFunc(keys, func(a, b Key) int {

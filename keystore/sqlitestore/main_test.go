@@ -21,6 +21,7 @@ func TestMain(m *testing.M) {
 		return sqlitestore.Open(os.Getenv(envTestDB), nil)
 	})
 	sqliteChildMain()
+	benchChildMain()
 
 	goleak.VerifyTestMain(m)
 }

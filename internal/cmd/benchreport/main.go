@@ -1,0 +1,308 @@
+// Command benchreport runs the root package's performance benchmarks and
+// writes docs/performance.md from their output: each figure beside its floor
+// measured in the same run, the ratio, the goal, the machine and the date,
+// with the benchstat summary (golang.org/x/perf/cmd/benchstat, pinned as a
+// go tool in go.mod) of the raw output.
+//
+// Run it from the module root:
+//
+//	go run ./internal/cmd/benchreport            # full run, rewrites docs/performance.md
+//	go run ./internal/cmd/benchreport -smoke     # a short run that checks ratios, writes nothing
+//
+// -smoke (which .ci/run uses) runs each benchmark once with few Sessions
+// and fails when a figure is off its floor by far more than noise could
+// explain: it checks that the benchmarks still run and still measure what
+// they name, not how fast this machine is.
+package main
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"maps"
+	"os"
+	"os/exec"
+	"regexp"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/perf/benchfmt"
+)
+
+// row is one line of the report: a figure and the floor it is measured
+// against.
+type row struct {
+	figure, floor string // benchmark names without "Benchmark"
+	unit          string // the unit compared
+	what, goal    string
+	// goalRatio is the ratio the goal allows (0: the goal is not a ratio);
+	// smokeRatio the ratio beyond which -smoke fails.
+	goalRatio, smokeRatio float64
+	// diff: compare figure-floor instead of figure/floor (allocations).
+	diff bool
+	// abs: the goal is an absolute bound on the figure in unit (no floor).
+	abs float64
+	// pkg is the package of the benchmark, "." when empty.
+	pkg string
+	// floorUnit, when set, is the floor's unit: with floor == figure, a
+	// figure and its floor timed side by side in one benchmark.
+	floorUnit string
+}
+
+var rows = []row{
+	{figure: "SessionRequestInterleaved", floor: "SessionRequestInterleaved", unit: "sdk-ns/req", floorUnit: "floor-ns/req",
+		what: "API request through Session.Transport() vs plain request + one ES256 signature, same server, timed alternately in one benchmark", goal: "≤ 1.05×", goalRatio: 1.05, smokeRatio: 3},
+	{figure: "SessionRequest", floor: "FloorPlainRequestPlusSign", unit: "ns/op",
+		what: "the same, as two benchmarks run one after the other (drifts with the machine's load)", goal: "≤ 1.05×", goalRatio: 1.05, smokeRatio: 4},
+	{figure: "SessionRequest", floor: "FloorPlainRequestPlusSign", unit: "allocs/op", diff: true,
+		what: "allocations per API request beyond the floor's", goal: "≤ 5", goalRatio: 5, smokeRatio: 20},
+	{figure: "SessionOverhead", floor: "FloorSign", unit: "ns/op",
+		what: "the transport's own work per request (stub network) vs one ES256 signature", goal: "—", smokeRatio: 4},
+	{figure: "IdleSessionMemory", unit: "B/session", abs: 4096, pkg: "once:.",
+		what: "heap per idle Session, SDK's share", goal: "≤ 4 KiB", smokeRatio: 16384},
+	{figure: "RenewOneSession1000", floor: "FloorRenewOne", unit: "ns/op",
+		what: "1,000 goroutines on one expired token (exactly 1 token request, asserted) vs one renewal", goal: "exactly 1 request", smokeRatio: 10},
+	{figure: "Renew1000Sessions", floor: "FloorRenewOne", unit: "ns/renewal",
+		what: "1,000 Sessions renewed at once, per renewal (exactly 1,000 requests, more than one in flight, asserted) vs one renewal alone", goal: "exactly 1,000 requests, no lock across the network", smokeRatio: 10},
+	{figure: "CompanyCached", floor: "FloorMapLookup", unit: "ns/op", abs: 1000,
+		what: "resolving a cached Company (0 requests, asserted) vs a map lookup under a mutex", goal: "0 requests, ≤ 1 µs", smokeRatio: 1e4},
+	{figure: "SessionStartInterleaved", floor: "SessionStartInterleaved", unit: "start-ns/op", floorUnit: "floor-ns/op",
+		what: "Session start (JWT bearer grant, first token) vs the token request alone (one POST + two signatures), timed alternately in one benchmark", goal: "≤ 1.1×", goalRatio: 1.1, smokeRatio: 5},
+	{figure: "SessionStart", floor: "FloorRenewOne", unit: "ns/op",
+		what: "Session start (JWT bearer grant, first token) vs the token request alone (one POST + two signatures)", goal: "≤ 1.1×", goalRatio: 1.1, smokeRatio: 5},
+	{figure: "UpdateTwoProcesses", unit: "updates/s", pkg: "./keystore/sqlitestore",
+		what: "keystore Update on SQLite, 8 goroutines in each of 2 processes on separate records, another User's lock held throughout (no Update waits on it, asserted)", goal: "report updates/s", smokeRatio: 1e9},
+}
+
+func main() {
+	smoke := flag.Bool("smoke", false, "run briefly and check ratios; write nothing")
+	count := flag.Int("count", 6, "runs of each benchmark")
+	benchtime := flag.String("benchtime", "1s", "go test -benchtime")
+	sessions := flag.Int("sessions", 100000, "Sessions held by BenchmarkIdleSessionMemory (run once: the figure varies little)")
+	out := flag.String("out", "docs/performance.md", "report to write")
+	flag.Parse()
+	log.SetFlags(0)
+	log.SetPrefix("benchreport: ")
+
+	if *smoke {
+		*count, *benchtime, *sessions = 1, "1x", 200
+	}
+	byPkg := map[string][]string{}
+	for _, r := range rows {
+		pkg := r.pkg
+		if pkg == "" {
+			pkg = "."
+		}
+		byPkg[pkg] = append(byPkg[pkg], r.figure)
+		if r.floor != "" {
+			byPkg[pkg] = append(byPkg[pkg], r.floor)
+		}
+	}
+	var raw bytes.Buffer
+	for _, pkg := range slices.Sorted(maps.Keys(byPkg)) {
+		names := byPkg[pkg]
+		slices.Sort(names)
+		names = slices.Compact(names)
+		bt, n, dir := *benchtime, *count, pkg
+		switch {
+		case strings.HasPrefix(pkg, "once:"):
+			// One iteration of many Sessions: the heap figure is steady.
+			bt, n, dir = "1x", 1, strings.TrimPrefix(pkg, "once:")
+		case pkg != ".":
+			// Updates are counted per iteration, not timed per call.
+			bt = "200x"
+			if *smoke {
+				bt = "20x"
+			}
+		}
+		args := []string{"test", "-run", "^$", "-bench", "^Benchmark(" + strings.Join(names, "|") + ")$", "-benchmem",
+			"-count", strconv.Itoa(n), "-benchtime", bt, "-timeout", "60m", dir}
+		cmd := exec.Command("go", args...)
+		cmd.Env = append(os.Environ(), "POPPY_BENCH_SESSIONS="+strconv.Itoa(*sessions))
+		cmd.Stdout = io.MultiWriter(&raw, os.Stderr)
+		cmd.Stderr = os.Stderr
+		log.Printf("go %s", strings.Join(args, " "))
+		if err := cmd.Run(); err != nil {
+			log.Fatalf("benchmarks failed: %v", err)
+		}
+	}
+
+	med, err := medians(raw.Bytes())
+	if err != nil {
+		log.Fatal(err)
+	}
+	var failed []string
+	for _, r := range rows {
+		fig, ok := med[key{r.figure, r.unit}]
+		if !ok {
+			if r.smokeRatio == 0 {
+				continue // not measured by this package (see the report)
+			}
+			failed = append(failed, fmt.Sprintf("%s: no %s figure", r.figure, r.unit))
+			continue
+		}
+		if r.floor == "" {
+			if fig <= 0 || fig > r.smokeRatio {
+				failed = append(failed, fmt.Sprintf("%s: %g %s is implausible", r.figure, fig, r.unit))
+			}
+			continue
+		}
+		fl, ok := floorOf(med, r)
+		if !ok || (fl <= 0 && !r.diff) {
+			failed = append(failed, fmt.Sprintf("%s: no floor %s in %s", r.figure, r.unit, r.floor))
+			continue
+		}
+		if r.diff {
+			if fig-fl > r.smokeRatio {
+				failed = append(failed, fmt.Sprintf("%s: %g %s beyond the floor", r.figure, fig-fl, r.unit))
+			}
+		} else if fig/fl > r.smokeRatio {
+			failed = append(failed, fmt.Sprintf("%s: %.2f× its floor %s", r.figure, fig/fl, r.floor))
+		}
+	}
+	if len(failed) > 0 {
+		log.Fatalf("figures out of range:\n  %s", strings.Join(failed, "\n  "))
+	}
+	if *smoke {
+		log.Printf("smoke check passed (%d rows)", len(rows))
+		return
+	}
+
+	tmp, err := os.CreateTemp("", "bench-*.txt")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(raw.Bytes()); err != nil {
+		log.Fatal(err)
+	}
+	tmp.Close()
+	stat, err := exec.Command("go", "tool", "benchstat", tmp.Name()).CombinedOutput()
+	if err != nil {
+		log.Fatalf("benchstat: %v\n%s", err, stat)
+	}
+	stat = bytes.ReplaceAll(stat, []byte(tmp.Name()), []byte("bench.txt"))
+
+	var b strings.Builder
+	b.WriteString("# Performance\n\n")
+	b.WriteString("<!-- Generated by `go run ./internal/cmd/benchreport`; do not edit. -->\n\n")
+	fmt.Fprintf(&b, "Measured %s on %s (%s/%s, %d CPUs, %s), `-count %d -benchtime %s`, %d Sessions held for the memory figure. The memory figure is one run; every other figure is the median of its runs, beside a floor measured in the same run; the machine is shared, so compare ratios, not absolute times.\n\n",
+		time.Now().UTC().Format("2006-01-02"), cpuOf(raw.Bytes()), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version(), *count, *benchtime, *sessions)
+	b.WriteString("| Figure | Value | Floor | Ratio | Goal |\n| --- | --- | --- | --- | --- |\n")
+	for _, r := range rows {
+		fig, ok := med[key{r.figure, r.unit}]
+		if !ok {
+			fmt.Fprintf(&b, "| %s | not measured here (see below) | | | %s |\n", r.what, r.goal)
+			continue
+		}
+		floor, ratio := "—", "—"
+		if r.floor != "" {
+			fl, _ := floorOf(med, r)
+			fu := r.unit
+			if r.floorUnit != "" {
+				fu = r.floorUnit
+			} else if r.unit == "ns/renewal" {
+				fu = "ns/op"
+			}
+			floor = fmt.Sprintf("%s %s (`%s`)", num(fl), fu, r.floor)
+			if r.diff {
+				ratio = fmt.Sprintf("+%s", num(fig-fl))
+			} else {
+				ratio = fmt.Sprintf("%.2f×", fig/fl)
+			}
+		} else if r.abs > 0 {
+			ratio = fmt.Sprintf("%.2f× the goal", fig/r.abs)
+		}
+		if r.floor != "" && r.abs > 0 {
+			ratio += fmt.Sprintf(" (%.2f× the goal)", fig/r.abs)
+		}
+		fmt.Fprintf(&b, "| %s | %s %s (`%s`) | %s | %s | %s |\n", r.what, num(fig), r.unit, r.figure, floor, ratio, r.goal)
+	}
+	b.WriteString("\nThe benchmarks are in the root package (`bench_test.go`, `bench_renew_test.go`) and in `keystore/sqlitestore` (`multiproc_bench_test.go`). Run them yourself with\n`go test -run '^$' -bench . -benchmem -count 6 .` and compare with `go tool benchstat`.\n\n")
+	b.WriteString("## benchstat\n\n```\n")
+	b.Write(stat)
+	b.WriteString("```\n")
+	if err := os.WriteFile(*out, []byte(b.String()), 0o644); err != nil {
+		log.Fatal(err)
+	}
+	log.Printf("wrote %s", *out)
+}
+
+type key struct{ name, unit string }
+
+// floorOf returns the floor's figure for r.
+func floorOf(med map[key]float64, r row) (float64, bool) {
+	if r.floorUnit != "" {
+		v, ok := med[key{r.floor, r.floorUnit}]
+		return v, ok
+	}
+	if v, ok := med[key{r.floor, r.unit}]; ok {
+		return v, true
+	}
+	if r.unit == "ns/renewal" {
+		v, ok := med[key{r.floor, "ns/op"}]
+		return v, ok
+	}
+	return 0, false
+}
+
+var procs = regexp.MustCompile(`-[0-9]+$`)
+
+// medians returns the median of every benchmark's figures by unit, in the
+// units go test prints.
+func medians(raw []byte) (map[key]float64, error) {
+	vals := map[key][]float64{}
+	rd := benchfmt.NewReader(bytes.NewReader(raw), "bench.txt")
+	for rd.Scan() {
+		res, ok := rd.Result().(*benchfmt.Result)
+		if !ok {
+			continue
+		}
+		name := procs.ReplaceAllString(string(res.Name.Full()), "")
+		for _, v := range res.Values {
+			unit, val := v.Unit, v.Value
+			if v.OrigUnit != "" {
+				unit, val = v.OrigUnit, v.OrigValue
+			}
+			vals[key{name, unit}] = append(vals[key{name, unit}], val)
+		}
+	}
+	if err := rd.Err(); err != nil {
+		return nil, err
+	}
+	out := map[key]float64{}
+	for k, v := range vals {
+		slices.Sort(v)
+		if len(v)%2 == 1 {
+			out[k] = v[len(v)/2]
+		} else {
+			out[k] = (v[len(v)/2-1] + v[len(v)/2]) / 2
+		}
+	}
+	return out, nil
+}
+
+func cpuOf(raw []byte) string {
+	for _, l := range strings.Split(string(raw), "\n") {
+		if c, ok := strings.CutPrefix(l, "cpu: "); ok {
+			return strings.TrimSpace(c)
+		}
+	}
+	return "unknown CPU"
+}
+
+func num(f float64) string {
+	switch {
+	case f >= 100:
+		return strconv.FormatFloat(f, 'f', 0, 64)
+	case f >= 1:
+		return strconv.FormatFloat(f, 'f', 2, 64)
+	default:
+		return strconv.FormatFloat(f, 'g', 3, 64)
+	}
+}
