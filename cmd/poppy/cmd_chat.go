@@ -17,10 +17,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"sync"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/conversation"
@@ -104,7 +106,7 @@ With --json, every event is a JSON line on stdout, and lines on stdin are sent.`
 				ch.conv = to
 				startEvents()
 			}
-			ch.session, ch.opts = s, opts
+			ch.session, ch.opts, ch.lines = s, opts, lines
 			if ch.conv != nil {
 				startEvents()
 			}
@@ -179,12 +181,16 @@ type chat struct {
 	switchTo func(*conversation.Conversation)
 	// authScopes are the scopes the last authorization event asked for.
 	authScopes []string
+	// lines reads what the User types.
+	lines *bufio.Scanner
 }
 
-// signIn runs /signin [method] [scope…]: Device or Direct Sign-In right
-// here (the conversation goes on with the new token, spec 7.11); Mediated
-// reads credentials from the terminal this chat reads lines from, so it is
-// left to another terminal.
+// signIn runs /signin [method] [scope…]: Device, Direct or Mediated
+// Sign-In right here (the conversation goes on with the new token, spec
+// 7.11). Mediated Sign-In reads the credentials from the lines the User
+// types next, through the chat's own line reader (chatLines), so no line is
+// lost between the chat and the prompter; secrets are read without echo on
+// a terminal.
 func (ch *chat) signIn(ctx context.Context, f []string) error {
 	a := ch.a
 	method := "device"
@@ -206,11 +212,13 @@ func (ch *chat) signIn(ctx context.Context, f []string) error {
 	} else if ok {
 		return a.reportSignIn(ch.session.Company(), method, res)
 	}
-	p := &cliPrompter{a: a, Terminal: signin.TerminalPrompter(a.out.prompt(), a.stdin)}
+	p := &cliPrompter{a: a, Terminal: signin.TerminalPrompter(a.out.prompt(), ch.promptInput())}
 	defer p.stopCountdown()
 	var res *poppy.SignInResult
 	var err error
 	switch method {
+	case "mediated":
+		res, err = signin.Mediated(ctx, ch.session, opts, p)
 	case "device":
 		res, err = signin.Device(ctx, ch.session, opts, p)
 	case "direct":
@@ -220,13 +228,7 @@ func (ch *chat) signIn(ctx context.Context, f []string) error {
 			res, err = d.SignIn(ctx, ch.session, opts, p)
 		}
 	default:
-		args := []string{"signin", shellQuote(ch.domain), "--method", shellQuote(method)}
-		for _, sc := range scopes {
-			args = append(args, "--scope", shellQuote(sc))
-		}
-		next := a.cmdline(args...)
-		ch.say("", map[string]any{"event": "signin", "next": next}, "Sign in from another terminal, then keep talking here: "+esc(next))
-		return nil
+		return fmt.Errorf("unknown sign-in method %q: use device, direct or mediated", method)
 	}
 	p.stopCountdown()
 	if err != nil {
@@ -424,4 +426,37 @@ func (ch *chat) command(ctx context.Context, line string) (quit bool, err error)
 	}
 	_, err = ch.conv.Send(ctx, ch.message(line), nil)
 	return false, err
+}
+
+// promptInput is what a prompter inside the chat reads the User's answers
+// from. On a terminal in canonical mode a read returns one line at a time,
+// so the chat's scanner holds nothing beyond the line it handed out and the
+// terminal itself is passed (its no-echo mode hides secrets). Otherwise
+// (a pipe, a script) the answers are the scanner's next lines.
+func (ch *chat) promptInput() io.Reader {
+	if f, ok := ch.a.stdin.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		return f
+	}
+	return &chatLines{s: ch.lines}
+}
+
+// chatLines reads the chat's scanner line by line as an io.Reader.
+type chatLines struct {
+	s   *bufio.Scanner
+	buf []byte
+}
+
+func (r *chatLines) Read(p []byte) (int, error) {
+	if len(r.buf) == 0 {
+		if r.s == nil || !r.s.Scan() {
+			if r.s != nil && r.s.Err() != nil {
+				return 0, r.s.Err()
+			}
+			return 0, io.EOF
+		}
+		r.buf = append(append([]byte(nil), r.s.Bytes()...), '\n')
+	}
+	n := copy(p, r.buf)
+	r.buf = r.buf[n:]
+	return n, nil
 }

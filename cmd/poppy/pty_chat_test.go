@@ -73,3 +73,28 @@ func TestChatSignIn(t *testing.T) {
 		t.Fatalf("the Session is not signed in: %s", st)
 	}
 }
+
+// /signin mediated inside a chat reads the credentials from the next lines
+// the User types, and the conversation goes on signed in; the password is
+// never printed.
+func TestChatSignInMediated(t *testing.T) {
+	e := newCLIEnv(t, nil)
+	e.init()
+	cmd := e.command(nil, "--json", "chat", "example.test")
+	cmd.Stdin = strings.NewReader("Hello.\n/signin mediated poppy:read\nuser@example.test\ncorrect horse\nThanks.\n")
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("chat: %v\n%s", err, out.String())
+	}
+	s := out.String()
+	if !strings.Contains(s, `"event":"signed_in"`) {
+		t.Fatalf("no sign-in: %s", s)
+	}
+	if strings.Contains(s, "correct horse") {
+		t.Fatalf("the password was printed: %s", s)
+	}
+	if st := e.mustRun("--json", "session", "example.test"); !strings.Contains(st, `"signed_in":true`) {
+		t.Fatalf("the Session is not signed in: %s", st)
+	}
+}
