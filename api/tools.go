@@ -62,6 +62,10 @@ type Tool struct {
 	InputSchema json.RawMessage
 	// API is the poppy.json entry the tool belongs to.
 	API poppy.API
+	// Method and Path are the OpenAPI operation's (Path as a template),
+	// empty for an MCP tool; MCPName is the MCP tool's name, empty for an
+	// OpenAPI operation. They name the action for standing permissions.
+	Method, Path, MCPName string
 
 	ts     *Toolset
 	schema *jsonschema.Schema
@@ -308,7 +312,7 @@ func (ts *Toolset) addOpenAPI(ctx context.Context, oa *OpenAPI, op *Operation, l
 	if op.ProposesOperation {
 		desc += " May propose an operation that the User must approve before it takes effect."
 	}
-	t := &Tool{Name: ts.name(label, base), Description: cleanText(desc, maxText), InputSchema: b, API: oa.entry}
+	t := &Tool{Name: ts.name(label, base), Description: cleanText(desc, maxText), InputSchema: b, API: oa.entry, Method: op.Method, Path: op.Path}
 	t.run = func(ctx context.Context, args map[string]any) (any, error) {
 		a := &Args{Params: map[string]any{}}
 		for k, v := range args {
@@ -357,7 +361,7 @@ func (ts *Toolset) addMCP(ctx context.Context, m *MCP, mt *mcp.Tool, label strin
 		desc = mt.Name
 	}
 	name := mt.Name
-	t := &Tool{Name: ts.name(label, name), Description: cleanText(desc, maxText), InputSchema: schema, API: m.entry}
+	t := &Tool{Name: ts.name(label, name), Description: cleanText(desc, maxText), InputSchema: schema, API: m.entry, MCPName: name}
 	t.run = func(ctx context.Context, args map[string]any) (any, error) {
 		res, err := m.CallTool(ctx, name, args)
 		if err != nil {

@@ -1,0 +1,73 @@
+// Package llmtools hands an LLM tool runtime the Personal Agent as tools:
+// the tools of one or more Companies (their OpenAPI operations and MCP
+// tools, from package api) plus the agent's own tools, with the User's
+// approval of an operation kept outside the model.
+//
+// A [Toolkit] is one value for the model: [Toolkit.Tools] lists every tool
+// with a stable name, a description written for a model and a JSON Schema
+// (draft 2020-12) of its input; [Tool.Execute] runs a call and returns
+// JSON. The agent's own tools are:
+//
+//	poppy_discover_company   discover a Company and offer its tools
+//	poppy_sign_in            start a sign-in; the User is shown where to go
+//	poppy_list_operations    the operations the Companies proposed
+//	poppy_get_operation      read one operation
+//	poppy_request_approval   ask the User to approve an operation
+//
+// A Company's tools are named "{company}__{tool}", where company is the
+// domain with every character outside [A-Za-z0-9] turned into "_" and tool
+// the name package api gives; a name over 64 characters is cut and ends
+// with 8 hex digits of its SHA-256. Every description is at most
+// [MaxDescription] bytes; every input schema is a JSON object without
+// $ref that compiles as JSON Schema 2020-12 with
+// github.com/santhosh-tekuri/jsonschema/v6.
+//
+// # The model can never approve
+//
+// Confirming an operation is not a tool (OPS 5.1, PA-OPS5-03). A Company
+// tool whose result proposes an operation hands it to the Company's
+// operations.Client (operations.FromToolResult and Client.Observe), and the
+// model gets it back marked "PROPOSED, NOT DONE". poppy_request_approval
+// takes only a domain and an operation ID — no field can carry "the User
+// said yes" — and calls operations.Client.Handle, whose approval comes only
+// from a standing permission that covers the revision or from the
+// runtime's operations.Approver (Options.Approver), the User's own
+// interface. Without an Approver the model gets the operation back
+// "waiting for the User's approval", and nothing is confirmed. Text of a
+// Company (a tool result, an operation's summary) never approves anything:
+// only the "operation" member of a result is read.
+//
+// # Sign-in without blocking the model
+//
+// poppy_sign_in starts a Device Sign-In (spec 4.6) in the background and
+// returns at once: the link and code go to the runtime's
+// signin.UserPrompter (Options.Prompter), the User's interface, never to
+// the model; the model is told to ask the User to finish the sign-in and
+// to call poppy_sign_in again to learn the outcome. [Toolkit.Close] stops
+// a sign-in still waiting.
+//
+// # Secrets
+//
+// Every result and description is scrubbed of the Session Tokens the
+// Sessions hold and of every JWS-shaped string (Account Tokens, DPoP
+// proofs), and no tool returns a code, a credential or a token (PA-4.8-08).
+//
+// # Adapters
+//
+// [Toolkit.OpenAI] and [Toolkit.RunOpenAI] speak the OpenAI
+// chat-completions tool format (github.com/openai/openai-go/v3);
+// [Ask] runs a bounded tool loop against any OpenAI-compatible endpoint.
+// [NewMCPServer] serves the tools to an MCP host (go-sdk), asking the User
+// through MCP elicitation: set Options.Approver to [ElicitationApprover];
+// a host without elicitation gets a refusal, never an approval. Over MCP,
+// leave Options.Prompter nil: poppy_sign_in then tells the model the User
+// must sign in in the agent's own interface (the CLI's poppy signin, which
+// shares the keystore).
+//
+// # The MCP host is the User's interface
+//
+// An approval given through elicitation is as trustworthy as the host's
+// UI: the server takes an answer only to an input request it issued, for
+// that operation and revision, once. Arguments and Company text never
+// count.
+package llmtools
