@@ -107,8 +107,14 @@ func (t *Terminal) Credentials(ctx context.Context, p *CredentialsPrompt) (*Cred
 		if label == "" {
 			label = f.Name
 		}
-		t.printf("%s: ", Escape(label))
-		v, err := t.read(ctx, f.Secret)
+		var v string
+		var err error
+		if f.Secret && t.fd >= 0 {
+			v, err = t.readSecret(ctx, Escape(label)+": ")
+		} else {
+			t.printf("%s: ", Escape(label))
+			v, err = t.read(ctx, f.Secret)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -131,6 +137,28 @@ func (t *Terminal) OneTimeCode(ctx context.Context, p *OneTimeCodePrompt) (strin
 	return t.read(ctx, false)
 }
 
+// readSecret prints prompt and reads one line from the terminal without
+// echo. Echo goes off before the prompt is printed, so an answer typed
+// ahead of it is hidden too.
+func (t *Terminal) readSecret(ctx context.Context, prompt string) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", err
+	}
+	restore, ok := echoOff(t.fd)
+	if !ok {
+		t.printf("%s", prompt)
+		return t.read(ctx, true)
+	}
+	t.printf("%s", prompt)
+	v, err := t.readLine()
+	restore()
+	t.printf("\n")
+	if err != nil {
+		return "", err
+	}
+	return v, nil
+}
+
 // read reads one line. A secret is read without echo from a terminal. It
 // reads byte by byte, so nothing after the line is consumed.
 func (t *Terminal) read(ctx context.Context, secret bool) (string, error) {
@@ -145,6 +173,11 @@ func (t *Terminal) read(ctx context.Context, secret bool) (string, error) {
 		}
 		return string(b), nil
 	}
+	return t.readLine()
+}
+
+// readLine reads one line byte by byte, so nothing after it is consumed.
+func (t *Terminal) readLine() (string, error) {
 	var line []byte
 	var c [1]byte
 	for {
