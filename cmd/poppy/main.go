@@ -32,9 +32,9 @@
 //
 // The command is built only on the SDK's public packages: apis, api and mcp
 // on package api, ops and permissions on package operations, browse on
-// packages browser and browser/headless. Commands for the areas still to
-// come (conversations, LLM tools) slot in as one file per command group,
-// each adding itself to the tree in newRootCmd.
+// packages browser and browser/headless, chat on package conversation,
+// mcp-server and ask on package llmtools. Each command group is one file,
+// adding itself to the tree in newRootCmd.
 package main
 
 import (

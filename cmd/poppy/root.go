@@ -86,7 +86,7 @@ Exit codes: 0 ok, 1 error, 2 usage error, 3 sign-in needed, 4 declined by the Us
 	addOpsCommands(root, a)      // cmd_ops.go: ops, permissions
 	addBrowseCommand(root, a)    // cmd_browse.go
 	addChatCommand(root, a)      // cmd_chat.go
-	// Later areas add their groups here: chat, ask and mcp-server.
+	addLLMCommands(root, a)      // cmd_llm.go: mcp-server, ask
 
 	for _, c := range root.Commands() {
 		c.Args = wrapArgs(c.Args)

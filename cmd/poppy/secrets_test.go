@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	_ "modernc.org/sqlite"
 
 	"github.com/poppyproto/poppy/browser/headless"
@@ -125,6 +126,61 @@ func TestNoSecretsInOutput(t *testing.T) {
 	} else {
 		t.Fatalf("chat started nothing: %s", chatOut.String())
 	}
+
+	// The LLM commands (cmd_llm.go): mcp-server through an MCP host that
+	// calls Company tools and gets an approval, and ask against a
+	// scripted model, whose requests are the model's context.
+	mcpErr := &syncBuffer{}
+	mcmd := e.command(nil, append(g, "mcp-server", "example.test")...)
+	mcmd.Stderr = mcpErr
+	mctx, mcancel := context.WithTimeout(context.Background(), 60*time.Second)
+	host := mcp.NewClient(&mcp.Implementation{Name: "host", Version: "1"}, &mcp.ClientOptions{
+		ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"approve": true}}, nil
+		}})
+	cs, err := host.Connect(mctx, &mcp.CommandTransport{Command: mcmd}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mcpCall := func(name, args string) string {
+		res, err := cs.CallTool(mctx, &mcp.CallToolParams{Name: name, Arguments: json.RawMessage(args)})
+		if err != nil {
+			t.Fatalf("mcp-server %s: %v", name, err)
+		}
+		b, _ := json.Marshal(res)
+		outputs = append(outputs, string(b))
+		return string(b)
+	}
+	if lt, err := cs.ListTools(mctx, nil); err == nil {
+		b, _ := json.Marshal(lt)
+		outputs = append(outputs, string(b))
+	}
+	mcpCall("poppy_sign_in", `{"domain":"example.test"}`)
+	mcpCall("example_test__mcp_search_products", `{"query":"fleece"}`)
+	if m := opIDInBody.FindStringSubmatch(mcpCall(exchangeTool, exchangeArgs)); m != nil {
+		mcpCall("poppy_request_approval", `{"domain":"example.test","operation_id":"`+m[1]+`"}`)
+		mcpCall("poppy_get_operation", `{"domain":"example.test","operation_id":"`+m[1]+`"}`)
+	} else {
+		t.Fatal("mcp-server: no operation proposed")
+	}
+	mcpCall("poppy_list_operations", `{"domain":"example.test"}`)
+	_ = cs.Close()
+	mcancel()
+	outputs = append(outputs, mcpErr.String())
+	collect()
+	model := newFakeModel(t, append([]func(string) []modelCall{
+		func(string) []modelCall { return []modelCall{{"poppy_sign_in", `{"domain":"example.test"}`}} },
+		func(string) []modelCall {
+			return []modelCall{{"example_test__mcp_search_products", `{"query":"fleece"}`}}
+		},
+	}, exchangeScript()...)...)
+	add("ask", "example.test", "exchange my jacket", "--base-url", model.URL+"/v1/", "--model", "scripted")
+	model.mu.Lock()
+	if len(model.bodies) < 4 {
+		t.Fatalf("ask: only %d model calls", len(model.bodies))
+	}
+	outputs = append(outputs, model.bodies...)
+	model.mu.Unlock()
 
 	add("session", "example.test", "--scope", "poppy:read")
 	add("session", "example.test", "--scope", "poppy:write", "--scope", "addresses") // refused: a hint
