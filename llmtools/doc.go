@@ -13,6 +13,14 @@
 //	poppy_list_operations    the operations the Companies proposed
 //	poppy_get_operation      read one operation
 //	poppy_request_approval   ask the User to approve an operation
+//	poppy_start_conversation start a conversation with the Company Agent
+//	poppy_send_message       send in a conversation
+//	poppy_read_conversation  read what is new in a conversation
+//
+// The conversation tools (package conversation) return the Company's
+// messages up to the end of its turn (EventsOptions.UntilIdle), at most 64
+// events and 60 s per call; an operation a message carries is observed
+// like a tool result's, so it comes back proposed, never approved.
 //
 // A Company's tools are named "{company}__{tool}", where company is the
 // domain with every character outside [A-Za-z0-9] turned into "_" and tool

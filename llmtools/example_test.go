@@ -88,5 +88,5 @@ func ExampleToolkit_OpenAI() {
 	tools := k.OpenAI()
 	fmt.Println(len(tools), tools[0].OfFunction.Function.Name)
 	// Output:
-	// 5 poppy_discover_company
+	// 8 poppy_discover_company
 }

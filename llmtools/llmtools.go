@@ -19,6 +19,7 @@ import (
 
 	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/api"
+	"github.com/poppyproto/poppy/conversation"
 	"github.com/poppyproto/poppy/internal/sdk"
 	"github.com/poppyproto/poppy/operations"
 	"github.com/poppyproto/poppy/signin"
@@ -87,6 +88,7 @@ type Toolkit struct {
 	comps  map[string]*company
 	order  []string
 	byName map[string]*Tool
+	convs  map[string]*conversation.Conversation // by company key and ID, bounded
 }
 
 // company is one Company added to the Toolkit.
@@ -125,7 +127,7 @@ func New(agent *poppy.Agent, user string, opts *Options) (*Toolkit, error) {
 	bg, stop := context.WithCancel(context.Background())
 	k := &Toolkit{agent: agent, user: user, opts: o, log: o.Logger, bg: bg, stop: stop,
 		comps: map[string]*company{}, byName: map[string]*Tool{}}
-	for _, t := range k.ownTools() {
+	for _, t := range append(k.ownTools(), k.conversationTools()...) {
 		if err := k.add(t); err != nil {
 			stop()
 			return nil, err

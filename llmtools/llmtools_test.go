@@ -283,3 +283,27 @@ func TestAskDeclined(t *testing.T) {
 		t.Errorf("step limit: %v", err)
 	}
 }
+
+// The conversation tools: start a conversation, send in it and read it;
+// the Company's replies come back up to the end of its turn (PA-7.7-02).
+func TestConversationTools(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	e.signIn(t)
+	r := e.call(t, "poppy_start_conversation", `{"domain":"example.test","text":"Hello, where is my order?"}`)
+	id, _ := r["conversation_id"].(string)
+	msgs, _ := r["messages"].([]any)
+	if id == "" || len(msgs) == 0 || r["status"] == "working" {
+		t.Fatalf("start: %v", r)
+	}
+	r = e.call(t, "poppy_send_message", `{"domain":"example.test","conversation_id":"`+id+`","text":"Thank you."}`)
+	if msgs, _ := r["messages"].([]any); len(msgs) == 0 || r["conversation_id"] != id {
+		t.Fatalf("send: %v", r)
+	}
+	r = e.call(t, "poppy_read_conversation", `{"domain":"example.test","conversation_id":"`+id+`"}`)
+	if msgs, _ := r["messages"].([]any); len(msgs) != 0 || r["conversation_id"] != id {
+		t.Fatalf("read after the turn: %v", r)
+	}
+	if r := e.call(t, "poppy_read_conversation", `{"domain":"example.test","conversation_id":"conv_nope"}`); r["error"] == nil {
+		t.Fatalf("unknown conversation: %v", r)
+	}
+}

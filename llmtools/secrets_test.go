@@ -31,9 +31,10 @@ func TestPA_4_8_08_NoSecretsInAnyTool(t *testing.T) {
 		"example_test__mcp_search_products": `{"query":"jacket"}`, "example_test__mcp_save_size_profile": `{"height_cm":170}`,
 		// The worst case: the model was made to pass the token itself to a
 		// Company that echoes it.
-		"example_test__api_echo": `{"body":{"authorization":"DPoP ` + tok.Value() + `"}}`,
+		"example_test__api_echo":   `{"body":{"authorization":"DPoP ` + tok.Value() + `"}}`,
+		"poppy_start_conversation": `{"domain":"example.test","text":"I'd like to exchange my jacket for size M."}`,
 	}
-	var opID string
+	var opID, convID string
 	run := func(tool *llmtools.Tool, a string) {
 		out, err := tool.Execute(ctx, json.RawMessage(a))
 		if err != nil {
@@ -45,6 +46,9 @@ func TestPA_4_8_08_NoSecretsInAnyTool(t *testing.T) {
 			if op, ok := r["operation"].(map[string]any); ok {
 				opID, _ = op["operation_id"].(string)
 			}
+			if id, ok := r["conversation_id"].(string); ok {
+				convID = id
+			}
 		}
 	}
 	for _, tool := range e.k.Tools() {
@@ -53,6 +57,16 @@ func TestPA_4_8_08_NoSecretsInAnyTool(t *testing.T) {
 		if !ok {
 			a = `{}`
 		}
+		run(tool, a)
+	}
+	if convID == "" {
+		t.Fatal("poppy_start_conversation started nothing")
+	}
+	for name, a := range map[string]string{
+		"poppy_send_message":      `{"domain":"example.test","conversation_id":"` + convID + `","text":"Thanks."}`,
+		"poppy_read_conversation": `{"domain":"example.test","conversation_id":"` + convID + `"}`,
+	} {
+		tool, _ := e.k.Tool(name)
 		run(tool, a)
 	}
 	for _, name := range []string{"poppy_get_operation", "poppy_request_approval"} {
