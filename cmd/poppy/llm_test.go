@@ -28,7 +28,8 @@ const (
 )
 
 // The MCP server shares the CLI's sign-in (poppy signin before it
-// starts), lists the tools, calls a Company tool, and confirms an
+// starts), lists the tools, calls a Company tool, starts a conversation, and
+// confirms an
 // operation only when the host's elicitation answer is accept
 // (PA-OPS5-03: the approval is the User's, in the host's UI).
 func TestMCPServerCommand(t *testing.T) {
@@ -84,6 +85,9 @@ func TestMCPServerCommand(t *testing.T) {
 			}
 			if r := call("example_test__mcp_search_products", `{"query":"fleece"}`); r["structured"] == nil {
 				t.Fatalf("search: %v", r)
+			}
+			if r := call("poppy_start_conversation", `{"domain":"example.test","text":"Hello."}`); r["conversation_id"] == nil || len(r["messages"].([]any)) == 0 {
+				t.Fatalf("conversation: %v", r)
 			}
 			r := call(exchangeTool, exchangeArgs)
 			op, _ := r["operation"].(map[string]any)
