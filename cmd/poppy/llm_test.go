@@ -28,10 +28,9 @@ const (
 )
 
 // The MCP server shares the CLI's sign-in (poppy signin before it
-// starts), lists the tools, calls a Company tool, starts a conversation, and
-// confirms an
-// operation only when the host's elicitation answer is accept
-// (PA-OPS5-03: the approval is the User's, in the host's UI).
+// starts), lists the tools, calls a Company tool, starts a conversation,
+// and confirms an operation only when the host's elicitation answer is
+// accept (PA-OPS5-03: the approval is the User's, in the host's UI).
 func TestMCPServerCommand(t *testing.T) {
 	for _, tc := range []struct {
 		answer    string
