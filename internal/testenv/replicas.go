@@ -516,23 +516,7 @@ func runReplica(open func(string) (keystore.Store, error)) error {
 		defer c.Close()
 	}
 	store := &crashStore{Store: inner}
-	key, err := poppy.ParseSigningKey([]byte(os.Getenv(envReplicaKey)))
-	if err != nil {
-		return err
-	}
-	id, err := poppy.NewIdentity(poppy.IdentityConfig{ClientID: ClientID, JWKSURI: JWKS, RedirectURIs: []string{Redirect}, Keys: []*poppy.SigningKey{key}})
-	if err != nil {
-		return err
-	}
-	client, err := poppytest.ClientFromEnv()
-	if err != nil {
-		return err
-	}
-	agent, err := poppy.NewAgent(id, &poppy.AgentOptions{Store: store, HTTPClient: client, Clock: poppytest.ClockFromEnv()})
-	if err != nil {
-		return err
-	}
-	c, err := agent.Company(ctx, "example.test")
+	c, err := childCompany(ctx, store, envReplicaKey)
 	if err != nil {
 		return err
 	}

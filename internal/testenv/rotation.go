@@ -53,23 +53,7 @@ func rotationChild(name string, open func(string) (keystore.Store, error)) error
 	if c, ok := store.(interface{ Close() error }); ok {
 		defer c.Close()
 	}
-	key, err := poppy.ParseSigningKey([]byte(os.Getenv(envRotationKey)))
-	if err != nil {
-		return err
-	}
-	id, err := poppy.NewIdentity(poppy.IdentityConfig{ClientID: ClientID, JWKSURI: JWKS, RedirectURIs: []string{Redirect}, Keys: []*poppy.SigningKey{key}})
-	if err != nil {
-		return err
-	}
-	client, err := poppytest.ClientFromEnv()
-	if err != nil {
-		return err
-	}
-	agent, err := poppy.NewAgent(id, &poppy.AgentOptions{Store: store, HTTPClient: client, Clock: poppytest.ClockFromEnv()})
-	if err != nil {
-		return err
-	}
-	c, err := agent.Company(ctx, "example.test")
+	c, err := childCompany(ctx, store, envRotationKey)
 	if err != nil {
 		return err
 	}
@@ -169,4 +153,28 @@ func RotationRace(t *testing.T, store keystore.Store, spec string, rounds int) {
 	if refused > 0 {
 		t.Fatalf("%d of %d refreshes refused", refused, refreshes)
 	}
+}
+
+// childCompany builds, in a child process, the agent that the test
+// environment describes (its signing key in the variable keyVar, the fake
+// Company from poppytest.ClientFromEnv and ClockFromEnv) on store, and
+// resolves example.test.
+func childCompany(ctx context.Context, store keystore.Store, keyVar string) (*poppy.Company, error) {
+	key, err := poppy.ParseSigningKey([]byte(os.Getenv(keyVar)))
+	if err != nil {
+		return nil, err
+	}
+	id, err := poppy.NewIdentity(poppy.IdentityConfig{ClientID: ClientID, JWKSURI: JWKS, RedirectURIs: []string{Redirect}, Keys: []*poppy.SigningKey{key}})
+	if err != nil {
+		return nil, err
+	}
+	client, err := poppytest.ClientFromEnv()
+	if err != nil {
+		return nil, err
+	}
+	agent, err := poppy.NewAgent(id, &poppy.AgentOptions{Store: store, HTTPClient: client, Clock: poppytest.ClockFromEnv()})
+	if err != nil {
+		return nil, err
+	}
+	return agent.Company(ctx, "example.test")
 }
