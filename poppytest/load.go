@@ -60,6 +60,14 @@ type Counts struct {
 	// Grants counts token requests by grant_type, and GrantErrors those
 	// answered with an error.
 	Grants, GrantErrors map[string]int
+	// EarlyRenewals counts Session Tokens issued to renew a Session (a
+	// refresh or an assertion grant naming it) less than half a lifetime
+	// after the same Session got one for the same type, resource, scopes
+	// and sign-in state: the mark of two replicas renewing one Session at
+	// once, or of an agent renewing too eagerly. It is no violation (an
+	// agent renews a token the Company rejected at once, by design), but a
+	// load test of replicas can assert it stays near zero.
+	EarlyRenewals int
 }
 
 // Counts returns the request counts.
@@ -70,6 +78,7 @@ func (s *Server) Counts() Counts {
 	c.ByEndpoint = maps.Clone(c.ByEndpoint)
 	c.Grants = maps.Clone(c.Grants)
 	c.GrantErrors = maps.Clone(c.GrantErrors)
+	c.EarlyRenewals = int(s.earlyRenewals.Load())
 	return c
 }
 

@@ -164,3 +164,28 @@ func TestFakeSteadyLoad(t *testing.T) {
 		t.Errorf("heap grew from %d MB to %d MB", heaps[0]>>20, heaps[len(heaps)-1]>>20)
 	}
 }
+
+// Counts.EarlyRenewals counts renewals of a Session less than half a
+// lifetime after its last token for the same purpose: the mark of
+// replicas renewing one Session twice.
+func TestCountsEarlyRenewals(t *testing.T) {
+	srv := poppytest.NewServer(t, &poppytest.Options{TokenTTL: 10 * time.Second})
+	a := newAgent(t, srv, "agent.test")
+	sid := a.start("usr_1").str("session_id")
+	renew := func() {
+		t.Helper()
+		if r := a.token(a.renewForm("usr_1", sid)); r.Status != 200 {
+			t.Fatalf("renewal: %d %s", r.Status, r.Raw)
+		}
+	}
+	renew() // at once after the start: early
+	srv.Clock().Advance(4 * time.Second)
+	renew() // 4 s after the last of 10 s: early
+	srv.Clock().Advance(6 * time.Second)
+	renew() // 6 s after: in time
+	a.start("usr_2")
+	a.start("usr_2") // a second Session of one User renews nothing
+	if got := srv.Counts().EarlyRenewals; got != 2 {
+		t.Errorf("EarlyRenewals = %d, want 2", got)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -286,12 +287,14 @@ type Server struct {
 	hosts   map[string]bool // every host the fake serves
 	agents  map[string]http.Handler
 
-	logMu      sync.Mutex
-	log        []*Request // a ring from logHead once full (load.go)
-	logHead    int
-	inflight   map[int]*Request
-	counts     Counts
-	violations []Violation
+	logMu    sync.Mutex
+	log      []*Request // a ring from logHead once full (load.go)
+	logHead  int
+	inflight map[int]*Request
+	counts   Counts
+	// earlyRenewals is Counts.EarlyRenewals, counted under mu.
+	earlyRenewals atomic.Int64
+	violations    []Violation
 
 	mu           sync.Mutex
 	sessions     map[string]*session

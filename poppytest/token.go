@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -41,6 +42,13 @@ type session struct {
 	scopes            []string // granted account scopes while signed in
 	family            string   // the Account Token (family) it is signed in with, "" for none
 	lastJKT           string   // key of its latest DPoP token
+	// last is what its latest Session Token was issued for, and when,
+	// for Counts.EarlyRenewals.
+	last struct {
+		key    string
+		issued time.Time
+		ttl    time.Duration
+	}
 }
 
 // token is the Company's record of a Session Token.
@@ -146,6 +154,17 @@ type grantRequest struct {
 	form   url.Values
 	client *clientInfo
 	proof  *parsedProof // nil: no DPoP header
+}
+
+// renewal reports whether g renews a Session it names (a refresh or an
+// assertion grant with session_id), as opposed to starting one or signing
+// one in.
+func (g *grantRequest) renewal() bool {
+	switch g.form.Get("grant_type") {
+	case grantRefreshToken, grantJWTBearer:
+		return g.form.Get("session_id") != ""
+	}
+	return false
 }
 
 type grantFunc func(s *Server, g *grantRequest) (map[string]any, *protoError)
@@ -444,6 +463,14 @@ func (s *Server) issueToken(g *grantRequest, sess *session, spec *issueSpecT) ma
 	}
 	s.tokens[value] = t
 	s.rememberTokenLocked(t, now)
+	// A renewal of the Session's token for the same purpose less than half
+	// its lifetime after the last one: two replicas renewing at once, or
+	// an agent renewing too eagerly.
+	key := t.typ + " " + t.resource + " " + strings.Join(scopes, " ") + " " + strconv.FormatBool(signedIn)
+	if g.renewal() && sess.last.key == key && now.Sub(sess.last.issued) < sess.last.ttl/2 {
+		s.earlyRenewals.Add(1)
+	}
+	sess.last.key, sess.last.issued, sess.last.ttl = key, now, ttl
 	owner := sess.clientID + " " + sess.sub
 	prev, seen := "", false
 	if t.jkt != "" {

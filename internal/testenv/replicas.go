@@ -60,6 +60,9 @@ const (
 	envReplicaUsers = "POPPY_TEST_REPLICA_USERS" // how many Users
 	envReplicaEvery = "POPPY_TEST_REPLICA_EVERY" // CallEvery
 	envReplicaAPI   = "POPPY_TEST_REPLICA_API"   // the fake's API URL
+	// envReplicaAligned, when set, has every replica call for a User at
+	// the same moments (ReplicaOptions.Aligned).
+	envReplicaAligned = "POPPY_TEST_REPLICA_ALIGNED"
 	// envReplicaNoCheck, set in a load run's environment, skips the final
 	// check of every User (which takes minutes at 10,000 Users).
 	envReplicaNoCheck = "POPPY_TEST_REPLICA_NOCHECK"
@@ -73,6 +76,12 @@ type ReplicaOptions struct {
 	CallEvery time.Duration // each replica calls for each User about this often; default 200 ms
 	Steady    time.Duration // the run before any kill, measured; default 4 s
 	Kills     bool          // then kill replicas: one armed crash, one random kill -9
+	// Aligned has every replica call for User i at the same moments,
+	// every CallEvery at an offset of i's own, as replicas fanning out one
+	// event would: each renewal is then wanted by every replica at once,
+	// the worst case for duplicate refreshes and for the store's locks.
+	// Without it each replica calls at random around CallEvery.
+	Aligned bool
 	After     time.Duration // the run after the kills; default 3 s
 }
 
@@ -86,6 +95,10 @@ type ReplicaStats struct {
 	Refreshes   int
 	Duplicates  int
 	PerLifetime float64
+	// PerInterval, in a run of more than 1,000 Users, is the refreshes per
+	// User per renewal interval (at most 1 when none is duplicated, less
+	// since a renewal waits for a call).
+	PerInterval float64
 	// LostRotations is the number of rotated-away Account Tokens the
 	// Company was sent (each a rotation a killed replica lost).
 	LostRotations int
@@ -130,6 +143,10 @@ func (s *replicaChildStats) add(o replicaChildStats) {
 		s.Store = map[string]int64{}
 	}
 	for k, v := range o.Store {
+		if strings.HasSuffix(k, "_p50_us") || strings.HasSuffix(k, "_p99_us") || k == "pool_size" {
+			s.Store[k] = max(s.Store[k], v) // the worst replica's
+			continue
+		}
 		s.Store[k] += v
 	}
 }
@@ -146,7 +163,7 @@ func ReplicaRun(t testing.TB, store keystore.Store, spec string, opts *ReplicaOp
 	o := ReplicaOptions{Processes: 3, Users: 20, TokenTTL: 2 * time.Second, CallEvery: 200 * time.Millisecond,
 		Steady: 4 * time.Second, After: 3 * time.Second}
 	if opts != nil {
-		o.Kills = opts.Kills
+		o.Kills, o.Aligned = opts.Kills, opts.Aligned
 		for _, f := range [][2]*time.Duration{{&o.TokenTTL, &opts.TokenTTL}, {&o.CallEvery, &opts.CallEvery},
 			{&o.Steady, &opts.Steady}, {&o.After, &opts.After}} {
 			if *f[1] > 0 {
@@ -165,7 +182,7 @@ func ReplicaRun(t testing.TB, store keystore.Store, spec string, opts *ReplicaOp
 	big := o.Users > 1000
 	load := poppytest.LoadOptions{LogSize: -1}
 	if big {
-		load = poppytest.LoadOptions{ViolationsOnly: true}
+		load = poppytest.LoadOptions{ViolationsOnly: true, ForgetTokensAfter: time.Minute}
 	}
 	e := New(t, &poppytest.Options{RotateAccountTokens: true, TokenTTL: o.TokenTTL, Load: load}, &poppy.AgentOptions{Store: store})
 	ctx := context.Background()
@@ -201,6 +218,9 @@ func ReplicaRun(t testing.TB, store keystore.Store, spec string, opts *ReplicaOp
 	env = append(env, envReplicaStore+"="+spec, envReplicaKey+"="+string(priv),
 		envReplicaUsers+"="+strconv.Itoa(o.Users), envReplicaEvery+"="+o.CallEvery.String(),
 		envReplicaAPI+"="+e.Srv.APIURL())
+	if o.Aligned {
+		env = append(env, envReplicaAligned+"=1")
+	}
 	start := func(i int) *replicaChild {
 		c := startReplica(t, i, env)
 		c.expect(t, "ready")
@@ -220,8 +240,14 @@ func ReplicaRun(t testing.TB, store keystore.Store, spec string, opts *ReplicaOp
 	t.Logf("%d replicas started every Session in %v", o.Processes, time.Since(t0).Round(time.Millisecond))
 	before := e.Srv.Counts()
 	steadyFrom := before.Requests
+	heap0 := liveHeap()
 	time.Sleep(o.Steady)
 	after := e.Srv.Counts()
+	heap1 := liveHeap()
+	t.Logf("steady run: %.0f API calls/s, %.0f token requests/s; the fake's process heap %d MB, then %d MB",
+		float64(after.ByEndpoint[poppytest.EndpointAPI]-before.ByEndpoint[poppytest.EndpointAPI])/o.Steady.Seconds(),
+		float64(after.ByEndpoint[poppytest.EndpointToken]-before.ByEndpoint[poppytest.EndpointToken])/o.Steady.Seconds(),
+		heap0>>20, heap1>>20)
 	var steady []poppytest.Request
 	if !big {
 		for _, r := range e.Srv.Requests() {
@@ -262,11 +288,17 @@ func ReplicaRun(t testing.TB, store keystore.Store, spec string, opts *ReplicaOp
 	t.Logf("the replicas checked every User in %v", time.Since(t0).Round(time.Millisecond))
 	renewEvery := o.TokenTTL - max(min(o.TokenTTL/10, time.Minute), min(time.Second, o.TokenTTL/2))
 	if big {
-		// Refreshes per User per renewal interval: at most 1 when no
-		// refresh is duplicated (less, since a renewal waits for a call).
+		// The log holds too little: the fake counts the renewals that came
+		// less than half a lifetime after the last (Counts.EarlyRenewals).
 		st.Refreshes = after.Grants["refresh_token"] - after.GrantErrors["refresh_token"] -
 			(before.Grants["refresh_token"] - before.GrantErrors["refresh_token"])
-		st.PerLifetime = float64(st.Refreshes) / (float64(o.Users) * o.Steady.Seconds() / renewEvery.Seconds())
+		st.Duplicates = after.EarlyRenewals - before.EarlyRenewals
+		if st.Refreshes > st.Duplicates {
+			st.PerLifetime = float64(st.Refreshes) / float64(st.Refreshes-st.Duplicates)
+		}
+		// At most 1 per renewal interval when none is duplicated, less
+		// since a renewal waits for a call.
+		st.PerInterval = float64(st.Refreshes) / (float64(o.Users) * o.Steady.Seconds() / renewEvery.Seconds())
 	} else {
 		st.Refreshes, st.Duplicates = countRefreshes(steady, renewEvery/2)
 		if st.Refreshes > 0 {
@@ -337,6 +369,14 @@ func ReplicaRun(t testing.TB, store keystore.Store, spec string, opts *ReplicaOp
 		}
 	}
 	return st
+}
+
+// liveHeap returns the heap in use after a collection.
+func liveHeap() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
 }
 
 // countRefreshes counts the successful refresh grants in rs and those that
@@ -474,7 +514,9 @@ func (c *replicaChild) wait(t testing.TB) {
 // ReplicaChildMain does a replica's part of ReplicaRun and exits, or returns
 // at once in any other process. open opens the store named by the spec the
 // parent passed. If the store has a LoadStats() map[string]int64 method, its
-// figures are reported with the child's.
+// figures are reported with the child's (counters summed over the replicas;
+// keys ending in _p50_us or _p99_us, and pool_size, the largest), from the
+// moment the run starts if it also has ResetLoadStats().
 func ReplicaChildMain(open func(spec string) (keystore.Store, error)) {
 	if os.Getenv(envReplicaChild) == "" {
 		return
@@ -549,6 +591,9 @@ func runReplica(open func(string) (keystore.Store, error)) error {
 	if !in.Scan() || in.Text() != "go" {
 		return errors.New("no go")
 	}
+	if r, ok := inner.(interface{ ResetLoadStats() }); ok {
+		r.ResetLoadStats() // the store's figures are the run's, not the start's
+	}
 	var (
 		mu    sync.Mutex
 		stats = replicaChildStats{Errors: map[string]int64{}}
@@ -575,11 +620,26 @@ func runReplica(open func(string) (keystore.Store, error)) error {
 		}
 		return err.Error()
 	}
-	for _, s := range sessions {
+	aligned := os.Getenv(envReplicaAligned) != ""
+	for i, s := range sessions {
 		wg.Add(1)
+		// Aligned: User i is called at offset + k*every on the wall clock,
+		// which every replica on the machine shares.
+		offset := time.Duration(int64(every) * int64(i) / int64(len(sessions)))
+		next := func() time.Duration {
+			if !aligned {
+				return every/2 + time.Duration(rand.N(int64(every)))
+			}
+			now := time.Duration(time.Now().UnixNano())
+			return every - (now-offset)%every
+		}
 		go func() {
 			defer wg.Done()
-			t := time.NewTimer(time.Duration(rand.N(int64(every))))
+			first := time.Duration(rand.N(int64(every)))
+			if aligned {
+				first = next()
+			}
+			t := time.NewTimer(first)
 			defer t.Stop()
 			for {
 				select {
@@ -587,7 +647,7 @@ func runReplica(open func(string) (keystore.Store, error)) error {
 					return
 				case <-t.C:
 				}
-				t.Reset(every/2 + time.Duration(rand.N(int64(every))))
+				t.Reset(next())
 				err := call(s, "/orders")
 				switch {
 				case err == nil:
