@@ -76,13 +76,13 @@ type ReplicaOptions struct {
 	CallEvery time.Duration // each replica calls for each User about this often; default 200 ms
 	Steady    time.Duration // the run before any kill, measured; default 4 s
 	Kills     bool          // then kill replicas: one armed crash, one random kill -9
+	After     time.Duration // the run after the kills; default 3 s
 	// Aligned has every replica call for User i at the same moments,
 	// every CallEvery at an offset of i's own, as replicas fanning out one
 	// event would: each renewal is then wanted by every replica at once,
 	// the worst case for duplicate refreshes and for the store's locks.
 	// Without it each replica calls at random around CallEvery.
 	Aligned bool
-	After     time.Duration // the run after the kills; default 3 s
 }
 
 // ReplicaStats are the figures of a run.
