@@ -37,6 +37,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"sort"
@@ -63,6 +64,10 @@ const (
 	// envReplicaAligned, when set, has every replica call for a User at
 	// the same moments (ReplicaOptions.Aligned).
 	envReplicaAligned = "POPPY_TEST_REPLICA_ALIGNED"
+	// envReplicaEvents names a file each replica appends a line to when a
+	// User gets sign_in_required, so that a replica killed later still
+	// leaves its record.
+	envReplicaEvents = "POPPY_TEST_REPLICA_EVENTS"
 	// envReplicaNoCheck, set in a load run's environment, skips the final
 	// check of every User (which takes minutes at 10,000 Users).
 	envReplicaNoCheck = "POPPY_TEST_REPLICA_NOCHECK"
@@ -112,6 +117,10 @@ type ReplicaStats struct {
 	// CrashedSignIns counts Sessions a kill left signed in at the Company
 	// and signed out in the store.
 	CrashedSignIns int
+	// SignInRequired counts the calls answered ErrSignInRequired in every
+	// replica, killed ones included, and SignInRequiredMax the most one
+	// replica process got for one User.
+	SignInRequired, SignInRequiredMax int
 	Child          replicaChildStats
 	// TokenRequests and APIRequests count the fake's requests in all.
 	TokenRequests, APIRequests int
@@ -221,6 +230,8 @@ func ReplicaRun(t testing.TB, store keystore.Store, spec string, opts *ReplicaOp
 	if o.Aligned {
 		env = append(env, envReplicaAligned+"=1")
 	}
+	events := filepath.Join(t.TempDir(), "sign-in-required")
+	env = append(env, envReplicaEvents+"="+events)
 	start := func(i int) *replicaChild {
 		c := startReplica(t, i, env)
 		c.expect(t, "ready")
@@ -327,6 +338,16 @@ func ReplicaRun(t testing.TB, store keystore.Store, spec string, opts *ReplicaOp
 			}
 		}
 	}
+	if b, err := os.ReadFile(events); err == nil || errors.Is(err, os.ErrNotExist) {
+		per := map[string]int{}
+		for _, line := range strings.Fields(string(b)) {
+			per[line]++
+			st.SignInRequired++
+			st.SignInRequiredMax = max(st.SignInRequiredMax, per[line])
+		}
+	} else {
+		t.Fatal(err)
+	}
 	for _, v := range e.Srv.TakeViolations() {
 		if v.Rule == "PA-4.8-04" {
 			st.LostRotations++
@@ -342,9 +363,9 @@ func ReplicaRun(t testing.TB, store keystore.Store, spec string, opts *ReplicaOp
 		t.Errorf("violation %v", v)
 	}
 	t.Logf("%d replicas, %d Users, Session Tokens of %v: %d refreshes in %v steady (%d duplicates: %.3f per User per lifetime); "+
-		"%d lost rotations, %d new Sessions, %d sign-ins, %d sign_in_required, %d calls ok, errors %v; %d token and %d API requests; store %v",
+		"%d lost rotations, %d new Sessions, %d sign-ins, %d sign_in_required (at most %d for one User in one replica), %d calls ok, errors %v; %d token and %d API requests; store %v",
 		o.Processes, o.Users, o.TokenTTL, st.Refreshes, o.Steady, st.Duplicates, st.PerLifetime,
-		st.LostRotations, st.NewSessions, st.SignIns, st.Child.SignInAsked, st.Child.OK, st.Child.Errors, st.TokenRequests, st.APIRequests, st.Child.Store)
+		st.LostRotations, st.NewSessions, st.SignIns, st.SignInRequired, st.SignInRequiredMax, st.Child.OK, st.Child.Errors, st.TokenRequests, st.APIRequests, st.Child.Store)
 	if len(st.Child.Stuck) > 0 {
 		t.Errorf("%d Users stuck: %s", len(st.Child.Stuck), strings.Join(st.Child.Stuck[:min(5, len(st.Child.Stuck))], "; "))
 	}
@@ -361,6 +382,13 @@ func ReplicaRun(t testing.TB, store keystore.Store, spec string, opts *ReplicaOp
 		// Every lost rotation ends in sign_in_required (then a sign-in);
 		// each starts one new Session, or none when the Company let the
 		// old one renew signed out.
+		// ... in sign_in_required once in a replica, not again and again.
+		if st.SignInRequired == 0 {
+			t.Errorf("%d lost rotations and no replica got sign_in_required", st.LostRotations)
+		}
+		if st.SignInRequiredMax > st.LostRotations {
+			t.Errorf("one replica got sign_in_required %d times for one User, for %d lost rotations", st.SignInRequiredMax, st.LostRotations)
+		}
 		if st.SignIns < st.LostRotations {
 			t.Errorf("%d lost rotations but %d Users signed in again after sign_in_required", st.LostRotations, st.SignIns)
 		}
@@ -621,6 +649,22 @@ func runReplica(open func(string) (keystore.Store, error)) error {
 		return err.Error()
 	}
 	aligned := os.Getenv(envReplicaAligned) != ""
+	var events *os.File
+	if path := os.Getenv(envReplicaEvents); path != "" {
+		if events, err = os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600); err != nil {
+			return err
+		}
+		defer events.Close()
+	}
+	me := os.Getenv(envReplicaChild) + "/" + strconv.Itoa(os.Getpid())
+	signInRequired := func(i int) {
+		count(func(st *replicaChildStats) { st.SignInAsked++ })
+		if events != nil {
+			// One write per line, appended: whole lines even with several
+			// processes writing, and on disk before a kill.
+			_, _ = events.WriteString(me + ":" + ReplicaUser(i) + "\n")
+		}
+	}
 	for i, s := range sessions {
 		wg.Add(1)
 		// Aligned: User i is called at offset + k*every on the wall clock,
@@ -653,7 +697,7 @@ func runReplica(open func(string) (keystore.Store, error)) error {
 				case err == nil:
 					count(func(st *replicaChildStats) { st.OK++ })
 				case errors.Is(err, poppy.ErrSignInRequired):
-					count(func(st *replicaChildStats) { st.SignInAsked++ })
+					signInRequired(i)
 					if err := call(s, "/products"); err != nil {
 						count(func(st *replicaChildStats) { st.SignedOutFail++ })
 					}
@@ -696,7 +740,7 @@ func runReplica(open func(string) (keystore.Store, error)) error {
 			var err error
 			for range 3 {
 				if err = call(s, "/orders"); errors.Is(err, poppy.ErrSignInRequired) {
-					count(func(st *replicaChildStats) { st.SignInAsked++ })
+					signInRequired(i)
 					err = replicaSignIn(ctx, s)
 					continue
 				}
