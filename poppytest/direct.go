@@ -448,6 +448,7 @@ func (s *Server) grantAuthorizationCode(g *grantRequest) (map[string]any, *proto
 		s.mu.Lock()
 		s.sessions[sess.id] = sess
 		s.mu.Unlock()
+		s.sessionsStarted.Add(1)
 	}
 	fam, resp, perr := s.completeSignIn(g, sess, "direct", cc.account, cc.scopes, spec)
 	if perr != nil {

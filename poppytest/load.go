@@ -68,6 +68,10 @@ type Counts struct {
 	// agent renews a token the Company rejected at once, by design), but a
 	// load test of replicas can assert it stays near zero.
 	EarlyRenewals int
+	// SessionsStarted counts the Sessions the token endpoint started, and
+	// SignIns the sign-ins it completed (each issuing an Account Token),
+	// of every type.
+	SessionsStarted, SignIns int
 }
 
 // Counts returns the request counts.
@@ -79,6 +83,8 @@ func (s *Server) Counts() Counts {
 	c.Grants = maps.Clone(c.Grants)
 	c.GrantErrors = maps.Clone(c.GrantErrors)
 	c.EarlyRenewals = int(s.earlyRenewals.Load())
+	c.SessionsStarted = int(s.sessionsStarted.Load())
+	c.SignIns = int(s.signIns.Load())
 	return c
 }
 

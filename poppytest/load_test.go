@@ -189,3 +189,21 @@ func TestCountsEarlyRenewals(t *testing.T) {
 		t.Errorf("EarlyRenewals = %d, want 2", got)
 	}
 }
+
+// Counts.SessionsStarted and Counts.SignIns count at the Company what a
+// load run's log no longer holds.
+func TestCountsSessionsAndSignIns(t *testing.T) {
+	srv := poppytest.NewServer(t, &poppytest.Options{Load: poppytest.LoadOptions{ViolationsOnly: true}})
+	a := newAgent(t, srv, "agent.test")
+	sid := a.start("usr_1").str("session_id")
+	a.token(a.renewForm("usr_1", sid)) // a renewal starts nothing
+	r := a.signedIn("usr_2", "poppy:read")
+	// A refresh without session_id starts a signed-in Session.
+	if r := a.tokenAs("usr_2", a.refreshForm(r.str("refresh_token"), "")); r.Status != 200 {
+		t.Fatalf("refresh: %d %s", r.Status, r.Raw)
+	}
+	c := srv.Counts()
+	if c.SessionsStarted != 3 || c.SignIns != 1 {
+		t.Errorf("SessionsStarted %d, SignIns %d; want 3 and 1", c.SessionsStarted, c.SignIns)
+	}
+}

@@ -94,6 +94,7 @@ func (s *Server) grantRefreshToken(g *grantRequest) (map[string]any, *protoError
 	if sess == nil {
 		sess = &session{id: newID("ses_", 12), clientID: f.clientID, sub: f.sub, created: now}
 		s.sessions[sess.id] = sess
+		s.sessionsStarted.Add(1)
 	}
 	sess.signedIn, sess.account, sess.scopes, sess.family = true, f.account, append([]string(nil), f.scopes...), f.id
 	current, expires := f.current, f.expires

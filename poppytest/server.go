@@ -292,8 +292,9 @@ type Server struct {
 	logHead  int
 	inflight map[int]*Request
 	counts   Counts
-	// earlyRenewals is Counts.EarlyRenewals, counted under mu.
-	earlyRenewals atomic.Int64
+	// earlyRenewals, sessionsStarted and signIns are Counts' fields of
+	// those names.
+	earlyRenewals, sessionsStarted, signIns atomic.Int64
 	violations    []Violation
 
 	mu           sync.Mutex

@@ -381,6 +381,7 @@ func (s *Server) completeSignIn(g *grantRequest, sess *session, kind, account st
 	sess.signedIn, sess.account, sess.scopes, sess.family = true, account, slices.Clone(scopes), fam.id
 	value, expires := fam.current, fam.expires
 	s.mu.Unlock()
+	s.signIns.Add(1)
 	resp := s.issueToken(g, sess, spec)
 	resp["refresh_token"] = value
 	if !expires.IsZero() {

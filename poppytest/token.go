@@ -348,6 +348,7 @@ func (s *Server) grantJWTBearer(g *grantRequest) (map[string]any, *protoError) {
 	if sess == nil {
 		sess = &session{id: newID("ses_", 12), clientID: g.client.id, sub: sub, created: now}
 		s.sessions[sess.id] = sess
+		s.sessionsStarted.Add(1)
 	}
 	s.mu.Unlock()
 	return s.issueToken(g, sess, spec), nil

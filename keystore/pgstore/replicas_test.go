@@ -159,7 +159,10 @@ func TestReplicas(t *testing.T) {
 // (default 4 s): at random around it, or, with
 // POPPY_TEST_REPLICA_LOAD_ALIGNED=1, all replicas at the same moments. It
 // logs refreshes per User per lifetime and the pools' waits, and fails
-// above 1.05 refreshes per lifetime. POPPY_PGSTORE_TEST_BASELINE=xact runs
+// above 1.05 refreshes per lifetime. POPPY_TEST_REPLICA_LOAD_KILLS=1 then
+// crashes and kills replicas as TestReplicas does, running
+// POPPY_TEST_REPLICA_LOAD_AFTER (default 3 s) after them; without
+// POPPY_TEST_REPLICA_NOCHECK every User is then checked. POPPY_PGSTORE_TEST_BASELINE=xact runs
 // the store's earlier Update (XactStore) for the figures before:
 //
 //	source .ci/postgres.sh
@@ -183,8 +186,12 @@ func TestReplicaLoad(t *testing.T) {
 	if err != nil {
 		ttl = 4 * time.Second
 	}
+	// With kills, the run after them should outlast a token lifetime, so
+	// that every User renews after them and a lost rotation shows.
+	after, _ := time.ParseDuration(os.Getenv("POPPY_TEST_REPLICA_LOAD_AFTER"))
 	s, env := sharedStore(t, false)
 	testenv.ReplicaRun(t, s, env[envTable], &testenv.ReplicaOptions{Users: users, TokenTTL: ttl,
+		Kills: os.Getenv("POPPY_TEST_REPLICA_LOAD_KILLS") != "", After: after,
 		CallEvery: every, Steady: time.Duration(secs) * time.Second, Aligned: os.Getenv("POPPY_TEST_REPLICA_LOAD_ALIGNED") != ""})
 }
 
