@@ -295,7 +295,8 @@ type Server struct {
 	// earlyRenewals, sessionsStarted and signIns are Counts' fields of
 	// those names.
 	earlyRenewals, sessionsStarted, signIns atomic.Int64
-	violations    []Violation
+
+	violations []Violation
 
 	mu           sync.Mutex
 	sessions     map[string]*session

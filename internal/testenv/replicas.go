@@ -121,7 +121,8 @@ type ReplicaStats struct {
 	// replica, killed ones included, and SignInRequiredMax the most one
 	// replica process got for one User.
 	SignInRequired, SignInRequiredMax int
-	Child          replicaChildStats
+	// Child sums what the replicas reported.
+	Child replicaChildStats
 	// TokenRequests and APIRequests count the fake's requests in all.
 	TokenRequests, APIRequests int
 }
