@@ -107,8 +107,9 @@ func BenchmarkFakeSignedInCall(b *testing.B) {
 	}
 }
 
-// TestFakeSteadyLoad runs signed-in calls as fast as 16 callers can for
-// POPPY_TEST_FAKE_LOAD seconds (60 for the figures in the package doc) and
+// TestFakeSteadyLoad runs signed-in calls as fast as 16 callers
+// (POPPY_TEST_FAKE_LOAD_CALLERS) for 50 Users (POPPY_TEST_FAKE_LOAD_USERS)
+// can for POPPY_TEST_FAKE_LOAD seconds (60 for the figures in the package doc) and
 // checks that the fake keeps its pace, the last 10 s within 20% of the
 // first, with bounded memory. It is a load test, skipped by default.
 func TestFakeSteadyLoad(t *testing.T) {
@@ -117,14 +118,21 @@ func TestFakeSteadyLoad(t *testing.T) {
 		t.Skip("set POPPY_TEST_FAKE_LOAD to the seconds to run (60 for the documented figures)")
 	}
 	secs = max(secs, 20)
-	srv, sessions := loadAgent(t, 50)
+	users, callers := 50, 16
+	if n, err := strconv.Atoi(os.Getenv("POPPY_TEST_FAKE_LOAD_USERS")); err == nil && n > 0 {
+		users = n
+	}
+	if n, err := strconv.Atoi(os.Getenv("POPPY_TEST_FAKE_LOAD_CALLERS")); err == nil && n > 0 {
+		callers = n
+	}
+	srv, sessions := loadAgent(t, users)
 	api := srv.APIURL()
 	var n atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	for g := range 16 {
+	for g := range callers {
 		wg.Go(func() {
-			for i := g; ; i += 16 {
+			for i := g; ; i += callers {
 				select {
 				case <-stop:
 					return
