@@ -98,7 +98,7 @@ With --json, every event is a JSON line on stdout, and lines on stdin are sent.`
 							}
 							return
 						}
-						ch.event(ctx, ev)
+						ch.event(ctx, conv, ev)
 					}
 				}()
 			}
@@ -154,7 +154,7 @@ With --json, every event is a JSON line on stdout, and lines on stdin are sent.`
 					if err != nil {
 						return a.apiError(err, c, args[0], nil)
 					}
-					ch.event(ctx, ev)
+					ch.event(ctx, ch.conv, ev)
 				}
 			}
 			return lines.Err()
@@ -252,8 +252,11 @@ func (ch *chat) message(text string) conversation.Message {
 	return conversation.Human(text)
 }
 
-// event shows one event of the conversation.
-func (ch *chat) event(ctx context.Context, ev conversation.Event) {
+// event shows one event of conv. In JSON each carries "in", conv's ID, so
+// that a reader tells the events of a Direct Conversation from those of the
+// conversation with the Company's agent.
+func (ch *chat) event(ctx context.Context, conv *conversation.Conversation, ev conversation.Event) {
+	in := conv.ID()
 	a, o := ch.a, ch.a.out
 	switch ev.Type {
 	case conversation.EventTextDelta:
@@ -262,7 +265,7 @@ func (ch *chat) event(ctx context.Context, ev conversation.Event) {
 		if ch.partial == nil {
 			ch.partial = map[string]int{}
 		}
-		o.emit(map[string]any{"event": "text-delta", "message_id": ev.Delta.MessageID, "text": ev.Delta.Text})
+		o.emit(map[string]any{"in": in, "event": "text-delta", "message_id": ev.Delta.MessageID, "text": ev.Delta.Text})
 		if _, ok := ch.partial[ev.Delta.MessageID]; !ok {
 			o.printf("%s ", o.bold("company:"))
 		}
@@ -271,7 +274,7 @@ func (ch *chat) event(ctx context.Context, ev conversation.Event) {
 	case conversation.EventPartialDropped:
 		ch.mu.Lock()
 		delete(ch.partial, ev.Delta.MessageID)
-		o.emit(map[string]any{"event": "partial-dropped", "message_id": ev.Delta.MessageID})
+		o.emit(map[string]any{"in": in, "event": "partial-dropped", "message_id": ev.Delta.MessageID})
 		o.printf("\n%s\n", o.dim("(the reply being written was cut off; it will come again in full)"))
 		ch.mu.Unlock()
 	case conversation.EventMessage:
@@ -295,7 +298,7 @@ func (ch *chat) event(ctx context.Context, ev conversation.Event) {
 		} else if m.Sender != "" {
 			who = "company (" + string(m.Sender) + ")"
 		}
-		j := map[string]any{"event": "message", "id": ev.ID, "message": m}
+		j := map[string]any{"in": in, "event": "message", "id": ev.ID, "message": m}
 		text := o.bold(esc(who)+":") + " " + esc(m.Text)
 		if len(m.Data) > 0 {
 			text += "\n  data: " + esc(string(m.Data))
@@ -310,23 +313,23 @@ func (ch *chat) event(ctx context.Context, ev conversation.Event) {
 		}
 		ch.say("", j, text)
 	case conversation.EventState:
-		ch.say("", map[string]any{"event": "state", "id": ev.ID, "status": ev.Status, "responder": ev.Responder},
+		ch.say("", map[string]any{"in": in, "event": "state", "id": ev.ID, "status": ev.Status, "responder": ev.Responder},
 			o.dim(fmt.Sprintf("(%s, answered by %s)", esc(string(ev.Status)), esc(string(ev.Responder)))))
 	case conversation.EventAuthorization:
 		ch.mu.Lock()
 		ch.authScopes = append([]string(nil), ev.Authorization.Scope...)
 		ch.mu.Unlock()
 		next := a.signInHint(ev.Authorization, nil, ch.domain, ev.Authorization.Scope).(*hintError).hint
-		ch.say("", map[string]any{"event": "authorization", "id": ev.ID, "code": ev.Authorization.Code, "scope": ev.Authorization.Scope, "next": next},
+		ch.say("", map[string]any{"in": in, "event": "authorization", "id": ev.ID, "code": ev.Authorization.Code, "scope": ev.Authorization.Scope, "next": next},
 			o.bold("The Company needs you signed in")+" ("+esc(strings.Join(ev.Authorization.Scope, " "))+"): /signin, or in another terminal "+esc(next))
 	case conversation.EventUserRequested:
-		ch.say("", map[string]any{"event": "user_requested", "id": ev.ID, "reason": ev.Reason},
+		ch.say("", map[string]any{"in": in, "event": "user_requested", "id": ev.ID, "reason": ev.Reason},
 			o.bold("The Company asks to talk with you directly")+": "+esc(ev.Reason)+"\n  /decline [note] to say no")
 	case conversation.EventDirectOpened, conversation.EventDirectClosed:
-		ch.say("", map[string]any{"event": string(ev.Type), "id": ev.ID, "conversation_id": ev.ConversationID},
+		ch.say("", map[string]any{"in": in, "event": string(ev.Type), "id": ev.ID, "conversation_id": ev.ConversationID},
 			o.dim("("+string(ev.Type)+": "+esc(ev.ConversationID)+")"))
 	case conversation.EventHistoryGap:
-		ch.say("", map[string]any{"event": "history-gap"}, o.bold("Part of the conversation's history is gone")+" (the Company no longer keeps it).")
+		ch.say("", map[string]any{"in": in, "event": "history-gap"}, o.bold("Part of the conversation's history is gone")+" (the Company no longer keeps it).")
 	}
 }
 
