@@ -30,6 +30,16 @@ func setup(t testing.TB, opts *poppytest.Options) (*testenv.Env, *poppy.Session)
 	return env, env.Session("alice")
 }
 
+// setupOperations starts a fake and an agent that supports the operations
+// extension, with "alice" signed in to read and write.
+func setupOperations(t testing.TB) (*testenv.Env, *poppy.Session) {
+	t.Helper()
+	env := testenv.NewWithExtensions(t, poppytest.NewServer(t, nil), map[string]string{"operations": "1"}, nil)
+	sess := env.Session("alice")
+	signIn(t, env, sess, "poppy:read", "poppy:write")
+	return env, sess
+}
+
 func loadOpenAPI(t testing.TB, sess *poppy.Session) *api.OpenAPI {
 	t.Helper()
 	oa, err := api.LoadOpenAPI(context.Background(), sess, entry(t, sess.Company(), api.TypeOpenAPI), nil)

@@ -550,13 +550,8 @@ func TestA09_MCPResourceIsTheURL(t *testing.T) {
 // in ToolResult.Operation; as a tool for a model it is a proposal, and it
 // stays proposed at the Company: nothing in this package confirms it.
 func TestMCPRequestExchangeOperation(t *testing.T) {
-	srv := poppytest.NewServer(t, nil)
-	id, key := testenv.NewIdentity(t, map[string]string{"operations": "1"})
-	env := &testenv.Env{T: t, Srv: srv, ID: id, Key: key}
-	env.Serve(nil)
-	env.Agent = env.NewAgent(nil)
-	sess := env.Session("alice")
-	signIn(t, env, sess, "poppy:read", "poppy:write")
+	env, sess := setupOperations(t)
+	srv := env.Srv
 	m := connectMCP(t, sess)
 	ctx := context.Background()
 	args := map[string]any{"order_id": "ord_7Hk2", "item_id": "itm_4Qa", "replacement_sku": "stormline-insulated-m"}

@@ -29,6 +29,7 @@ import (
 
 	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/internal/sdk"
+	"github.com/poppyproto/poppy/operations"
 )
 
 // OpenAPIOptions configures LoadOpenAPI. The zero value is valid.
@@ -37,6 +38,15 @@ type OpenAPIOptions struct {
 	MaxDescriptionBytes int64
 	// MaxResponseBytes caps a response body Call reads. Zero means 4 MiB.
 	MaxResponseBytes int64
+	// Operations, if set, sends every call but GET, HEAD and OPTIONS
+	// through its ProposeVia, so that while an operation the same request
+	// (method, URL and body) proposed is still open, nothing is sent and
+	// the call returns that operation in a *operations.PendingError: the
+	// SDK never asks for a new proposal of an action whose operation isn't
+	// final, not even across restarts (OPS 6, PA-OPS6-04, A-38). It must
+	// be a Client of the same Session. The operation a call proposes is
+	// then also the Client's to track.
+	Operations *operations.Client
 }
 
 const defaultMaxBytes = 4 << 20
@@ -50,6 +60,7 @@ type OpenAPI struct {
 	server  *url.URL
 	client  *http.Client
 	maxResp int64
+	opsc    *operations.Client // OpenAPIOptions.Operations
 
 	ops  []*Operation
 	byID map[string]*Operation
@@ -179,7 +190,7 @@ func newOpenAPI(ctx context.Context, sess *poppy.Session, entry poppy.API, body 
 		}
 	}
 	oa := &OpenAPI{sess: sess, entry: entry, doc: ix.doc, server: ix.server, maxResp: o.MaxResponseBytes,
-		ops: ix.ops, byID: ix.byID}
+		opsc: o.Operations, ops: ix.ops, byID: ix.byID}
 	if sess != nil {
 		oa.client = sess.HTTPClient()
 		if entry.Resource != "" {
@@ -665,13 +676,40 @@ func (oa *OpenAPI) call(ctx context.Context, o *Operation, args *Args) (*Respons
 	if err != nil {
 		return nil, err
 	}
-	resp, err := oa.client.Do(req)
-	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
+	var resp *http.Response
+	switch req.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+	default:
+		if oa.opsc != nil {
+			// OPS 6, A-38: one proposal per request while it is open.
+			op, presp, err := oa.opsc.ProposeVia(ctx, oa.client, req, operations.OpenAPIAction(o.Method, o.Path))
+			if op != nil && err == nil {
+				wire, err := op.MarshalJSON()
+				if err != nil {
+					return nil, err
+				}
+				body, _ := json.Marshal(map[string]json.RawMessage{"operation": wire})
+				return &Response{Status: http.StatusAccepted, Header: http.Header{}, Body: body, Operation: wire}, nil
+			}
+			if err != nil {
+				var ue *url.Error
+				if errors.As(err, &ue) {
+					err = ue.Err
+				}
+				return nil, err
+			}
+			resp = presp
 		}
-		return nil, err
+	}
+	if resp == nil {
+		var err error
+		if resp, err = oa.client.Do(req); err != nil {
+			var ue *url.Error
+			if errors.As(err, &ue) {
+				err = ue.Err
+			}
+			return nil, err
+		}
 	}
 	defer resp.Body.Close()
 	if perr := poppy.ResponseError(resp); perr != nil {

@@ -37,6 +37,7 @@ import (
 
 	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/internal/sdk"
+	"github.com/poppyproto/poppy/operations"
 )
 
 // ToolsOptions configures NewToolset. The zero value is valid.
@@ -430,6 +431,16 @@ func (t *Tool) Execute(ctx context.Context, args json.RawMessage) (json.RawMessa
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
+		}
+		var pend *operations.PendingError
+		if errors.As(err, &pend) && pend.Operation != nil {
+			// OPS 6: not proposed again; the model sees the open one.
+			wire, merr := pend.Operation.MarshalJSON()
+			if merr == nil {
+				return t.result(ctx, map[string]any{"error": "operation_pending", "operation": json.RawMessage(wire),
+					"message": "An operation this same request proposed is still open, so it was not proposed again. " +
+						"It takes effect only if the User approves it; nothing else has happened."})
+			}
 		}
 		var pe *poppy.Error
 		if errors.As(err, &pe) {

@@ -235,7 +235,22 @@ func (k *Toolkit) AddCompany(ctx context.Context, domain string) ([]string, erro
 	} else if !errors.Is(err, operations.ErrNotSupported) {
 		return nil, err
 	}
-	ts, loadErr := api.NewToolset(ctx, sess, k.opts.Tools)
+	// The Company's OpenAPI calls go through the operations client, so a
+	// model calling a tool again while the operation it proposed is open
+	// proposes nothing (OPS 6, PA-OPS6-04): it gets the open one back.
+	var to api.ToolsOptions
+	if k.opts.Tools != nil {
+		to = *k.opts.Tools
+	}
+	var oa api.OpenAPIOptions
+	if to.OpenAPI != nil {
+		oa = *to.OpenAPI
+	}
+	if oa.Operations == nil && c.ops != nil {
+		oa.Operations = c.ops
+	}
+	to.OpenAPI = &oa
+	ts, loadErr := api.NewToolset(ctx, sess, &to)
 	if ts == nil {
 		return nil, loadErr
 	}

@@ -2,6 +2,7 @@ package llmtools_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"regexp"
@@ -305,5 +306,35 @@ func TestConversationTools(t *testing.T) {
 	}
 	if r := e.call(t, "poppy_read_conversation", `{"domain":"example.test","conversation_id":"conv_nope"}`); r["error"] == nil {
 		t.Fatalf("unknown conversation: %v", r)
+	}
+}
+
+// A model that calls the proposing tool again while its operation is open
+// proposes nothing new: it gets the open operation back, marked pending
+// (OPS 6, PA-OPS6-04, A-38). Once the operation is final, the same call
+// proposes again.
+func TestPA_OPS6_04_NoSecondProposalFromATool(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	e.signIn(t)
+	first := e.call(t, exchangeAPI, argsAPI)
+	id := first["operation"].(map[string]any)["operation_id"].(string)
+	again := e.call(t, exchangeAPI, argsAPI)
+	if again["error"] != "operation_pending" || again["operation"].(map[string]any)["operation_id"] != id ||
+		!strings.HasPrefix(fmt.Sprint(again["approval"]), "PROPOSED, NOT DONE") {
+		t.Fatalf("second call: %v", again)
+	}
+	// PA-OPS6-04: the fake saw one proposal.
+	if n := len(e.Srv.Operations()); n != 1 {
+		t.Fatalf("%d operations at the Company, want 1", n)
+	}
+	// Declined, hence final: now the same call may propose again.
+	e.gate.answer(operations.Decline)
+	e.call(t, "poppy_request_approval", `{"domain":"example.test","operation_id":"`+id+`"}`)
+	third := e.call(t, exchangeAPI, argsAPI)
+	if op, _ := third["operation"].(map[string]any); op == nil || op["operation_id"] == id || third["error"] != nil {
+		t.Fatalf("after the decline: %v", third)
+	}
+	if n := len(e.Srv.Operations()); n != 2 {
+		t.Fatalf("%d operations at the Company, want 2", n)
 	}
 }

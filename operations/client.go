@@ -595,6 +595,15 @@ func (c *Client) Cancel(ctx context.Context, id string) (*Operation, error) {
 // no operation. A status of 400 and above is an error (poppy.ResponseError;
 // extension_required matches poppy.ErrExtensionRequired).
 func (c *Client) Propose(ctx context.Context, req *http.Request, action Action) (*Operation, *http.Response, error) {
+	return c.ProposeVia(ctx, c.sess.HTTPClient(), req, action)
+}
+
+// ProposeVia is Propose sending req with hc, a client of the Client's
+// Session, such as one bound to an API's resource (package api uses it).
+func (c *Client) ProposeVia(ctx context.Context, hc *http.Client, req *http.Request, action Action) (*Operation, *http.Response, error) {
+	if hc == nil {
+		return nil, nil, errors.New("operations: ProposeVia needs an HTTP client")
+	}
 	if err := c.load(ctx); err != nil {
 		return nil, nil, err
 	}
@@ -605,7 +614,7 @@ func (c *Client) Propose(ctx context.Context, req *http.Request, action Action) 
 	if open := c.openProposal(ctx, key); open != nil {
 		return open, nil, &PendingError{Operation: open} // PA-OPS6-04
 	}
-	resp, err := c.sess.HTTPClient().Do(req.WithContext(ctx))
+	resp, err := hc.Do(req.WithContext(ctx))
 	if err != nil {
 		return nil, nil, err
 	}

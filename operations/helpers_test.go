@@ -71,11 +71,7 @@ func (r *recorder) asked() []*operations.ApprovalRequest {
 
 func newEnv(t *testing.T, opts *poppytest.Options, copts *operations.Options) *env {
 	t.Helper()
-	srv := poppytest.NewServer(t, opts)
-	id, key := testenv.NewIdentity(t, map[string]string{"operations": "1"})
-	te := &testenv.Env{T: t, Srv: srv, ID: id, Key: key}
-	te.Serve(nil)
-	te.Agent = te.NewAgent(nil)
+	te := testenv.NewWithExtensions(t, poppytest.NewServer(t, opts), map[string]string{"operations": "1"}, nil)
 	e := &env{Env: te, ap: &recorder{}}
 	e.ap.e = e
 	e.sess = te.Session("local-user")

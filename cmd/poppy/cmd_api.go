@@ -161,13 +161,21 @@ approval, which "poppy ops confirm DOMAIN ID" asks for.`,
 			if err != nil {
 				return err
 			}
+			// With the operations extension, calls go through the
+			// operations client: while an operation this same call proposed
+			// is open, nothing is sent (OPS 6, PA-OPS6-04), even from an
+			// earlier run of poppy, since proposals are journalled.
+			var oo *api.OpenAPIOptions
+			if oc, err := operations.New(s, nil); err == nil {
+				oo = &api.OpenAPIOptions{Operations: oc}
+			}
 			var oa *api.OpenAPI
 			var found *api.Operation
 			for _, e := range api.List(c) {
 				if e.Type != api.TypeOpenAPI || (entry != "" && e.URL != entry) {
 					continue
 				}
-				o, err := api.LoadOpenAPI(ctx, s, e, nil)
+				o, err := api.LoadOpenAPI(ctx, s, e, oo)
 				if err != nil {
 					return err
 				}
@@ -184,6 +192,23 @@ approval, which "poppy ops confirm DOMAIN ID" asks for.`,
 				cargs = &api.Args{Body: body}
 			}
 			resp, err := oa.CallPath(ctx, method, path, cargs)
+			if pend := (*operations.PendingError)(nil); errors.As(err, &pend) && pend.Operation != nil {
+				op := pend.Operation
+				a.rememberOp(ctx, c.Domain(), op, nil)
+				next := a.cmdline("ops", "show", shellQuote(domain), shellQuote(op.ID))
+				if op.State == operations.StateProposed {
+					next = a.cmdline("ops", "confirm", shellQuote(domain), shellQuote(op.ID))
+				}
+				a.out.emit(map[string]any{"pending": true, "operation": opJSON(op), "next": next})
+				a.out.printf("%s\n", a.out.bold("Not sent: the operation this same call proposed is still "+esc(string(op.State))+"."))
+				if op.State == operations.StateProposed {
+					a.printProposed(domain, op)
+					return nil
+				}
+				a.out.printf("  %s\n", esc(op.Summary))
+				a.out.printf("\nTo see where it is: %s\n", a.cmdline("ops", "show", shellQuote(domain), shellQuote(op.ID)))
+				return nil
+			}
 			if err != nil {
 				return a.apiError(err, c, domain, found.Scopes)
 			}

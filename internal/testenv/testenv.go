@@ -62,7 +62,14 @@ func New(t testing.TB, srvOpts *poppytest.Options, agentOpts *poppy.AgentOptions
 // NewOn is New with a fake the caller started.
 func NewOn(t testing.TB, srv *poppytest.Server, agentOpts *poppy.AgentOptions) *Env {
 	t.Helper()
-	id, key := NewIdentity(t, nil)
+	return NewWithExtensions(t, srv, nil, agentOpts)
+}
+
+// NewWithExtensions is NewOn with an agent whose metadata lists extensions
+// (name to version), such as {"operations": "1"}.
+func NewWithExtensions(t testing.TB, srv *poppytest.Server, extensions map[string]string, agentOpts *poppy.AgentOptions) *Env {
+	t.Helper()
+	id, key := NewIdentity(t, extensions)
 	e := &Env{T: t, Srv: srv, ID: id, Key: key}
 	e.Serve(nil)
 	e.Agent = e.NewAgent(agentOpts)
