@@ -39,6 +39,7 @@ import (
 
 	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/internal/sdk"
+	"github.com/poppyproto/poppy/operations"
 )
 
 // MCPOptions configures ConnectMCP. The zero value is valid.
@@ -51,6 +52,12 @@ type MCPOptions struct {
 	Client *mcp.Client
 	// Logger receives debug records. Nil discards. No record holds a token.
 	Logger *slog.Logger
+	// Operations, if set, makes CallTool go through its ProposeCall: while
+	// an operation that a call of the same tool with the same arguments
+	// proposed is still open, nothing is sent and CallTool returns that
+	// operation in a *operations.PendingError (OPS 6, PA-OPS6-04, A-38).
+	// It must be a Client of the same Session.
+	Operations *operations.Client
 }
 
 const defaultProtocolVersion = "2025-11-25"
@@ -62,6 +69,7 @@ type MCP struct {
 	entry poppy.API
 	cs    *mcp.ClientSession
 	tr    *bearerTransport
+	opsc  *operations.Client // MCPOptions.Operations
 }
 
 // ConnectMCP connects to entry, one of the Company's APIs of type "mcp",
@@ -117,7 +125,7 @@ func ConnectMCP(ctx context.Context, sess *poppy.Session, entry poppy.API, opts 
 	if err != nil {
 		return nil, slot.wrap("connecting to "+endpointOf(u), err)
 	}
-	return &MCP{sess: sess, entry: entry, cs: cs, tr: tr}, nil
+	return &MCP{sess: sess, entry: entry, cs: cs, tr: tr, opsc: o.Operations}, nil
 }
 
 // Entry returns the poppy.json entry.
@@ -169,8 +177,31 @@ type ToolResult struct {
 // a json.RawMessage). A refusal by the server (403 insufficient_scope or
 // sign_in_required after the stored Account Token, if any, was tried) is an
 // error wrapping the *poppy.Error; a tool's own failure is a result with
-// IsError set.
+// IsError set. With MCPOptions.Operations, a call whose operation is still
+// open is not sent (see there).
 func (m *MCP) CallTool(ctx context.Context, name string, args any) (*ToolResult, error) {
+	if m.opsc == nil {
+		return m.callTool(ctx, name, args)
+	}
+	key, err := operations.ToolCallKey(m.entry.URL, name, args)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidArguments, err)
+	}
+	var out *ToolResult
+	_, err = m.opsc.ProposeCall(ctx, key, operations.ToolAction(name), func(ctx context.Context) (*operations.Operation, error) {
+		var err error
+		if out, err = m.callTool(ctx, name, args); err != nil || out.Operation == nil {
+			return nil, err
+		}
+		return operations.Parse(out.Operation)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (m *MCP) callTool(ctx context.Context, name string, args any) (*ToolResult, error) {
 	slot := &errSlot{}
 	res, err := m.cs.CallTool(withSlot(ctx, slot), &mcp.CallToolParams{Name: name, Arguments: args})
 	if err != nil {

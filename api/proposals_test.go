@@ -2,12 +2,27 @@ package api_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"testing"
 
+	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/api"
 	"github.com/poppyproto/poppy/operations"
+	"github.com/poppyproto/poppy/poppytest"
 )
+
+// setupProposals is setupOperations with an operations Client of the
+// Session.
+func setupProposals(t *testing.T) (*poppytest.Server, *poppy.Session, *operations.Client) {
+	t.Helper()
+	env, sess := setupOperations(t)
+	oc, err := operations.New(sess, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env.Srv, sess, oc
+}
 
 // With OpenAPIOptions.Operations, a call that proposed an operation still
 // open is not sent again: it returns the open operation in a
@@ -16,12 +31,7 @@ import (
 // before; so does the same call once the operation is final.
 func TestPA_OPS6_04_OpenAPICallsProposeOnce(t *testing.T) {
 	ctx := context.Background()
-	env, sess := setupOperations(t)
-	srv := env.Srv
-	oc, err := operations.New(sess, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, sess, oc := setupProposals(t)
 	oa, err := api.LoadOpenAPI(ctx, sess, entry(t, sess.Company(), api.TypeOpenAPI), &api.OpenAPIOptions{Operations: oc})
 	if err != nil {
 		t.Fatal(err)
@@ -35,13 +45,15 @@ func TestPA_OPS6_04_OpenAPICallsProposeOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	before := srv.Counts().Requests
 	_, err = oa.CallPath(ctx, "POST", "/orders/ord_7Hk2/exchanges", args)
 	var pend *operations.PendingError
 	if !errors.As(err, &pend) || pend.Operation.ID != op.ID || !errors.Is(err, operations.ErrOperationPending) {
 		t.Fatalf("second call: %v, want the open operation %s", err, op.ID)
 	}
-	if n := len(srv.Operations()); n != 1 {
-		t.Fatalf("%d proposals at the Company, want 1", n)
+	// Nothing was sent.
+	if n := srv.Counts().Requests - before; n != 0 {
+		t.Fatalf("%d requests for the second call, want none", n)
 	}
 	// Calls that propose nothing are unaffected.
 	if r, err := oa.CallPath(ctx, "POST", "/echo", &api.Args{Body: map[string]any{"a": "b"}}); err != nil || r.Status != 200 {
@@ -60,5 +72,45 @@ func TestPA_OPS6_04_OpenAPICallsProposeOnce(t *testing.T) {
 	}
 	if n := len(srv.Operations()); n != 2 {
 		t.Fatalf("%d proposals at the Company, want 2", n)
+	}
+}
+
+// The same for MCP tools with MCPOptions.Operations: a second call of the
+// tool with the same arguments, in any order, sends nothing while the
+// operation the first proposed is open (PA-OPS6-04); other arguments are
+// another call.
+func TestPA_OPS6_04_MCPToolCallsProposeOnce(t *testing.T) {
+	ctx := context.Background()
+	srv, sess, oc := setupProposals(t)
+	m, err := api.ConnectMCP(ctx, sess, entry(t, sess.Company(), api.TypeMCP), &api.MCPOptions{Operations: oc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	first, err := m.CallTool(ctx, "request_exchange", map[string]any{"order_id": "ord_7Hk2", "item_id": "itm_4Qa", "replacement_sku": "stormline-insulated-m"})
+	if err != nil || first.Operation == nil {
+		t.Fatalf("first call: %+v, %v", first, err)
+	}
+	op, err := operations.Parse(first.Operation)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := srv.Counts().Requests
+	_, err = m.CallTool(ctx, "request_exchange", json.RawMessage(`{"replacement_sku": "stormline-insulated-m", "item_id":"itm_4Qa","order_id":"ord_7Hk2"}`))
+	var pend *operations.PendingError
+	if !errors.As(err, &pend) || pend.Operation.ID != op.ID {
+		t.Fatalf("second call: %v, want the open operation %s", err, op.ID)
+	}
+	if n := srv.Counts().Requests - before; n != 0 {
+		t.Fatalf("%d requests for the second call, want none", n)
+	}
+	if r, err := m.CallTool(ctx, "search_products", map[string]any{"query": "jacket"}); err != nil || r.IsError {
+		t.Fatalf("search: %+v, %v", r, err)
+	}
+	if _, err := oc.Cancel(ctx, op.ID); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := m.CallTool(ctx, "request_exchange", map[string]any{"order_id": "ord_7Hk2", "item_id": "itm_4Qa", "replacement_sku": "stormline-insulated-m"}); err != nil || r.Operation == nil {
+		t.Fatalf("after cancelling: %+v, %v", r, err)
 	}
 }

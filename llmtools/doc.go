@@ -35,7 +35,10 @@
 // Confirming an operation is not a tool (OPS 5.1, PA-OPS5-03). A Company
 // tool whose result proposes an operation hands it to the Company's
 // operations.Client (operations.FromToolResult and Client.Observe), and the
-// model gets it back marked "PROPOSED, NOT DONE". poppy_request_approval
+// model gets it back marked "PROPOSED, NOT DONE". Calling the tool again
+// with the same arguments while that operation is open sends nothing: the
+// model gets the open operation, with "error": "operation_pending" (OPS 6,
+// PA-OPS6-04). poppy_request_approval
 // takes only a domain and an operation ID — no field can carry "the User
 // said yes" — and calls operations.Client.Handle, whose approval comes only
 // from a standing permission that covers the revision or from the

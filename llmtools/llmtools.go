@@ -235,7 +235,7 @@ func (k *Toolkit) AddCompany(ctx context.Context, domain string) ([]string, erro
 	} else if !errors.Is(err, operations.ErrNotSupported) {
 		return nil, err
 	}
-	// The Company's OpenAPI calls go through the operations client, so a
+	// The Company's OpenAPI and MCP calls go through the operations client, so a
 	// model calling a tool again while the operation it proposed is open
 	// proposes nothing (OPS 6, PA-OPS6-04): it gets the open one back.
 	var to api.ToolsOptions
@@ -250,6 +250,14 @@ func (k *Toolkit) AddCompany(ctx context.Context, domain string) ([]string, erro
 		oa.Operations = c.ops
 	}
 	to.OpenAPI = &oa
+	var mo api.MCPOptions
+	if to.MCP != nil {
+		mo = *to.MCP
+	}
+	if mo.Operations == nil && c.ops != nil {
+		mo.Operations = c.ops
+	}
+	to.MCP = &mo
 	ts, loadErr := api.NewToolset(ctx, sess, &to)
 	if ts == nil {
 		return nil, loadErr

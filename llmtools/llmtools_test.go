@@ -338,3 +338,18 @@ func TestPA_OPS6_04_NoSecondProposalFromATool(t *testing.T) {
 		t.Fatalf("%d operations at the Company, want 2", n)
 	}
 }
+
+// The same for the Company's MCP tools (PA-OPS6-04).
+func TestPA_OPS6_04_NoSecondProposalFromAnMCPTool(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	e.signIn(t)
+	id := e.call(t, exchangeMCP, argsMCP)["operation"].(map[string]any)["operation_id"].(string)
+	before := e.Srv.Counts().Requests
+	again := e.call(t, exchangeMCP, argsMCP)
+	if again["error"] != "operation_pending" || again["operation"].(map[string]any)["operation_id"] != id {
+		t.Fatalf("second call: %v", again)
+	}
+	if n := e.Srv.Counts().Requests - before; n != 0 {
+		t.Fatalf("%d requests for the second call, want none", n)
+	}
+}

@@ -18,6 +18,8 @@ package operations
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -636,6 +638,73 @@ func (c *Client) ProposeVia(ctx context.Context, hc *http.Client, req *http.Requ
 		return v, nil, err
 	}
 	return v, nil, nil
+}
+
+// ProposeCall is Propose for a proposing call that is not one HTTP request
+// of the caller's, such as an MCP tool call (OPS 4.2). key identifies the
+// call (ToolCallKey for an MCP tool). While an operation a call with the
+// same key proposed is still open, call is not run and that operation is
+// returned with a *PendingError (ErrOperationPending), even after a
+// restart, since proposals are journalled (OPS 6, A-38). Otherwise call
+// runs and returns the operation the Company proposed, or nil when it
+// proposed none; ProposeCall returns the Client's view of it.
+func (c *Client) ProposeCall(ctx context.Context, key string, action Action, call func(ctx context.Context) (*Operation, error)) (*Operation, error) {
+	if key == "" {
+		return nil, errors.New("operations: ProposeCall needs a key")
+	}
+	if err := c.load(ctx); err != nil {
+		return nil, err
+	}
+	if open := c.openProposal(ctx, key); open != nil {
+		return open, &PendingError{Operation: open} // PA-OPS6-04
+	}
+	op, err := call(ctx)
+	if err != nil || op == nil {
+		return nil, err
+	}
+	v, err := c.observe(op, &action, key)
+	if err != nil {
+		return v, err
+	}
+	if err := c.journalProposal(ctx, v, action, key); err != nil {
+		return v, err
+	}
+	return v, nil
+}
+
+// ToolCallKey is the ProposeCall key of a call of the MCP tool named tool
+// on the server at serverURL with args (a JSON object, as any value
+// json.Marshal takes, or json.RawMessage): the same tool with the same
+// arguments, whatever their order or spacing, is the same call.
+func ToolCallKey(serverURL, tool string, args any) (string, error) {
+	var raw []byte
+	switch a := args.(type) {
+	case json.RawMessage:
+		raw = a
+	case []byte:
+		raw = a
+	default:
+		var err error
+		if raw, err = json.Marshal(args); err != nil {
+			return "", fmt.Errorf("operations: tool arguments: %w", err)
+		}
+	}
+	var v any
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	if len(bytes.TrimSpace(raw)) > 0 {
+		if err := dec.Decode(&v); err != nil {
+			return "", fmt.Errorf("operations: tool arguments: %w", err)
+		}
+	}
+	canon, err := json.Marshal(v) // object keys sorted
+	if err != nil {
+		return "", fmt.Errorf("operations: tool arguments: %w", err)
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "mcp tools/call %s %s\n", serverURL, tool)
+	h.Write(canon)
+	return "mcp-" + base64.RawURLEncoding.EncodeToString(h.Sum(nil)), nil
 }
 
 // openProposal returns the open operation the request with key proposed.

@@ -54,7 +54,12 @@
 //   - A-38 ("the same action"): keyed on the proposing request: method,
 //     URL and body. While an operation that request proposed is open,
 //     Propose sends nothing and returns it; the key is journalled, so a
-//     restart keeps the rule.
+//     restart keeps the rule. An MCP tool call is keyed on the server's
+//     URL, the tool and its arguments, canonical JSON (ToolCallKey, for
+//     ProposeCall). Package api does this for every unsafe OpenAPI call
+//     and every MCP tool call given an operations Client, which package
+//     llmtools and the poppy command do: a model calling a tool again
+//     gets the open operation back, and nothing is sent.
 //   - A-39 (signed-out proposal, later signed in): the SDK keeps using the
 //     Session it was proposed in; journal entries are picked up by the
 //     Session with the same name, or by any Session signed in to the

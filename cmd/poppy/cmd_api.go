@@ -192,21 +192,7 @@ approval, which "poppy ops confirm DOMAIN ID" asks for.`,
 				cargs = &api.Args{Body: body}
 			}
 			resp, err := oa.CallPath(ctx, method, path, cargs)
-			if pend := (*operations.PendingError)(nil); errors.As(err, &pend) && pend.Operation != nil {
-				op := pend.Operation
-				a.rememberOp(ctx, c.Domain(), op, nil)
-				next := a.cmdline("ops", "show", shellQuote(domain), shellQuote(op.ID))
-				if op.State == operations.StateProposed {
-					next = a.cmdline("ops", "confirm", shellQuote(domain), shellQuote(op.ID))
-				}
-				a.out.emit(map[string]any{"pending": true, "operation": opJSON(op), "next": next})
-				a.out.printf("%s\n", a.out.bold("Not sent: the operation this same call proposed is still "+esc(string(op.State))+"."))
-				if op.State == operations.StateProposed {
-					a.printProposed(domain, op)
-					return nil
-				}
-				a.out.printf("  %s\n", esc(op.Summary))
-				a.out.printf("\nTo see where it is: %s\n", a.cmdline("ops", "show", shellQuote(domain), shellQuote(op.ID)))
+			if a.printPending(ctx, c, err) {
 				return nil
 			}
 			if err != nil {
@@ -246,6 +232,31 @@ func prettyBody(b []byte) string {
 		}
 	}
 	return string(b)
+}
+
+// printPending reports, when err is an *operations.PendingError, that
+// nothing was sent because the operation the same call proposed is still
+// open (OPS 6), and shows it.
+func (a *app) printPending(ctx context.Context, c *poppy.Company, err error) bool {
+	pend := (*operations.PendingError)(nil)
+	if !errors.As(err, &pend) || pend.Operation == nil {
+		return false
+	}
+	op, domain := pend.Operation, c.Domain()
+	a.rememberOp(ctx, domain, op, nil)
+	next := a.cmdline("ops", "show", shellQuote(domain), shellQuote(op.ID))
+	if op.State == operations.StateProposed {
+		next = a.cmdline("ops", "confirm", shellQuote(domain), shellQuote(op.ID))
+	}
+	a.out.emit(map[string]any{"pending": true, "operation": opJSON(op), "next": next})
+	a.out.printf("%s\n", a.out.bold("Not sent: the operation this same call proposed is still "+esc(string(op.State))+"."))
+	if op.State == operations.StateProposed {
+		a.printProposed(domain, op)
+		return true
+	}
+	a.out.printf("  %s\n", esc(op.Summary))
+	a.out.printf("\nTo see where it is: %s\n", next)
+	return true
 }
 
 // printProposed says that op is proposed and not done, and what to run.
@@ -343,6 +354,9 @@ operation is not done until you approve it with "poppy ops confirm".`,
 				}
 				return false, nil
 			})
+			if a.printPending(ctx, c, err) {
+				return nil
+			}
 			if err != nil {
 				return a.apiError(err, c, domain, nil)
 			}
@@ -396,7 +410,11 @@ func (a *app) eachMCP(ctx context.Context, c *poppy.Company, s *poppy.Session, f
 		if e.Type != api.TypeMCP {
 			continue
 		}
-		m, err := api.ConnectMCP(ctx, s, e, &api.MCPOptions{Logger: a.log})
+		mo := &api.MCPOptions{Logger: a.log}
+		if oc, err := operations.New(s, nil); err == nil {
+			mo.Operations = oc // OPS 6: see newAPICmd
+		}
+		m, err := api.ConnectMCP(ctx, s, e, mo)
 		if err != nil {
 			return err
 		}
