@@ -252,11 +252,31 @@ func (c *Client) recoverOne(ctx context.Context, r journalRecord) (*Operation, e
 	return c.Confirm(ctx, a)
 }
 
+// maxKeyedBody bounds a replayable request body proposalKey hashes.
+const maxKeyedBody = 64 << 20
+
 // proposalKey identifies a proposing request: method, URL and body
 // . It leaves req's body readable.
 func proposalKey(req *http.Request) (string, error) {
 	h := sha256.New()
 	fmt.Fprintf(h, "%s %s\n", req.Method, req.URL.String())
+	if req.GetBody != nil && req.Body != nil && req.Body != http.NoBody {
+		// A body that can be read again (bytes, strings) is hashed from a
+		// copy, streamed, and left as it is.
+		rc, err := req.GetBody()
+		if err != nil {
+			return "", fmt.Errorf("operations: reading the request body: %w", err)
+		}
+		n, err := io.Copy(h, io.LimitReader(rc, maxKeyedBody+1))
+		rc.Close()
+		if err != nil {
+			return "", fmt.Errorf("operations: reading the request body: %w", err)
+		}
+		if n > maxKeyedBody {
+			return "", errors.New("operations: request body too large")
+		}
+		return base64.RawURLEncoding.EncodeToString(h.Sum(nil)), nil
+	}
 	if req.Body != nil && req.Body != http.NoBody {
 		b, err := io.ReadAll(io.LimitReader(req.Body, maxBody+1))
 		req.Body.Close()
