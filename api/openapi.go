@@ -45,7 +45,9 @@ type OpenAPIOptions struct {
 	// SDK never asks for a new proposal of an action whose operation isn't
 	// final, not even across restarts (OPS 6, PA-OPS6-04, A-38). It must
 	// be a Client of the same Session. The operation a call proposes is
-	// then also the Client's to track.
+	// then also the Client's to track; its Response holds the Client's
+	// view of it, with Body {"operation": …} and no headers, and an
+	// operation the Client refuses (OPS 3) is an error.
 	Operations *operations.Client
 }
 
@@ -677,39 +679,22 @@ func (oa *OpenAPI) call(ctx context.Context, o *Operation, args *Args) (*Respons
 		return nil, err
 	}
 	var resp *http.Response
-	switch req.Method {
-	case http.MethodGet, http.MethodHead, http.MethodOptions:
-	default:
-		if oa.opsc != nil {
-			// OPS 6, A-38: one proposal per request while it is open.
-			op, presp, err := oa.opsc.ProposeVia(ctx, oa.client, req, operations.OpenAPIAction(o.Method, o.Path))
-			if op != nil && err == nil {
-				wire, err := op.MarshalJSON()
-				if err != nil {
-					return nil, err
-				}
-				body, _ := json.Marshal(map[string]json.RawMessage{"operation": wire})
-				return &Response{Status: http.StatusAccepted, Header: http.Header{}, Body: body, Operation: wire}, nil
-			}
+	if safe := req.Method == http.MethodGet || req.Method == http.MethodHead || req.Method == http.MethodOptions; oa.opsc != nil && !safe {
+		// OPS 6, A-38: one proposal per request while it is open.
+		var op *operations.Operation
+		if op, resp, err = oa.opsc.ProposeVia(ctx, oa.client, req, operations.OpenAPIAction(o.Method, o.Path)); err != nil {
+			return nil, unwrapURLError(err)
+		}
+		if op != nil {
+			wire, err := op.MarshalJSON()
 			if err != nil {
-				var ue *url.Error
-				if errors.As(err, &ue) {
-					err = ue.Err
-				}
 				return nil, err
 			}
-			resp = presp
+			body, _ := json.Marshal(map[string]json.RawMessage{"operation": wire})
+			return &Response{Status: http.StatusAccepted, Header: http.Header{}, Body: body, Operation: wire}, nil
 		}
-	}
-	if resp == nil {
-		var err error
-		if resp, err = oa.client.Do(req); err != nil {
-			var ue *url.Error
-			if errors.As(err, &ue) {
-				err = ue.Err
-			}
-			return nil, err
-		}
+	} else if resp, err = oa.client.Do(req); err != nil {
+		return nil, unwrapURLError(err)
 	}
 	defer resp.Body.Close()
 	if perr := poppy.ResponseError(resp); perr != nil {
@@ -728,6 +713,16 @@ func (oa *OpenAPI) call(ctx context.Context, o *Operation, args *Args) (*Respons
 		out.Operation = operationOf(b)
 	}
 	return out, nil
+}
+
+// unwrapURLError returns the error inside a *url.Error, which would repeat
+// the URL.
+func unwrapURLError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
 }
 
 // operationOf returns the "operation" member of a JSON object when it is an

@@ -201,7 +201,7 @@ approval, which "poppy ops confirm DOMAIN ID" asks for.`,
 			j := map[string]any{"status": resp.Status, "content_type": resp.Header.Get("Content-Type"), "body": bodyJSON(resp.Body)}
 			var op *operations.Operation
 			if resp.Operation != nil {
-				op, err = a.observeOperation(ctx, c, s, resp.Operation, operations.OpenAPIAction(found.Method, found.Path))
+				op, err = a.observeOperation(ctx, c, resp.Operation, operations.OpenAPIAction(found.Method, found.Path))
 				if err != nil {
 					return err
 				}
@@ -372,7 +372,7 @@ operation is not done until you approve it with "poppy ops confirm".`,
 			j := map[string]any{"tool": tool, "is_error": res.IsError, "text": append([]string{}, texts...), "structured_content": res.StructuredContent}
 			var op *operations.Operation
 			if res.Operation != nil {
-				op, err = a.observeOperation(ctx, c, s, res.Operation, operations.ToolAction(tool))
+				op, err = a.observeOperation(ctx, c, res.Operation, operations.ToolAction(tool))
 				if err != nil {
 					return err
 				}

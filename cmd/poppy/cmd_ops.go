@@ -102,16 +102,13 @@ func (a *app) opsClient(s *poppy.Session) (*operations.Client, error) {
 }
 
 // observeOperation reads the operation an API answer or tool result
-// carries, hands it to the operations Client and remembers it.
-func (a *app) observeOperation(ctx context.Context, c *poppy.Company, s *poppy.Session, raw json.RawMessage, action operations.Action) (*operations.Operation, error) {
+// carries and remembers it for ops list. The operations Client the call
+// went through has observed and journalled it already (api's
+// OpenAPIOptions.Operations and MCPOptions.Operations).
+func (a *app) observeOperation(ctx context.Context, c *poppy.Company, raw json.RawMessage, action operations.Action) (*operations.Operation, error) {
 	op, err := operations.Parse(raw)
 	if err != nil {
 		return nil, err
-	}
-	if oc, err := operations.New(s, nil); err == nil {
-		if v, err := oc.Observe(op, action); err == nil {
-			op = v
-		}
 	}
 	a.rememberOp(ctx, c.Domain(), op, &action)
 	return op, nil

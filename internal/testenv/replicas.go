@@ -301,7 +301,8 @@ func ReplicaRun(t testing.TB, store keystore.Store, spec string, opts *ReplicaOp
 	renewEvery := o.TokenTTL - max(min(o.TokenTTL/10, time.Minute), min(time.Second, o.TokenTTL/2))
 	if big {
 		// The log holds too little: the fake counts the renewals that came
-		// less than half a lifetime after the last (Counts.EarlyRenewals).
+		// less than half a lifetime after the last (Counts.EarlyRenewals);
+		// every User is signed in, so each renewal is a refresh.
 		st.Refreshes = after.Grants["refresh_token"] - after.GrantErrors["refresh_token"] -
 			(before.Grants["refresh_token"] - before.GrantErrors["refresh_token"])
 		st.Duplicates = after.EarlyRenewals - before.EarlyRenewals
@@ -311,6 +312,7 @@ func ReplicaRun(t testing.TB, store keystore.Store, spec string, opts *ReplicaOp
 		// At most 1 per renewal interval when none is duplicated, less
 		// since a renewal waits for a call.
 		st.PerInterval = float64(st.Refreshes) / (float64(o.Users) * o.Steady.Seconds() / renewEvery.Seconds())
+		t.Logf("%.3f refreshes per User per renewal interval of %v", st.PerInterval, renewEvery)
 	} else {
 		st.Refreshes, st.Duplicates = countRefreshes(steady, renewEvery/2)
 		if st.Refreshes > 0 {
