@@ -321,6 +321,7 @@ func (s *Session) adoptSignIn(ctx context.Context, tr *tokenResponse, account st
 		if err != nil {
 			return nil, fmt.Errorf("poppy: storing Account Token: %w", err)
 		}
+		s.holdAccountToken(tr.RefreshToken) // never in a URL (transport.go)
 	}
 	tr.Scope = &granted
 	err := a.store.Update(ctx, s.skey, func(cur []byte) ([]byte, error) {
@@ -495,12 +496,14 @@ func (s *Session) refresh(ctx context.Context, sessionID, account string, k toke
 	a, c := s.agent, s.company
 	var tr *tokenResponse
 	var grantErr error
+	var held string
 	err := a.store.Update(ctx, s.accountKey(account), func(cur []byte) ([]byte, error) {
 		var ar accountRecord
 		if cur == nil || json.Unmarshal(cur, &ar) != nil || ar.Token == "" {
 			grantErr = ErrNoAccountToken
 			return cur, nil
 		}
+		defer func() { held = ar.Token }()
 		now := a.clock.Now()
 		if ar.expired(now) {
 			grantErr = fmt.Errorf("%w: it has expired", ErrNoAccountToken) // PA-4.4-12
@@ -564,6 +567,7 @@ func (s *Session) refresh(ctx context.Context, sessionID, account string, k toke
 	if err != nil {
 		return nil, fmt.Errorf("poppy: Account Token: %w", err)
 	}
+	s.holdAccountToken(held) // never in a URL (transport.go)
 	return tr, grantErr
 }
 
@@ -706,8 +710,8 @@ func (c *Company) postClientAuthenticated(ctx context.Context, endpoint string, 
 	if err != nil {
 		return nil, err
 	}
-	if !c.ownsHost(u.Hostname()) {
-		return nil, fmt.Errorf("%w: %s", ErrForeignHost, u.Hostname())
+	if !c.ownsURL(u) {
+		return nil, fmt.Errorf("%w: %s is not an origin the Company's documents name", ErrForeignHost, originOf(u))
 	}
 	return c.agent.postForm(ctx, c, endpoint, nil, func() (url.Values, error) {
 		f := url.Values{}

@@ -183,8 +183,8 @@ type Company struct {
 	st     *issuerState
 
 	hostsOnce sync.Once
-	orgHost   string // organization.domain, normalized
-	hosts     map[string]bool
+	orgHost   string          // organization.domain, normalized
+	origins   map[origin]bool // the origins the documents name (ownsURL)
 
 	endpointsOnce sync.Once
 	eps           []endpoint

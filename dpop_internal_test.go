@@ -249,10 +249,10 @@ func FuzzDocument(f *testing.F) {
 		}
 		_ = a.checkDocument("example.test", &d)
 		c := &Company{doc: &d}
-		if d.Organization != nil {
-			_ = c.ownsHost("api.example.test")
-		}
 		u, _ := url.Parse("https://api.example.test/orders")
+		if d.Organization != nil {
+			_ = c.ownsURL(u)
+		}
 		_ = c.resourceFor(u)
 	})
 }

@@ -42,6 +42,9 @@ var (
 	ErrInvalidTokenResponse = errors.New("poppy: invalid token response")
 	ErrNoSession            = errors.New("poppy: no Session")
 	ErrForeignHost          = errors.New("poppy: host is not one of the Company's")
+	// ErrTokenInURL: a request's URL carries a token the Session holds
+	// (spec 4.3: never in a URL); nothing was sent.
+	ErrTokenInURL = errors.New("poppy: refusing to send a request whose URL carries a token (spec 4.3)")
 )
 
 // codeSentinels maps protocol error codes to their sentinels.

@@ -169,6 +169,7 @@ type Session struct {
 	rec      sessionRecord
 	tokens   map[tokenKey]*Token
 	renewing map[tokenKey]*renewal // nil while none is under way
+	held     heldTokens            // more tokens never to send in a URL (transport.go)
 }
 
 type renewal struct {
@@ -635,6 +636,7 @@ func (s *Session) setRecord(rec *sessionRecord) {
 			tokens[k] = s.tokenFrom(rec, st)
 		}
 	}
+	s.retireLocked(tokens)
 	s.tokens = tokens
 }
 

@@ -28,9 +28,17 @@ package poppy
 // body into an *Error; or send with Session.Do, which returns that *Error
 // for every status of 400 and above.
 //
-// Tokens are sent only to the Company's own hosts: organization.domain, its
-// subdomains and the hosts its documents name. A request (or a redirect) to
-// any other host fails with ErrForeignHost before anything is sent.
+// Tokens are sent only to the Company's own origins (scheme, host and port,
+// the scheme's default port made explicit): those its documents name, the
+// one it was discovered at, and https on port 443 at organization.domain
+// and its subdomains. A request (or a redirect) to any other origin, such
+// as a named host on another port, fails with ErrForeignHost before
+// anything is sent.
+//
+// Tokens never go in a URL (spec 4.3, PA-4.3-23): a request whose URL
+// carries a token the Session holds, in any part and in any percent-encoding
+// a server would decode, fails with ErrTokenInURL before anything is sent,
+// and is not retried after a renewal either (see tokenInURL).
 
 import (
 	"bytes"
@@ -41,6 +49,7 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -151,13 +160,19 @@ func (t *sessionTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		return nil, ErrNoSession // PA-4.3-24
 	}
 	s, a := t.s, t.s.agent
+	// First, so that no error below, which may name the host, can echo
+	// a token the URL carries.
+	if s.tokenInURL(req.URL) {
+		closeBody()
+		return nil, ErrTokenInURL
+	}
 	if err := a.checkURL(req.URL); err != nil {
 		closeBody()
 		return nil, err
 	}
-	if !s.company.ownsHost(req.URL.Hostname()) {
+	if !s.company.ownsURL(req.URL) {
 		closeBody()
-		return nil, fmt.Errorf("%w: %s", ErrForeignHost, req.URL.Hostname())
+		return nil, fmt.Errorf("%w: %s is not an origin the Company's documents name", ErrForeignHost, originOf(req.URL))
 	}
 	htu := htuOf(req.URL)
 	if s.company.isMCP(htu) {
@@ -417,26 +432,79 @@ func replayable(req *http.Request) (getBody func() (io.ReadCloser, error), canRe
 	return func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }, true, nil
 }
 
-// ownsHost reports whether host belongs to the Company: organization.domain
-// or a subdomain of it, or a host one of its documents names.
-func (c *Company) ownsHost(host string) bool {
-	h := strings.ToLower(strings.TrimSuffix(host, "."))
-	c.hostsOnce.Do(c.collectHosts)
-	d := c.orgHost
-	if h == d || (len(h) > len(d) && h[len(h)-len(d)-1] == '.' && strings.HasSuffix(h, d)) {
-		return true
-	}
-	return c.hosts[h]
+// origin is a URL's origin (RFC 6454) as tokens are guarded by it: scheme
+// and host lower-cased, the host without a trailing dot, and the port
+// always explicit, in decimal without leading zeros (the scheme's default
+// when the URL names none). "https://API.example.com.:0443" and
+// "https://api.example.com" are one origin; port 8443 is another.
+type origin struct {
+	scheme, host, port string
 }
 
-func (c *Company) collectHosts() {
+// originKey returns u's origin, and false when it has none the SDK would
+// send a token to: no host, a scheme other than http and https, or a port
+// that isn't a number in 1-65535.
+func originKey(u *url.URL) (origin, bool) {
+	o := origin{scheme: strings.ToLower(u.Scheme), host: strings.ToLower(strings.TrimSuffix(u.Hostname(), "."))}
+	if o.host == "" {
+		return origin{}, false
+	}
+	p := u.Port()
+	switch {
+	case p != "":
+		n, err := strconv.ParseUint(p, 10, 16)
+		if err != nil || n == 0 {
+			return origin{}, false
+		}
+		o.port = strconv.FormatUint(n, 10)
+	case o.scheme == "https":
+		o.port = "443"
+	case o.scheme == "http":
+		o.port = "80"
+	default:
+		return origin{}, false
+	}
+	return o, o.scheme == "https" || o.scheme == "http"
+}
+
+// ownsURL reports whether u is on one of the Company's origins: one that
+// its documents name (poppy.json's endpoints and the issuer, the token,
+// revocation and mediated endpoints), the one it was discovered at, or
+// https on port 443 at organization.domain or a subdomain of it. The host
+// alone is not enough: a named host on another port is another server,
+// which may not be the Company's at all.
+func (c *Company) ownsURL(u *url.URL) bool {
+	o, ok := originKey(u)
+	if !ok {
+		return false
+	}
+	c.hostsOnce.Do(c.collectOrigins)
+	if c.origins[o] {
+		return true
+	}
+	if o.scheme != "https" || o.port != "443" {
+		return false
+	}
+	h, d := o.host, c.orgHost
+	return d != "" && (h == d || (len(h) > len(d) && h[len(h)-len(d)-1] == '.' && strings.HasSuffix(h, d)))
+}
+
+func (c *Company) collectOrigins() {
 	c.orgHost = normHost(c.doc.Organization.Domain)
-	c.hosts = map[string]bool{}
+	c.origins = map[origin]bool{}
 	add := func(raw string) {
-		if u, err := url.Parse(raw); err == nil && u.Host != "" {
-			c.hosts[strings.ToLower(u.Hostname())] = true
+		if u, err := url.Parse(raw); err == nil {
+			if o, ok := originKey(u); ok {
+				c.origins[o] = true
+			}
 		}
 	}
+	// Where poppy.json was fetched from, as Agent.Company fetched it.
+	scheme := "https"
+	if c.agent != nil && c.agent.opts.UnsafeAllowLoopbackHTTP && isLoopback(hostOnly(c.domain)) {
+		scheme = "http"
+	}
+	add(scheme + "://" + c.domain + "/")
 	for _, e := range c.endpoints() {
 		add(e.url)
 	}
@@ -581,4 +649,182 @@ func (s *Session) signInForRetry(ctx context.Context, used *Token) (bool, error)
 	s.mu.Unlock()
 	_, ok, err := s.useAccountToken(ctx, &SignInOptions{Account: account}, false)
 	return ok, err
+}
+
+// Tokens in URLs (spec 4.3: "Personal Agents MUST NOT send tokens in a
+// URL", PA-4.3-26).
+//
+// A URL reaches the Company's logs, proxies' logs, browser histories and
+// Referer headers, so a token in one is as good as published. The
+// transport refuses, before sending, a request whose URL carries a token
+// the Session holds: any of its current Session Tokens (DPoP and Bearer,
+// of every resource and scope), a Session Token a renewal replaced until
+// it expires (the Company still accepts it until then), and the Account
+// Token it last used or got. Every part of the URL is searched (userinfo,
+// host, path, query, fragment), as written and after each of up to four
+// rounds of percent-decoding (%XX, and the legacy %uXXXX for ASCII), so
+// that "%2B" for "+", an encoded letter or a double encoding a server or
+// an application behind it would undo doesn't hide a token. The host is
+// compared without regard to case, as DNS does. A token shorter than
+// minTokenScan bytes can't be told from ordinary URL text, so it is looked
+// for only as a whole path segment, query key or value, or host label.
+
+// heldTokens are the token values a Session holds beyond s.tokens, guarded
+// by s.mu.
+type heldTokens struct {
+	retired []retiredToken // oldest first, at most maxRetired
+	account string         // the Account Token last used or stored
+}
+
+type retiredToken struct {
+	value  string
+	expiry time.Time
+}
+
+// maxRetired bounds the replaced Session Tokens a Session remembers.
+const maxRetired = 8
+
+// minTokenScan is the shortest token searched for inside URL text.
+const minTokenScan = 8
+
+// retireLocked remembers the tokens of s.tokens that next doesn't keep and
+// that have not expired. s.mu is held.
+func (s *Session) retireLocked(next map[tokenKey]*Token) {
+	if len(s.tokens) == 0 {
+		return
+	}
+	now := s.agent.clock.Now()
+	r := s.held.retired[:0:0]
+	for _, old := range s.held.retired {
+		if now.Before(old.expiry) {
+			r = append(r, old)
+		}
+	}
+	for k, t := range s.tokens {
+		if n := next[k]; (n == nil || n.value != t.value) && now.Before(t.Expiry) {
+			r = append(r, retiredToken{value: t.value, expiry: t.Expiry})
+		}
+	}
+	if len(r) > maxRetired {
+		r = r[len(r)-maxRetired:]
+	}
+	if len(r) == 0 {
+		r = nil
+	}
+	s.held.retired = r
+}
+
+// holdAccountToken notes the Account Token value the Session just used or
+// stored, for tokenInURL.
+func (s *Session) holdAccountToken(v string) {
+	if v == "" {
+		return
+	}
+	s.mu.Lock()
+	s.held.account = v
+	s.mu.Unlock()
+}
+
+// tokenInURL reports whether u carries a token the Session holds.
+func (s *Session) tokenInURL(u *url.URL) bool {
+	var buf [6]string
+	vals := buf[:0]
+	s.mu.Lock()
+	for _, t := range s.tokens {
+		vals = append(vals, t.value)
+	}
+	for _, r := range s.held.retired {
+		vals = append(vals, r.value)
+	}
+	if s.held.account != "" {
+		vals = append(vals, s.held.account)
+	}
+	s.mu.Unlock()
+	return urlCarries(u, vals)
+}
+
+// urlCarries reports whether any of tokens appears in u.
+func urlCarries(u *url.URL, tokens []string) bool {
+	if len(tokens) == 0 {
+		return false
+	}
+	parts := [...]string{u.Opaque, u.Path, u.RawPath, u.RawQuery, u.Fragment, u.RawFragment, "", ""}
+	if u.User != nil {
+		parts[6] = u.User.Username()
+		parts[7], _ = u.User.Password()
+	}
+	for _, p := range parts {
+		if p != "" && textCarries(p, tokens, false) {
+			return true
+		}
+	}
+	return u.Host != "" && textCarries(u.Host, tokens, true)
+}
+
+// textCarries reports whether text, or text percent-decoded up to four
+// times, holds one of tokens; fold compares without regard to case.
+func textCarries(text string, tokens []string, fold bool) bool {
+	for round := 0; ; round++ {
+		for _, t := range tokens {
+			if t != "" && holds(text, t, fold) {
+				return true
+			}
+		}
+		if round == 4 || !strings.Contains(text, "%") {
+			return false
+		}
+		next := percentDecode(text)
+		if next == text {
+			return false
+		}
+		text = next
+	}
+}
+
+// holds reports whether text holds tok: anywhere for a token of
+// minTokenScan bytes or more, else as a whole component between URL
+// delimiters.
+func holds(text, tok string, fold bool) bool {
+	if len(tok) > len(text) {
+		return false
+	}
+	for i := 0; i+len(tok) <= len(text); i++ {
+		w := text[i : i+len(tok)]
+		if w != tok && !(fold && strings.EqualFold(w, tok)) {
+			continue
+		}
+		if len(tok) >= minTokenScan {
+			return true
+		}
+		if (i == 0 || isURLDelim(text[i-1])) && (i+len(tok) == len(text) || isURLDelim(text[i+len(tok)])) {
+			return true
+		}
+	}
+	return false
+}
+
+func isURLDelim(c byte) bool {
+	return strings.IndexByte("/?#&=;.:@,", c) >= 0
+}
+
+// percentDecode decodes every %XX, and %uXXXX below U+0080, leaving any
+// other '%' as it is.
+func percentDecode(s string) string {
+	var b strings.Builder
+	b.Grow(len(s))
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c != '%':
+		case i+2 < len(s) && isHex(s[i+1]) && isHex(s[i+2]):
+			c = unhex(s[i+1])<<4 | unhex(s[i+2])
+			i += 2
+		case i+5 < len(s) && (s[i+1] == 'u' || s[i+1] == 'U') && s[i+2] == '0' && s[i+3] == '0' &&
+			isHex(s[i+4]) && isHex(s[i+5]) && unhex(s[i+4]) < 8:
+			c = unhex(s[i+4])<<4 | unhex(s[i+5])
+			i += 5
+		}
+		b.WriteByte(c)
+	}
+	return b.String()
 }
