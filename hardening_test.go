@@ -858,6 +858,316 @@ func TestSSRFProxy(t *testing.T) {
 	}
 }
 
+// Issue 20, sections 3 and 4: where tokens may go, and the SSRF guard
+// through a proxy and inside IPv6 addresses. Each test below failed on
+// cd6a6e5, the code the issue was filed against; its comment says how.
+
+// wire is a transport in front of the fake that records every request the
+// agent put on the wire, and answers itself, as another server would, for
+// the Company's host names on port 8443, which no document names.
+type wire struct {
+	base http.RoundTripper
+	mu   sync.Mutex
+	reqs []*http.Request
+}
+
+func (w *wire) RoundTrip(r *http.Request) (*http.Response, error) {
+	w.mu.Lock()
+	w.reqs = append(w.reqs, r)
+	w.mu.Unlock()
+	if r.URL.Port() == "8443" {
+		return testenv.Answer(r, http.StatusOK, nil, "another server"), nil
+	}
+	return w.base.RoundTrip(r)
+}
+
+func (w *wire) sent() []*http.Request {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.reqs)
+}
+
+// wireEnv is hostileEnv with a wire in front of the hostile transport.
+func wireEnv(t *testing.T, srvOpts *poppytest.Options) (*env, *testenv.Hostile, *wire) {
+	t.Helper()
+	e, h := hostileEnv(t, srvOpts, nil)
+	w := &wire{base: h}
+	e.agent = e.newAgent(&poppy.AgentOptions{HTTPClient: &http.Client{Transport: w}})
+	return e, h, w
+}
+
+// Section 3: a Session Token and its proof went to
+// https://api.example.test:8443, a port no document names, because the
+// transport compared host names only. Tokens go only to the origins
+// (scheme, host, port) the Company's documents name, and to https on 443
+// at organization.domain and its subdomains: not to another port of a
+// named host, not after a redirect there, and no client assertion goes to
+// a device authorization endpoint on such a port. On cd6a6e5 the first GET
+// was sent with the token ("sent to https://api.example.test:8443/products
+// with DPoP ...").
+func TestAttackTokenToUnnamedPort(t *testing.T) {
+	e, h, w := wireEnv(t, nil)
+	s := e.session("alice")
+	to8443 := func() []string {
+		var out []string
+		for _, r := range w.sent() {
+			if r.URL.Port() == "8443" {
+				out = append(out, r.URL.String()+" with "+strings.Fields(r.Header.Get("Authorization") + " none")[0])
+			}
+		}
+		return out
+	}
+	for _, u := range []string{
+		"https://api.example.test:8443/products", "https://example.test:8443/", "https://shop.example.test:8443/x",
+		"https://API.example.test.:8443/products", "https://api.example.test:08443/products",
+	} {
+		resp, err := s.HTTPClient().Get(u)
+		if err == nil {
+			drainClose(resp)
+		}
+		if !errors.Is(err, poppy.ErrForeignHost) {
+			t.Errorf("GET %s: %v, want ErrForeignHost", u, err)
+		}
+		if got := to8443(); len(got) > 0 {
+			t.Fatalf("sent to %v", got)
+		}
+	}
+	// The Company's own API redirects there.
+	h.On("/moved", func(req *http.Request, _ http.RoundTripper) (*http.Response, error) {
+		return testenv.Answer(req, http.StatusFound, http.Header{"Location": {"https://api.example.test:8443/products"}}, ""), nil
+	})
+	if resp, err := s.HTTPClient().Get(e.srv.APIURL() + "/moved"); !errors.Is(err, poppy.ErrForeignHost) {
+		if err == nil {
+			drainClose(resp)
+		}
+		t.Fatalf("a redirect to port 8443: %v, want ErrForeignHost", err)
+	}
+	// Device Sign-In's client-authenticated POST, to an endpoint the
+	// metadata puts on that port.
+	e2, h2, w2 := wireEnv(t, nil)
+	h2.OnJSON("/.well-known/oauth-authorization-server", func(m map[string]any) {
+		m["device_authorization_endpoint"] = "https://auth.example.test:8443/device"
+	})
+	s2 := e2.session("bob")
+	shown := false
+	_, err := signin.Device(ctx, s2, &poppy.SignInOptions{Scopes: []string{"poppy:read"}},
+		signin.PrompterFuncs{ShowCodeFunc: func(context.Context, *signin.CodePrompt) error { shown = true; return nil }})
+	if !errors.Is(err, poppy.ErrForeignHost) || shown {
+		t.Fatalf("Device Sign-In at port 8443: %v (code shown %v), want ErrForeignHost", err, shown)
+	}
+	w = w2
+	if got := to8443(); len(got) > 0 {
+		t.Fatalf("sent to %v", got)
+	}
+	// The named origin, however spelled, still gets its requests.
+	for _, u := range []string{"https://api.example.test:443/products", "https://API.Example.Test/products"} {
+		resp, err := s.HTTPClient().Get(u)
+		if err != nil {
+			t.Fatalf("GET %s: %v", u, err)
+		}
+		drainClose(resp)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: HTTP %d", u, resp.StatusCode)
+		}
+	}
+}
+
+// pctAll percent-encodes every byte of s; upper picks the hex case.
+func pctAll(s string, upper bool) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if upper {
+			fmt.Fprintf(&b, "%%%02X", s[i])
+		} else {
+			fmt.Fprintf(&b, "%%%02x", s[i])
+		}
+	}
+	return b.String()
+}
+
+// Section 3, spec 4.3 (PA-4.3-26): a token in a URL was sent, and after
+// the Company's invalid_token the SDK renewed and sent the same URL again
+// (3 requests). A request whose URL carries any token the Session holds,
+// in any part and any encoding a server would decode, is refused with
+// ErrTokenInURL before anything is sent, and the error repeats no token.
+// On cd6a6e5 the first URL was sent ("query: 3 requests sent").
+func TestAttackTokenInURL(t *testing.T) {
+	e, _, w := wireEnv(t, nil)
+	s := e.session("alice")
+	tok, err := s.Token(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bearer, err := s.Token(ctx, &poppy.TokenOptions{Bearer: true, Resource: e.srv.MCPURL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	replaced := tok.Value()
+	if _, err := s.Token(ctx, &poppy.TokenOptions{Renew: true}); err != nil {
+		t.Fatal(err)
+	}
+	cur, _ := s.Token(ctx, nil)
+	// The Account Token of a signed-in Session, read from the keystore
+	// (the SDK never hands it out).
+	signed := signedIn(t, e, "signed")
+	b, err := e.store.Get(ctx, keystore.Key{Kind: keystore.KindAccountToken, User: "alice", Issuer: e.srv.Issuer(), ID: poppy.DefaultAccount})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ar struct {
+		Token string `json:"refresh_token"`
+	}
+	if json.Unmarshal(b, &ar) != nil || ar.Token == "" {
+		t.Fatalf("no Account Token in the store: %s", b)
+	}
+	api := e.srv.APIURL()
+	v := cur.Value()
+	cases := []struct {
+		name, url string
+		s         *poppy.Session
+		secret    string
+	}{
+		{"query", api + "/products?access_token=" + v, s, v},
+		{"query, escaped", api + "/products?access_token=" + url.QueryEscape(v), s, v},
+		{"query, every byte encoded", api + "/products?t=" + pctAll(v, true), s, v},
+		{"query, lower-case hex", api + "/products?t=" + pctAll(v, false), s, v},
+		{"query, encoded twice", api + "/products?t=" + strings.ReplaceAll(pctAll(v, true), "%", "%25"), s, v},
+		{"query, %u", api + "/products?t=" + strings.ReplaceAll(pctAll(v, true), "%", "%u00"), s, v},
+		{"query key", api + "/products?" + v, s, v},
+		{"path", api + "/products/" + v, s, v},
+		{"path, encoded", api + "/products/" + pctAll(v, true), s, v},
+		{"fragment", api + "/products#" + v, s, v},
+		{"userinfo", "https://x:" + url.PathEscape(v) + "@api.example.test/products", s, v},
+		{"host label, lower case", "https://" + strings.ToLower(v) + ".example.test/", s, v},
+		{"Bearer token", api + "/products?token=" + bearer.Value(), s, bearer.Value()},
+		{"token a renewal replaced", api + "/products?token=" + replaced, s, replaced},
+		{"Account Token", api + "/orders?refresh_token=" + url.QueryEscape(ar.Token), signed, ar.Token},
+	}
+	for _, c := range cases {
+		before := len(w.sent())
+		resp, err := c.s.HTTPClient().Get(c.url)
+		if err == nil {
+			drainClose(resp)
+		}
+		if !errors.Is(err, poppy.ErrTokenInURL) {
+			t.Errorf("%s: %v, want ErrTokenInURL", c.name, err)
+		}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.url, nil)
+		if req == nil {
+			t.Fatalf("%s: the URL doesn't parse", c.name)
+		}
+		_, err = c.s.Do(req)
+		if !errors.Is(err, poppy.ErrTokenInURL) || strings.Contains(err.Error(), c.secret) {
+			t.Errorf("%s: Session.Do: %v, want ErrTokenInURL without the token", c.name, err)
+		}
+		if n := len(w.sent()) - before; n != 0 {
+			t.Errorf("%s: %d requests sent", c.name, n)
+		}
+	}
+	for _, v := range e.srv.Violations() {
+		if v.Rule == "PA-4.3-26" || v.Rule == "PA-4.8-11" {
+			t.Errorf("the fake saw a token in a URL: %v", v)
+		}
+	}
+	// An ordinary request of the same Session goes out.
+	if st, _ := e.get(s, "/products?q="+url.QueryEscape(v[:4])); st != http.StatusOK {
+		t.Fatalf("GET /products: %d", st)
+	}
+}
+
+// Section 4: through HTTPS_PROXY, the guard refused only canonical
+// literal internal addresses; every other spelling a resolver reads as one
+// reached the proxy as a CONNECT, as did localhost's subdomains and IPv6
+// addresses that carry an internal IPv4 address. None reaches the proxy
+// now; a public address, however spelled, and a DNS name still do. On
+// cd6a6e5: "https://2852039166/: <nil> error from the proxy, want
+// ErrForbiddenAddress".
+func TestSSRFProxyNumericHosts(t *testing.T) {
+	p, seen := connectProxy(t)
+	pu, _ := url.Parse(p.URL)
+	c := poppy.GuardedClient(poppy.GuardOptions{Proxy: func(*http.Request) (*url.URL, error) { return pu, nil }})
+	defer c.CloseIdleConnections()
+	get := func(u string) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", u, err)
+		}
+		resp, err := c.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err
+	}
+	for _, host := range []string{
+		// the issue's spellings of 169.254.169.254 and 127.0.0.1
+		"2852039166", "0xa9fea9fe", "0251.0376.0251.0376", "169.254.43518", "127.1", "0x7f.1", "2130706433", "app.localhost",
+		// more of the same
+		"0X7F.0.0.1", "0177.0.0.01", "127.0.0.1.", "10.1", "0x0a.0x00.0x00.0x01", "0", "0x", "LOCALHOST.", "a.b.localhost",
+		"localhost.localdomain", "ip6-localhost",
+		// IPv6 addresses carrying 169.254.169.254 (or 10.0.0.1)
+		"[::ffff:a9fe:a9fe]", "[::ffff:0:a9fe:a9fe]", "[::a9fe:a9fe]", "[64:ff9b::a9fe:a9fe]", "[64:ff9b:1::a9fe:a9fe]",
+		"[64:ff9b:1:a9fe:a9:fe00::]", "[2002:a9fe:a9fe::1]", "[2001:0:4136:e378:8000:63bf:5601:5601]",
+		"[2001:0:a00:1::1]", "[fe80::1%25eth0]",
+		// ends in a number but is no address
+		"1.2.3.4.5", "256.0.0.1", "4294967296", "0x100000000", "08.0.0.1", "example.123", "example.0x1f",
+	} {
+		if err := get("https://" + host + "/"); !errors.Is(err, poppy.ErrForbiddenAddress) {
+			t.Errorf("%s: %v, want ErrForbiddenAddress", host, err)
+		}
+	}
+	if got := seen(); len(got) != 0 {
+		t.Fatalf("the proxy saw %v", got)
+	}
+	// Public addresses and names reach the proxy (which refuses them all).
+	public := []string{"134744072", "8.8.8.8", "0x8.8.8.8", "api.example.com", "[2606:4700::1111]", "[64:ff9b::808:808]", "[2002:808:808::1]"}
+	for _, host := range public {
+		if err := get("https://" + host + "/"); errors.Is(err, poppy.ErrForbiddenAddress) {
+			t.Errorf("%s: %v", host, err)
+		}
+	}
+	if got := seen(); len(got) != len(public) {
+		t.Fatalf("the proxy saw %v, want the %d public hosts", got, len(public))
+	}
+}
+
+// Section 4: IPv6 addresses that carry an IPv4 address were classed by
+// their IPv6 prefix, so an internal IPv4 address inside them was public.
+// They are classed by the IPv4 address they carry, where a NAT64, a 6to4
+// relay or a Teredo relay delivers the packet; on the dialer and through
+// a proxy alike. On cd6a6e5: "64:ff9b:1::a9fe:a9fe: public true, want
+// false" and eight more.
+func TestSSRFEmbeddedIPv4(t *testing.T) {
+	for addr, public := range map[string]bool{
+		// NAT64, local-use prefix (RFC 8215), in the /96, /64, /56 and /48 forms
+		"64:ff9b:1::a9fe:a9fe": false, "64:ff9b:1::808:808": true, "64:ff9b:1:ffff::a00:1": false,
+		"64:ff9b:1:0:a9:fea9:fe00:0": false, "64:ff9b:1:a9:fe:a9fe::": false, "64:ff9b:1:a9fe:a9:fe00::": false,
+		"64:ff9b:1::":             false,
+		"64:ff9b:1:0:a:0:800:0":   false, // 8.0.0.0 in the /96 form, but 10.0.0.8 in the /64 form
+		"64:ff9b:1:0:8:808:800:0": true,  // 8.0.0.0, or 8.8.8.8 in the /64 form
+		// NAT64, well-known prefix (RFC 6052)
+		"64:ff9b::a9fe:a9fe": false, "64:ff9b::7f00:1": false, "64:ff9b::808:808": true,
+		// 6to4 (RFC 3056)
+		"2002:a9fe:a9fe::1": false, "2002:a00:1::1": false, "2002:808:808::1": true,
+		// SIIT, IPv4-translated (RFC 6145)
+		"::ffff:0:a9fe:a9fe": false, "::ffff:0:808:808": true,
+		// IPv4-compatible (RFC 4291, deprecated)
+		"::a9fe:a9fe": false, "::a00:1": false, "::808:808": true,
+		// IPv4-mapped
+		"::ffff:a9fe:a9fe": false, "::ffff:808:808": true,
+		// Teredo: server 65.54.227.120, client the inverse of the last 32 bits
+		"2001:0:4136:e378:8000:63bf:5601:5601": false, // client 169.254.169.254
+		"2001:0:4136:e378:8000:63bf:f5ff:fffe": false, // client 10.0.0.1
+		"2001:0:a00:1:8000:63bf:f7f7:f7f7":     false, // server 10.0.0.1
+		"2001:0:4136:e378:8000:63bf:f7f7:f7f7": true,  // client 8.8.8.8
+		// special-purpose IPv6 ranges
+		"2001:2::1": false, "3fff::1": false, "5f00::1": false, "2001:20::1": false,
+	} {
+		if got := poppy.IsPublicAddr(netip.MustParseAddr(addr)); got != public {
+			t.Errorf("%s: public %v, want %v", addr, got, public)
+		}
+	}
+}
+
 // What one hostile WWW-Authenticate costs ResponseError (item 2), against
 // the floor of an ordinary challenge in the same run: the 9 MiB header of
 // "a," must cost about what the short one does, since only 8 KiB of it is
