@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -120,21 +121,29 @@ func endpointOf(c *poppy.Company) (string, error) {
 	return raw, nil
 }
 
-// plainHost reports whether hostport is a DNS name (letters, digits, '-',
-// '.') with an optional port: nothing a CSP source or a Location could
-// misread.
+// plainHost reports whether hostport is a DNS name with an optional port,
+// nothing a CSP source, a Location or a browser could read another way:
+// labels of ASCII letters, digits and inner hyphens, 1 to 63 bytes each and
+// at most 253 bytes in all, with an optional trailing dot; a port in
+// decimal from 1 to 65535, without leading zeros (a browser reads
+// "example.com:99999" as no URL at all and ":00443" as 443).
 func plainHost(hostport string) bool {
-	if hostport == "" {
-		return false
-	}
 	h, port, hasPort := strings.Cut(hostport, ":")
 	if hasPort {
-		if port == "" || len(port) > 5 || strings.Trim(port, "0123456789") != "" {
+		n, err := strconv.Atoi(port)
+		if err != nil || n < 1 || n > 65535 || strconv.Itoa(n) != port {
 			return false
 		}
 	}
-	if h == "" || strings.Trim(strings.ToLower(h), "abcdefghijklmnopqrstuvwxyz0123456789-.") != "" {
+	h = strings.TrimSuffix(h, ".")
+	if h == "" || len(h) > 253 {
 		return false
+	}
+	for _, label := range strings.Split(h, ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' ||
+			strings.Trim(strings.ToLower(label), "abcdefghijklmnopqrstuvwxyz0123456789-") != "" {
+			return false
+		}
 	}
 	return true
 }
@@ -142,7 +151,8 @@ func plainHost(hostport string) bool {
 // CheckReturnTo reports whether returnTo may be a browser assertion's
 // return_to at c: an absolute https URL without userinfo, at most 2048
 // bytes, whose host is the Company's organization.domain or a subdomain of
-// it, compared case-insensitively without a trailing dot (spec 5 step 1,
+// it, compared case-insensitively without a trailing dot, a DNS name of
+// well-formed labels with, if any, a port from 1 to 65535 (spec 5 step 1,
 // PA-5-07). Other domains of the same issuer are refused (A-18, see the
 // package doc). The error wraps [ErrReturnTo].
 func CheckReturnTo(c *poppy.Company, returnTo string) error {
@@ -161,7 +171,7 @@ func CheckReturnTo(c *poppy.Company, returnTo string) error {
 	case u.User != nil:
 		return bad("has userinfo")
 	case !plainHost(u.Host):
-		return bad("host is not a DNS name")
+		return bad("host is not a DNS name with an optional port in 1-65535")
 	}
 	if !onDomain(u.Hostname(), companyDomain(c)) {
 		return bad("host is not " + companyDomain(c) + " or one of its subdomains")

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -603,7 +604,7 @@ func TestBrowseRejoinsNewSession(t *testing.T) {
 // example.test or a subdomain, without userinfo (PA-5-07).
 func FuzzCheckReturnTo(f *testing.F) {
 	_, sess := webEnv(f, nil)
-	for _, s := range []string{"https://example.test/", "https://shop.example.test/x?y#z", "https://evil.test/",
+	for _, s := range []string{"https://example.test/", "https://shop.example.test/x?y#z", "https://evil.test/", "https://example.test:99999/",
 		"https://example.test@evil.test/", "https://evil.test\\@example.test/", "https://example.test%2f@evil.test", "HTTPS://EXAMPLE.TEST/"} {
 		f.Add(s)
 	}
@@ -619,6 +620,14 @@ func FuzzCheckReturnTo(f *testing.F) {
 		h := strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")
 		if h != "example.test" && !strings.HasSuffix(h, ".example.test") {
 			t.Fatalf("accepted %q on host %q", raw, h)
+		}
+		if strings.Contains(h, "..") || strings.HasPrefix(h, ".") {
+			t.Fatalf("accepted %q with an empty label", raw)
+		}
+		if p := u.Port(); p != "" {
+			if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 || strconv.Itoa(n) != p {
+				t.Fatalf("accepted %q with port %q", raw, p)
+			}
 		}
 	})
 }
