@@ -260,6 +260,7 @@ func (s *Server) grantDeviceCode(g *grantRequest) (map[string]any, *protoError) 
 			return "", nil, &protoError{code: "invalid_grant", desc: "unknown device_code"}
 		}
 		sess := s.sessions[sid]
+		s.lapseLocked(sess, s.clock.Now())
 		if sess == nil || sess.ended || sess.clientID != g.client.id {
 			// CO-4.6-06; the request stays as it is.
 			return "", nil, &protoError{code: "invalid_session", desc: "the Session has ended or belongs to another Personal Agent"}

@@ -405,6 +405,7 @@ func (s *Server) grantAuthorizationCode(g *grantRequest) (map[string]any, *proto
 	}
 	var st session
 	if sess != nil {
+		s.lapseLocked(sess, now)
 		st = *sess
 	}
 	s.mu.Unlock()

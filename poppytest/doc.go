@@ -247,7 +247,8 @@
 // Company conformant. At run time: [Server.RateLimit] and [Server.ForceError]
 // inject answers on any [Endpoint] (a failing revocation is
 // ForceError(EndpointRevoke, Fault{Status: 503})); [Server.SetTokenType] and
-// [Server.SetExpiresIn] bend token responses; [Server.EndSession],
+// [Server.SetExpiresIn] bend token responses; Options.SessionLifetime
+// ends each Session at a set age; [Server.EndSession],
 // [Server.RevokeClient], [Server.SignInSession], [Server.SignOutSession],
 // [Server.RevokeAccountToken] and [Server.Disconnect] change Company
 // state; [Server.NewNonce] rotates a DPoP nonce; the User knobs above

@@ -40,6 +40,13 @@ type Options struct {
 	// TokenTTL is the Session Token lifetime. Default 1h; a negative
 	// value is a configuration error (CO-4.2-06).
 	TokenTTL time.Duration
+	// SessionLifetime is how long a Session lasts from its start (spec
+	// 4.2: "The Company decides how long a Session lasts"). Then it ends
+	// as with EndSession: its tokens stop working, renewing it returns
+	// invalid_session, and the website's cookies for it stop, having
+	// been set with a Max-Age no longer than the Session's remaining life
+	// (CO-5-15). Default 0: a Session lasts until EndSession.
+	SessionLifetime time.Duration
 
 	// PoppyCacheControl and MetadataCacheControl are the Cache-Control
 	// values of poppy.json and the RFC 8414 metadata. Defaults
@@ -400,6 +407,9 @@ func (s *Server) configure() error {
 	}
 	if len(o.AgentHosts) == 0 {
 		o.AgentHosts = []string{"agent.test"}
+	}
+	if o.SessionLifetime < 0 {
+		return fmt.Errorf("poppytest: SessionLifetime %v must not be negative", o.SessionLifetime)
 	}
 	if o.TokenTTL < 0 {
 		return fmt.Errorf("poppytest: TokenTTL %v must be positive: expires_in MUST be greater than 0 (CO-4.2-06)", o.TokenTTL)

@@ -369,6 +369,7 @@ func intersect(want, allowed []string) []string {
 func (s *Server) completeSignIn(g *grantRequest, sess *session, kind, account string, scopes []string, spec *issueSpecT) (*acctFamily, map[string]any, *protoError) {
 	now := s.clock.Now()
 	s.mu.Lock()
+	s.lapseLocked(sess, now)
 	switch {
 	case sess.ended:
 		s.mu.Unlock()
@@ -426,12 +427,28 @@ func (s *Server) revokeFamilyLocked(f *acctFamily) {
 	}
 }
 
-// lapseLocked signs sess out when the Account Token it is signed in with
-// has expired: that sign-in is over (spec 4.4: after refresh_token_expires_in
-// the User signs in again), so its tokens act signed out and the Session is
-// renewed with the assertion (PA-4.8-06). s.mu is held.
+// sessionEnd is when sess ends by Options.SessionLifetime; zero if never.
+func (s *Server) sessionEnd(sess *session) time.Time {
+	if s.opts.SessionLifetime <= 0 {
+		return time.Time{}
+	}
+	return sess.created.Add(s.opts.SessionLifetime)
+}
+
+// lapseLocked brings sess up to date with the clock: it ends sess when its
+// SessionLifetime is over, and signs it out when the Account Token it is
+// signed in with has expired: that sign-in is over (spec 4.4: after
+// refresh_token_expires_in the User signs in again), so its tokens act
+// signed out and the Session is renewed with the assertion (PA-4.8-06).
+// Whatever reads a Session's state calls it first. s.mu is held.
 func (s *Server) lapseLocked(sess *session, now time.Time) {
-	if sess == nil || !sess.signedIn || sess.family == "" {
+	if sess == nil {
+		return
+	}
+	if end := s.sessionEnd(sess); !end.IsZero() && !now.Before(end) {
+		sess.ended = true // SessionLifetime is over
+	}
+	if !sess.signedIn || sess.family == "" {
 		return
 	}
 	if f := s.signin.families[sess.family]; f != nil && !f.expires.IsZero() && !now.Before(f.expires) {

@@ -515,6 +515,7 @@ func (s *Server) SignInSession(sessionID, account string, scopes ...string) (str
 	now := s.clock.Now()
 	s.mu.Lock()
 	sess := s.sessions[sessionID]
+	s.lapseLocked(sess, now)
 	switch {
 	case sess == nil || sess.ended:
 		s.mu.Unlock()

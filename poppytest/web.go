@@ -54,8 +54,10 @@ type WebOptions struct {
 	// CookieName is the Session cookie's name. Default "poppytest_session".
 	CookieName string
 	// CookieTTL caps the cookie's Max-Age and its life on the server.
-	// Default 1h. The cookie never outlives its Session (CO-5-15): it
-	// stops working when the Session ends.
+	// Default 1h. The cookie never outlives its Session (CO-5-15): its
+	// Max-Age is at most the Session's remaining life (see
+	// Options.SessionLifetime), and it stops working when the Session
+	// ends.
 	CookieTTL time.Duration
 	// RevokeOnRejoin makes each accepted join end the cookies set by the
 	// Session's earlier joins on the server, not only in the browser
@@ -314,8 +316,22 @@ func (s *Server) serveBrowserSession(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
+	// CO-5-15: the cookie doesn't outlive the Session: its life, on the
+	// server and in Max-Age, is CookieTTL or the Session's remaining
+	// life, whichever is shorter.
+	expires := now.Add(s.opts.Web.CookieTTL)
+	if end := s.sessionEnd(sess); !end.IsZero() && end.Before(expires) {
+		expires = end
+	}
+	maxAge := int(expires.Sub(now) / time.Second)
+	if maxAge < 1 {
+		s.mu.Unlock()
+		s.webError(w, r, "invalid_session", "the Session ends within a second")
+		return
+	}
+	expires = now.Add(time.Duration(maxAge) * time.Second)
 	value := newID("bs_", 24)
-	s.web.cookies[value] = &webCookie{sessionID: sid, expires: now.Add(s.opts.Web.CookieTTL)}
+	s.web.cookies[value] = &webCookie{sessionID: sid, expires: expires}
 	s.web.joins++
 	s.mu.Unlock()
 	x.sessionID = sid
@@ -324,7 +340,7 @@ func (s *Server) serveBrowserSession(w http.ResponseWriter, r *http.Request) {
 	// Lax, for the whole domain so that return_to on a subdomain gets it.
 	http.SetCookie(w, &http.Cookie{
 		Name: s.opts.Web.CookieName, Value: value, Path: "/", Domain: s.webDomainOf(x.host),
-		MaxAge: int(s.opts.Web.CookieTTL / time.Second), Secure: true, HttpOnly: true, SameSite: s.opts.Web.SameSite,
+		MaxAge: maxAge, Secure: true, HttpOnly: true, SameSite: s.opts.Web.SameSite,
 	})
 	w.Header().Set("Location", returnTo)
 	w.Header().Set("Cache-Control", "no-store")
@@ -499,6 +515,7 @@ func (s *Server) WebCookies() []WebCookie {
 	out := make([]WebCookie, 0, len(s.web.cookies))
 	for v, c := range s.web.cookies {
 		sess := s.sessions[c.sessionID]
+		s.lapseLocked(sess, now)
 		out = append(out, WebCookie{Value: v, SessionID: c.sessionID, ExpiresAt: c.expires,
 			Active: !c.revoked && now.Before(c.expires) && sess != nil && !sess.ended})
 	}

@@ -94,7 +94,8 @@ func TestBrowserSessionAccepted(t *testing.T) {
 	if !c.Secure || !c.HttpOnly || c.SameSite != http.SameSiteLaxMode || !strings.Contains(raw, "SameSite=Lax") {
 		t.Fatalf("cookie attributes: %s", raw)
 	}
-	// CO-5-15: Max-Age no longer than the cookie's life on the server.
+	// Max-Age no longer than the cookie's life on the server (CookieTTL;
+	// the Session's remaining life is TestCO_5_15_CookieNeverOutlivesSession's).
 	if c.MaxAge <= 0 || c.MaxAge > 3600 || c.Domain != "example.test" {
 		t.Fatalf("cookie Max-Age %d Domain %q", c.MaxAge, c.Domain)
 	}
@@ -211,8 +212,9 @@ func TestBrowserAssertionAtTokenEndpoint(t *testing.T) {
 	}
 }
 
-// CO-5-14, CO-5-15, CO-5-18, CO-5-19: pages follow the Session's state on
-// every request.
+// CO-5-14, CO-5-18, CO-5-19: pages follow the Session's state on every
+// request, to its end (which TestCO_5_15_CookieNeverOutlivesSession shows
+// with the cookie's Max-Age).
 func TestWebFollowsSession(t *testing.T) {
 	srv, a, sid := webSetup(t, nil)
 	c := sessionCookie(t, join(t, srv, srv.BrowserSessionEndpoint(), url.Values{"assertion": {a.browserAssertion("usr_alice", sid)}}))
@@ -261,7 +263,7 @@ func TestWebFollowsSession(t *testing.T) {
 	if !strings.Contains(body, "Signed out.") || strings.Contains(body, "acct_1") {
 		t.Fatalf("signed-out page: %s", body)
 	}
-	// CO-5-15: the cookie doesn't outlive the Session.
+	// The Session's end shows on the next request.
 	srv.EndSession(sid)
 	_, body = page(t, srv, http.MethodGet, "https://example.test/account", c)
 	if !strings.Contains(body, "Visitor without a Session.") {
@@ -274,7 +276,7 @@ func TestWebFollowsSession(t *testing.T) {
 	}
 }
 
-// CO-5-15: the cookie also stops at its own expiry.
+// The cookie also stops at its own expiry, CookieTTL.
 func TestWebCookieExpires(t *testing.T) {
 	srv, a, sid := webSetup(t, &poppytest.Options{Web: poppytest.WebOptions{CookieTTL: time.Minute}})
 	resp := join(t, srv, srv.BrowserSessionEndpoint(), url.Values{"assertion": {a.browserAssertion("usr_alice", sid)}})
@@ -285,6 +287,59 @@ func TestWebCookieExpires(t *testing.T) {
 	srv.Clock().Advance(61 * time.Second)
 	if _, body := page(t, srv, http.MethodGet, "https://example.test/", c); !strings.Contains(body, "Visitor without a Session.") {
 		t.Fatalf("page after the cookie's expiry: %s", body)
+	}
+}
+
+// CO-5-15: the cookie never outlives its Session. Its Max-Age, and its life
+// on the server, are at most the Session's remaining life, not a fixed
+// TTL: a Session that ends 30 minutes after its start (SessionLifetime)
+// and joins at minute 20 gets a cookie of 10 minutes, though CookieTTL is
+// an hour. When the Session ends, at its lifetime or by EndSession, the
+// cookie is treated as no Session.
+func TestCO_5_15_CookieNeverOutlivesSession(t *testing.T) {
+	srv, a, sid := webSetup(t, &poppytest.Options{SessionLifetime: 30 * time.Minute})
+	start := srv.Clock().Now()
+	srv.Clock().Advance(20 * time.Minute)
+	resp := join(t, srv, srv.BrowserSessionEndpoint(), url.Values{"assertion": {a.browserAssertion("usr_alice", sid)}})
+	c := sessionCookie(t, resp)
+	if c.MaxAge > 600 || c.MaxAge < 590 { // the fake clock runs on with the real one
+		t.Fatalf("Max-Age %d with 600 s of the Session left (Set-Cookie %s)", c.MaxAge, resp.Header.Get("Set-Cookie"))
+	}
+	for _, wc := range srv.WebCookies() {
+		if wc.ExpiresAt.After(start.Add(30 * time.Minute)) {
+			t.Fatalf("the cookie lives on the server until %v, after the Session's end", wc.ExpiresAt)
+		}
+	}
+	if _, body := page(t, srv, http.MethodGet, "https://example.test/", c); !strings.Contains(body, "Session "+sid) {
+		t.Fatalf("page while the Session lasts: %s", body)
+	}
+	srv.Clock().Advance(10 * time.Minute)
+	if _, body := page(t, srv, http.MethodGet, "https://example.test/", c); !strings.Contains(body, "Visitor without a Session.") {
+		t.Fatalf("page after the Session's end: %s", body)
+	}
+	if info, _ := srv.Session(sid); !info.Ended {
+		t.Fatal("the Session did not end at its lifetime")
+	}
+	// A Session ended sooner, by EndSession: its cookie, set for the
+	// Session's whole remaining life, stops with it.
+	sid2 := a.start("usr_bob").str("session_id")
+	resp = join(t, srv, srv.BrowserSessionEndpoint(), url.Values{"assertion": {a.browserAssertion("usr_bob", sid2)}})
+	c2 := sessionCookie(t, resp)
+	if c2.MaxAge > 1800 || c2.MaxAge < 1790 {
+		t.Fatalf("Max-Age %d for a new Session of 1800 s", c2.MaxAge)
+	}
+	srv.EndSession(sid2)
+	if _, body := page(t, srv, http.MethodGet, "https://example.test/", c2); !strings.Contains(body, "Visitor without a Session.") {
+		t.Fatalf("page after EndSession: %s", body)
+	}
+	for _, wc := range srv.WebCookies() {
+		if wc.Active {
+			t.Fatalf("a cookie of an ended Session is active: %+v", wc)
+		}
+	}
+	// Renewing the Session that reached its lifetime: invalid_session.
+	if r := a.token(a.renewForm("usr_alice", sid)); r.Status != http.StatusBadRequest || r.str("error") != "invalid_session" {
+		t.Fatalf("renewing the Session after its lifetime: %d %s", r.Status, r.Raw)
 	}
 }
 
