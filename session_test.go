@@ -310,6 +310,37 @@ func TestPA_4_2_01_to_04_UserIDs(t *testing.T) {
 	if id3, _ := e3.agent.UserID(ctx, "dana@example.org", e3.srv.Issuer()); id3 == sub1 {
 		t.Fatal("two fresh stores made the same User ID for the same profile")
 	}
+	// PA-4.2-04, "even with a keyed hash": the User ID is not a function
+	// of the profile and anything the agent keeps. The same agent (same
+	// identity and signing keys) with a fresh store makes another one, and
+	// so does the same store once the User ID record is gone, for every
+	// one of 100 profiles; a hash keyed with the agent's key, or with a
+	// secret the store keeps, would make the same ID again.
+	same := e1.newAgent(&poppy.AgentOptions{Store: keystore.NewMemory()})
+	for i := range 100 {
+		u := fmt.Sprintf("user-%d@example.org", i)
+		first, err := e1.agent.UserID(ctx, u, e1.srv.Issuer())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if other, _ := same.UserID(ctx, u, e1.srv.Issuer()); other == first {
+			t.Fatalf("the same agent with a fresh store made User ID %q again for %s", first, u)
+		}
+		key := keystore.Key{Kind: keystore.KindUserID, User: u, Issuer: e1.srv.Issuer()}
+		if err := store.Update(ctx, key, func([]byte) ([]byte, error) { return nil, nil }); err != nil {
+			t.Fatal(err)
+		}
+		again, err := e1.agent.UserID(ctx, u, e1.srv.Issuer())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if again == first {
+			t.Fatalf("User ID %q made again for %s after its record was deleted: derived, not random", first, u)
+		}
+		if strings.Contains(again, "user-") || strings.Contains(again, "example.org") {
+			t.Fatalf("User ID %q holds the profile %s", again, u)
+		}
+	}
 	// PA-4.2-02: stable across a rebuilt agent sharing the store.
 	a2 := e1.newAgent(&poppy.AgentOptions{Store: store})
 	c, err := a2.Company(ctx, "example.test")
