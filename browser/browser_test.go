@@ -279,11 +279,11 @@ func TestJoinAndBrowse(t *testing.T) {
 		t.Fatal("the join request carries no browser assertion")
 	}
 	for _, u := range fb.visited() {
-		if strings.Contains(u, a[:40]) {
+		if strings.Contains(u, a[len(a)-40:]) {
 			t.Fatalf("the assertion is in the URL %.60s", u)
 		}
 	}
-	if strings.Contains(logs.String(), a[:40]) || !strings.Contains(logs.String(), "browser: joined") {
+	if strings.Contains(logs.String(), a[len(a)-40:]) || !strings.Contains(logs.String(), "browser: joined") {
 		t.Fatalf("logs: %s", logs.String())
 	}
 	if !strings.Contains(fb.lastPage(), "Signed out.") {
@@ -443,39 +443,143 @@ func TestRecognizesRejoins(t *testing.T) {
 	}
 }
 
-// PA-5-11: the SDK hands assertions only to a ControlledBrowser; a sign-in
-// after a join shows the User nothing that holds the endpoint or an
-// assertion.
-func TestNothingForTheUsersBrowser(t *testing.T) {
-	env, sess := webEnv(t, nil)
+// userPrompter plays the User at every sign-in type, recording each prompt
+// as it was shown: what the User's own browser or eyes would get.
+type userPrompter struct {
+	env   *testenv.Env
+	shown []string
+}
+
+func (u *userPrompter) OpenURL(ctx context.Context, p *signin.URLPrompt) error {
+	u.shown = append(u.shown, fmt.Sprintf("%+v", *p))
+	loc, err := u.env.Srv.Browse(ctx, p.URL)
+	if err != nil || loc == "" {
+		return err
+	}
+	resp, err := u.env.Srv.Client().Get(loc) // back to the agent's callback
+	if err == nil {
+		resp.Body.Close()
+	}
+	return err
+}
+
+func (u *userPrompter) ShowCode(ctx context.Context, p *signin.CodePrompt) error {
+	u.shown = append(u.shown, fmt.Sprintf("%+v", *p))
+	_, err := u.env.Srv.Browse(ctx, p.VerificationURIComplete)
+	return err
+}
+
+func (u *userPrompter) Credentials(_ context.Context, p *signin.CredentialsPrompt) (*signin.Credentials, error) {
+	u.shown = append(u.shown, fmt.Sprintf("%+v", *p))
+	return signin.NewCredentials(p, map[string]string{"email": "user@example.test", "password": "correct horse"}), nil
+}
+
+func (u *userPrompter) OneTimeCode(_ context.Context, p *signin.OneTimeCodePrompt) (string, error) {
+	u.shown = append(u.shown, fmt.Sprintf("%+v", *p))
+	return u.env.Srv.LastCode(), nil
+}
+
+// PA-5-11: browser assertions are posted only from a browser the agent
+// controls, never from the User's own. Join hands the join page to the
+// ControlledBrowser and to nothing else: every assertion the Company got
+// came in a form that browser submitted from the page the SDK served it,
+// and in nothing else; the browser package's log lines hold no assertion
+// and no join page URL (whoever loads that page first posts the
+// assertion); and no prompt of any sign-in type after the joins (Direct's
+// URL, Device's code, Mediated's credentials and one-time code) holds the
+// endpoint, an assertion or a join page for the User's browser to open.
+func TestPA_5_11_AssertionsOnlyFromTheControlledBrowser(t *testing.T) {
+	env, sess := webEnv(t, &poppytest.Options{RequireCode: true})
+	d, err := signin.NewDirect(env.Agent, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.Serve(d.Handler())
 	ctx := context.Background()
+	var logs bytes.Buffer
 	fb := newFormBrowser(t, env.Srv)
-	b, _ := browser.New(fb, sess.Company(), sess, nil)
+	b, _ := browser.New(fb, sess.Company(), sess, &browser.Options{
+		Logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if _, err := b.Join(ctx, "https://example.test/"); err != nil {
 		t.Fatal(err)
 	}
-	var shown []string
-	p := signin.PrompterFuncs{CredentialsFunc: func(_ context.Context, cp *signin.CredentialsPrompt) (*signin.Credentials, error) {
-		shown = append(shown, fmt.Sprintf("%+v", *cp))
-		return signin.NewCredentials(cp, map[string]string{"email": "user@example.test", "password": "correct horse"}), nil
-	}}
-	if _, err := signin.Mediated(ctx, sess, &poppy.SignInOptions{Scopes: []string{"poppy:read"}}, p); err != nil {
+	if _, err := b.Rejoin(ctx); err != nil {
 		t.Fatal(err)
 	}
-	a := env.Srv.RequestsTo(poppytest.EndpointBrowserSession)[0].Form.Get("assertion")
-	if len(shown) == 0 {
-		t.Fatal("the prompter was never asked")
-	}
-	for _, s := range shown {
-		if strings.Contains(s, env.Srv.BrowserSessionEndpoint()) || strings.Contains(s, a[:40]) {
-			t.Fatalf("a prompt holds the endpoint or an assertion: %s", s)
+	var assertions, joinPages []string
+	for _, f := range fb.postedForms() {
+		if a := f.Get("assertion"); a != "" {
+			assertions = append(assertions, a)
 		}
 	}
-	// The join went from the controlled browser only: every join request
-	// came through a page the SDK served to it.
-	if fb.navigations() != 1 {
+	for _, u := range fb.visited() {
+		if strings.HasPrefix(u, "http://127.0.0.1:") {
+			joinPages = append(joinPages, u)
+		}
+	}
+	joins := env.Srv.RequestsTo(poppytest.EndpointBrowserSession)
+	if len(joins) != 2 || len(assertions) != 2 || len(joinPages) != 2 {
+		t.Fatalf("%d join requests at the Company, %d assertions posted by the controlled browser from %d join pages",
+			len(joins), len(assertions), len(joinPages))
+	}
+	for i, j := range joins {
+		if got := j.Form.Get("assertion"); got != assertions[i] {
+			t.Fatalf("join %d carried an assertion the controlled browser didn't post", i)
+		}
+	}
+	// Every request at the Company that carries an assertion, anywhere,
+	// is one of those joins.
+	for _, r := range env.Srv.Requests() {
+		if r.Endpoint == poppytest.EndpointBrowserSession {
+			continue
+		}
+		for _, a := range assertions {
+			if strings.Contains(fmt.Sprintf("%s %v %v", r.URL, r.Header, r.Form), a[len(a)-40:]) {
+				t.Fatalf("%s %s carries an assertion", r.Method, r.URL)
+			}
+		}
+	}
+	u := &userPrompter{env: env}
+	read := &poppy.SignInOptions{Scopes: []string{"poppy:read"}}
+	if _, err := d.SignIn(ctx, env.Session("bob"), read, u); err != nil {
+		t.Fatalf("Direct: %v", err)
+	}
+	if _, err := signin.Device(ctx, env.Session("carol"), read, u); err != nil {
+		t.Fatalf("Device: %v", err)
+	}
+	if _, err := signin.Mediated(ctx, sess, read, u); err != nil {
+		t.Fatalf("Mediated: %v", err)
+	}
+	if len(u.shown) < 4 {
+		t.Fatalf("%d prompts, want one of each kind: %q", len(u.shown), u.shown)
+	}
+	bad := append([]string{env.Srv.BrowserSessionEndpoint(), poppytest.BrowserSessionPath, "http://127.0.0.1:"}, joinPages...)
+	for _, a := range assertions {
+		bad = append(bad, a[len(a)-40:])
+	}
+	for _, s := range u.shown {
+		for _, x := range bad {
+			if strings.Contains(s, x) {
+				t.Fatalf("a prompt to the User holds %q: %s", x, s)
+			}
+		}
+	}
+	for _, x := range append(joinPages, assertions...) {
+		if strings.Contains(logs.String(), x) || strings.Contains(logs.String(), srvPathOf(x)) {
+			t.Fatalf("the browser package logged a join page or an assertion: %s", logs.String())
+		}
+	}
+	if fb.navigations() != 2 {
 		t.Fatalf("%d navigations of the controlled browser", fb.navigations())
 	}
+}
+
+// srvPathOf is the path of a join page URL ("" for anything else).
+func srvPathOf(u string) string {
+	if p, err := url.Parse(u); err == nil && strings.HasPrefix(p.Path, "/join/") {
+		return p.Path
+	}
+	return "\x00"
 }
 
 func TestPageServer(t *testing.T) {

@@ -33,11 +33,12 @@ type formBrowser struct {
 	t      testing.TB
 	client *http.Client
 
-	mu    sync.Mutex
-	urls  []string
-	csps  []string
-	pages []string
-	navs  int
+	mu     sync.Mutex
+	urls   []string
+	csps   []string
+	pages  []string
+	navs   int
+	posted []url.Values // the forms it submitted
 }
 
 // localFirst dials 127.0.0.1 directly (the join page) and everything else
@@ -91,6 +92,9 @@ func (f *formBrowser) do(ctx context.Context, method, u string, form url.Values)
 	}
 	if form != nil {
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		f.mu.Lock()
+		f.posted = append(f.posted, form)
+		f.mu.Unlock()
 	}
 	f.record(u)
 	resp, err := f.client.Do(req)
@@ -136,6 +140,13 @@ func (f *formBrowser) visited() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return append([]string(nil), f.urls...)
+}
+
+// postedForms returns the forms the browser submitted, in order.
+func (f *formBrowser) postedForms() []url.Values {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]url.Values(nil), f.posted...)
 }
 
 func (f *formBrowser) navigations() int {
