@@ -377,6 +377,8 @@ func TestPA_7_4_LocalChecks(t *testing.T) {
 	e := newEnv(t, poppytest.ConversationOptions{})
 	c := e.start(t, conversation.Text("Hello."), nil)
 	before := len(e.convRequests())
+	// PA-7.4-01: a message without text, data or context is refused, and
+	// nothing is sent (the first case); the others are named in their own.
 	cases := []struct {
 		name string
 		msg  conversation.Message

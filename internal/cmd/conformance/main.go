@@ -10,6 +10,14 @@
 // inside or above it (// PA-4.3-02). The command reads every _test.go file
 // under the module root with go/parser, so IDs in strings don't count.
 // Nothing outside the module is read.
+//
+// A rule rules.txt marks "Withdrawn" (a duplicate the requirements table
+// withdrew) is listed but not counted, and a test naming it is reported
+// as naming no rule. A rule that a test file or testdata names only in a
+// string, where a count of IDs in the files' text (as the project's
+// requirement coverage tool makes) would find it, is reported too: the
+// two counts would differ. The command exits 1 on either (after writing
+// the file), and TestDocUpToDate fails on them.
 package main
 
 import (
@@ -38,7 +46,7 @@ func main() {
 	out := flag.String("o", "docs/conformance.md", "the file to write, relative to -root")
 	check := flag.Bool("check", false, "report whether the file is up to date instead of writing it")
 	flag.Parse()
-	doc, unknown, err := generate(*root)
+	doc, unknown, loose, err := generate(*root)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "conformance:", err)
 		os.Exit(1)
@@ -46,6 +54,10 @@ func main() {
 	for _, u := range unknown {
 		fmt.Fprintf(os.Stderr, "conformance: %s names %s, which is not a rule\n", u.test, u.id)
 	}
+	for _, l := range loose {
+		fmt.Fprintf(os.Stderr, "conformance: %s names %s only in a string: name it in the test's name or a comment\n", l.test, l.id)
+	}
+	bad := len(unknown) > 0 || len(loose) > 0
 	path := filepath.Join(*root, *out)
 	if *check {
 		cur, err := os.ReadFile(path)
@@ -53,17 +65,20 @@ func main() {
 			fmt.Fprintf(os.Stderr, "conformance: %s is stale: run go generate github.com/poppyproto/poppy\n", path)
 			os.Exit(1)
 		}
-		return
-	}
-	if err := os.WriteFile(path, doc, 0o644); err != nil {
+	} else if err := os.WriteFile(path, doc, 0o644); err != nil {
 		fmt.Fprintln(os.Stderr, "conformance:", err)
+		os.Exit(1)
+	}
+	if bad {
 		os.Exit(1)
 	}
 }
 
-// rule is one line of rules.txt.
+// rule is one line of rules.txt. A withdrawn rule (its description starts
+// with "Withdrawn") is listed but not counted.
 type rule struct {
 	id, section, desc string
+	withdrawn         bool
 }
 
 // section is a heading of rules.txt and its rules, in file order.
@@ -89,7 +104,7 @@ func parseRules(text string) ([]*section, map[string]*rule, error) {
 			if byID[id] != nil {
 				return nil, nil, fmt.Errorf("rules.txt:%d: %s twice", i+1, id)
 			}
-			r := &rule{id: id, section: secs[len(secs)-1].title, desc: desc}
+			r := &rule{id: id, section: secs[len(secs)-1].title, desc: desc, withdrawn: strings.HasPrefix(desc, "Withdrawn")}
 			byID[id] = r
 			secs[len(secs)-1].rules = append(secs[len(secs)-1].rules, r)
 		}
@@ -99,6 +114,9 @@ func parseRules(text string) ([]*section, map[string]*rule, error) {
 
 var (
 	idRE = regexp.MustCompile(`^(?:PA|CO)-[A-Z0-9.]+-[0-9]{2}$`)
+	// An ID anywhere in a file's text, as the requirement coverage tool
+	// finds it.
+	looseIDRE = regexp.MustCompile(`\b(?:PA|CO)-[A-Z0-9.]+-[0-9]{2}\b`)
 	// An ID in a comment.
 	commentIDRE = regexp.MustCompile(`\b(?:PA|CO)-(?:OPS[0-9]+|[0-9]+(?:\.[0-9]+)*)-[0-9]{2}\b`)
 	// An ID in a test name: PA_4_3_02, CO_OPS5_03, with _to_NN and
@@ -137,34 +155,46 @@ type mention struct {
 	test string // "path: FuncName"
 }
 
-// scan returns what every _test.go file under root names.
-func scan(root string) ([]mention, error) {
-	var out []mention
+// scan returns what every _test.go file under root names, and every ID
+// found anywhere in the text of those files and of the files under
+// testdata directories (loose), with the file that holds it.
+func scan(root string) (out, loose []mention, err error) {
 	fset := token.NewFileSet()
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
 		name := d.Name()
 		if d.IsDir() {
-			if path != root && (strings.HasPrefix(name, ".") || name == "testdata" || name == "vendor") {
+			if path != root && (strings.HasPrefix(name, ".") || name == "vendor") {
 				return filepath.SkipDir
 			}
 			return nil
 		}
-		if !strings.HasSuffix(name, "_test.go") {
+		rel, _ := filepath.Rel(root, path)
+		rel = filepath.ToSlash(rel)
+		inTestdata := strings.HasPrefix(rel, "testdata/") || strings.Contains(rel, "/testdata/")
+		if !strings.HasSuffix(name, "_test.go") && !inTestdata {
 			return nil
 		}
-		f, err := parser.ParseFile(fset, path, nil, parser.ParseComments|parser.SkipObjectResolution)
+		src, err := os.ReadFile(path)
 		if err != nil {
 			return err
 		}
-		rel, _ := filepath.Rel(root, path)
-		rel = filepath.ToSlash(rel)
+		for _, id := range looseIDRE.FindAllString(string(src), -1) {
+			loose = append(loose, mention{id, rel})
+		}
+		if inTestdata || !strings.HasSuffix(name, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, src, parser.ParseComments|parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
 		out = append(out, scanFile(fset, f, rel)...)
 		return nil
 	})
-	return out, err
+	return out, loose, err
 }
 
 // scanFile attributes each ID to the function whose name carries it, or
@@ -234,23 +264,23 @@ func recvName(e ast.Expr) string {
 }
 
 // generate builds the document from rules.txt and the tests under root,
-// and returns the mentions of IDs that are not rules.
-func generate(root string) ([]byte, []mention, error) {
+// and returns the mentions of IDs that are not rules (or are withdrawn),
+// and those of rules that the files name only in strings (with the file).
+func generate(root string) (doc []byte, unknown, looseOnly []mention, err error) {
 	secs, byID, err := parseRules(rulesText)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
-		return nil, nil, errors.New("-root must be the module root (no go.mod there)")
+		return nil, nil, nil, errors.New("-root must be the module root (no go.mod there)")
 	}
-	ms, err := scan(root)
+	ms, loose, err := scan(root)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	tests := map[string][]string{}
-	var unknown []mention
 	for _, m := range ms {
-		if byID[m.id] == nil {
+		if r := byID[m.id]; r == nil || r.withdrawn {
 			if !slices.Contains(unknown, m) {
 				unknown = append(unknown, m)
 			}
@@ -263,8 +293,15 @@ func generate(root string) ([]byte, []mention, error) {
 	for _, t := range tests {
 		slices.Sort(t)
 	}
-	slices.SortFunc(unknown, func(a, b mention) int { return strings.Compare(a.id+a.test, b.id+b.test) })
-	return render(secs, tests, unknown), unknown, nil
+	for _, l := range loose {
+		if r := byID[l.id]; r != nil && !r.withdrawn && len(tests[l.id]) == 0 && !slices.Contains(looseOnly, l) {
+			looseOnly = append(looseOnly, l)
+		}
+	}
+	byIDTest := func(a, b mention) int { return strings.Compare(a.id+a.test, b.id+b.test) }
+	slices.SortFunc(unknown, byIDTest)
+	slices.SortFunc(looseOnly, byIDTest)
+	return render(secs, tests, unknown), unknown, looseOnly, nil
 }
 
 func render(secs []*section, tests map[string][]string, unknown []mention) []byte {
@@ -293,6 +330,9 @@ module yet. Decisions on the points the specification leaves open are in
 	for _, s := range secs {
 		var sp, ap, sc, ac int
 		for _, r := range s.rules {
+			if r.withdrawn {
+				continue
+			}
 			if strings.HasPrefix(r.id, "PA-") {
 				ap++
 				if len(tests[r.id]) > 0 {
@@ -314,6 +354,9 @@ module yet. Decisions on the points the specification leaves open are in
 		for _, r := range s.rules {
 			ts := tests[r.id]
 			cell := ""
+			if r.withdrawn {
+				cell = "(withdrawn: not counted)"
+			}
 			for i, t := range ts {
 				if i > 0 {
 					cell += "<br>"
@@ -324,7 +367,7 @@ module yet. Decisions on the points the specification leaves open are in
 		}
 	}
 	if len(unknown) > 0 {
-		b.WriteString("\n## IDs named by tests that are not rules\n\n")
+		b.WriteString("\n## IDs named by tests that are not rules, or withdrawn\n\n")
 		for _, u := range unknown {
 			fmt.Fprintf(&b, "- %s in `%s`\n", u.id, u.test)
 		}
