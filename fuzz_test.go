@@ -2,15 +2,21 @@ package poppy
 
 // Fuzz targets for the parsers that read a Company's input and had none
 // (issue 8): Retry-After, cache headers, the duration clamp, device
-// authorization durations and ResponseError. The older targets
+// authorization durations and ResponseError; and (issue 20) the guard's
+// reading of a host through a proxy and the search for tokens in URLs. The older targets
 // (FuzzParseChallenges, FuzzTokenResponse, FuzzDocument) are in
 // dpop_internal_test.go. Seed corpora are in testdata/fuzz; .ci/run runs
 // each target for a few seconds.
 
 import (
 	"bytes"
+	"encoding/binary"
+	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
+	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -115,6 +121,123 @@ func FuzzResponseError(f *testing.F) {
 		}
 		if strings.ContainsFunc(e.Error(), func(r rune) bool { return unicode.IsControl(r) }) {
 			t.Fatalf("control character in %q", e.Error())
+		}
+	})
+}
+
+// refAton is inet_aton(3) written another way, with strconv, as the
+// reference FuzzHostAddr checks hostAddr against.
+func refAton(host string) (netip.Addr, bool) {
+	parts := strings.Split(strings.TrimSuffix(host, "."), ".")
+	if len(parts) > 4 {
+		return netip.Addr{}, false
+	}
+	vals := make([]uint64, len(parts))
+	for i, p := range parts {
+		var err error
+		switch lp := strings.ToLower(p); {
+		case strings.HasPrefix(lp, "0x"):
+			if lp == "0x" {
+				continue
+			}
+			vals[i], err = strconv.ParseUint(lp[2:], 16, 32)
+		case len(p) > 1 && p[0] == '0':
+			vals[i], err = strconv.ParseUint(p[1:], 8, 32)
+		default:
+			vals[i], err = strconv.ParseUint(p, 10, 32)
+		}
+		if err != nil || (len(p) > 0 && (p[0] == '+' || p[0] == '-')) || strings.Contains(p, "_") {
+			return netip.Addr{}, false
+		}
+	}
+	var a uint64
+	for i, v := range vals {
+		if i < len(vals)-1 {
+			if v > 255 {
+				return netip.Addr{}, false
+			}
+			a += v << (8 * (3 - i))
+			continue
+		}
+		if bits := 8 * (4 - i); v>>bits != 0 {
+			return netip.Addr{}, false
+		}
+		a += v
+	}
+	var b [4]byte
+	binary.BigEndian.PutUint32(b[:], uint32(a))
+	return netip.AddrFrom4(b), true
+}
+
+// FuzzHostAddr: the guard reads a host through a proxy as a resolver does
+// (inet_aton forms), as the reference reads it, and whatever it reads as
+// an address it also reports as numeric.
+func FuzzHostAddr(f *testing.F) {
+	for _, s := range []string{"2852039166", "0xa9fea9fe", "0251.0376.0251.0376", "169.254.43518", "127.1", "0x7f.1",
+		"2130706433", "app.localhost", "1.2.3.4.", "0x", "08.1", "4294967296", "example.123", "::1", "1.2.3.4.5", "0X7F.00.0.1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, host string) {
+		got, numeric := hostAddr(host)
+		if got.IsValid() && !numeric {
+			t.Fatalf("%q read as %v but not numeric", host, got)
+		}
+		if strings.Contains(host, ":") {
+			return // IPv6: netip's
+		}
+		want, ok := refAton(host)
+		switch {
+		case ok && got != want:
+			t.Fatalf("%q read as %v, a resolver reads %v", host, got, want)
+		case !ok && got.IsValid():
+			if ip, err := netip.ParseAddr(strings.TrimSuffix(host, ".")); err != nil || ip != got {
+				t.Fatalf("%q read as %v, a resolver reads no address", host, got)
+			}
+		}
+	})
+}
+
+// FuzzURLCarries: a token is found in a URL however its bytes are
+// percent-encoded (each byte or not, upper or lower hex, once or twice),
+// in the query, a path segment or the fragment.
+func FuzzURLCarries(f *testing.F) {
+	f.Add("VzdtEUgn1aNK_lqUZGVRxEzsSQF43_LTqE7oKj0-a3I", uint64(0xf0f0), uint8(0))
+	f.Add("abc+def/ghi=", uint64(1), uint8(1))
+	f.Add("tok.en~12345678", uint64(0xffffffff), uint8(2))
+	f.Fuzz(func(t *testing.T, tok string, mask uint64, where uint8) {
+		if len(tok) < minTokenScan || len(tok) > 256 || strings.Trim(tok, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~+/=") != "" {
+			return
+		}
+		var b strings.Builder
+		for i := 0; i < len(tok); i++ {
+			bit := mask >> (uint(i) % 64) & 1
+			switch {
+			case bit == 0:
+				b.WriteByte(tok[i])
+			case where&4 != 0:
+				fmt.Fprintf(&b, "%%25%02x", tok[i]) // encoded twice
+			case i%2 == 0:
+				fmt.Fprintf(&b, "%%%02X", tok[i])
+			default:
+				fmt.Fprintf(&b, "%%%02x", tok[i])
+			}
+		}
+		enc := b.String()
+		var raw string
+		switch where % 3 {
+		case 0:
+			raw = "https://api.example.test/x?a=1&t=" + enc
+		case 1:
+			raw = "https://api.example.test/x/" + enc + "/y"
+		default:
+			raw = "https://api.example.test/x#" + enc
+		}
+		u, err := url.Parse(raw)
+		if err != nil {
+			return
+		}
+		if !urlCarries(u, []string{tok}) {
+			t.Fatalf("%s carries %q, not found", raw, tok)
 		}
 	})
 }
