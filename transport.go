@@ -788,6 +788,12 @@ func holds(text, tok string, fold bool) bool {
 	if len(tok) > len(text) {
 		return false
 	}
+	if len(tok) >= minTokenScan && strings.Contains(text, tok) {
+		return true
+	}
+	if len(tok) >= minTokenScan && !fold {
+		return false
+	}
 	for i := 0; i+len(tok) <= len(text); i++ {
 		w := text[i : i+len(tok)]
 		if w != tok && !(fold && strings.EqualFold(w, tok)) {

@@ -2,6 +2,7 @@ package poppy
 
 import (
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 )
@@ -70,6 +71,41 @@ func TestRenewalPoint(t *testing.T) {
 	} {
 		if got := renewPoint(t0, lifetime).Sub(t0); got != want {
 			t.Errorf("lifetime %v: renewed after %v, want %v", lifetime, got, want)
+		}
+	}
+}
+
+// urlCarries (PA-4.3-26): a token of minTokenScan bytes or more anywhere,
+// a shorter one only as a whole component; encodings undone up to four
+// times, and no further.
+func TestURLCarries(t *testing.T) {
+	long, short := "Tok_0123456789abcdef", "ab12"
+	enc := long
+	for range 4 {
+		enc = url.QueryEscape(enc) // "_" stays; escape the escapes
+		enc = strings.ReplaceAll(enc, "T", "%54")
+	}
+	for raw, want := range map[string]bool{
+		"https://api.example.test/x?y=" + long:                                  true,
+		"https://api.example.test/x?y=z" + long + "z":                           true,
+		"https://" + strings.ToLower(long) + ".example.test/":                   true,
+		"https://api.example.test/x?y=" + enc:                                   true,
+		"https://api.example.test/x?y=" + url.QueryEscape(enc):                  false, // five rounds
+		"https://api.example.test/x?y=" + long[:len(long)-1]:                    false,
+		"https://api.example.test/" + short + "/z":                              true,
+		"https://api.example.test/z?k=" + short + "&j=1":                        true,
+		"https://api.example.test/z?" + short:                                   true,
+		"https://api.example.test/stab12s?k=xab12":                              false,
+		"https://api.example.test/z?k=%61%62%31%32":                             true,
+		"https://api.example.test/" + strings.ToUpper(short):                    false, // case matters outside the host
+		"https://api.example.test/x?y=" + strings.ToUpper(long[1:5]) + long[5:]: false,
+	} {
+		u, err := url.Parse(raw)
+		if err != nil {
+			t.Fatalf("%s: %v", raw, err)
+		}
+		if got := urlCarries(u, []string{long, short}); got != want {
+			t.Errorf("%s: %v, want %v", raw, got, want)
 		}
 	}
 }
