@@ -35,7 +35,7 @@ package poppy
 // as a named host on another port, fails with ErrForeignHost before
 // anything is sent.
 //
-// Tokens never go in a URL (spec 4.3, PA-4.3-23): a request whose URL
+// Tokens never go in a URL (spec 4.3, PA-4.3-26): a request whose URL
 // carries a token the Session holds, in any part and in any percent-encoding
 // a server would decode, fails with ErrTokenInURL before anything is sent,
 // and is not retried after a renewal either (see tokenInURL).
