@@ -38,6 +38,11 @@ var (
 	ErrIssuerNotListed = errors.New("api: MCP server's authorization_servers does not list the Company's issuer")
 	// ErrInvalidArguments: a tool's arguments don't match its input schema.
 	ErrInvalidArguments = errors.New("api: arguments do not match the input schema")
+	// ErrDotSegment: a path parameter's value would be read as a "." or
+	// ".." segment (in any encoding), which a server or proxy removes
+	// with the segment before it; it is refused, wrapped in
+	// ErrInvalidArguments, and nothing is sent.
+	ErrDotSegment = errors.New("api: a path parameter may not be a dot segment")
 )
 
 // List returns the Company's APIs that this package can use, in the order

@@ -26,6 +26,7 @@ import (
 	"sync"
 
 	"github.com/getkin/kin-openapi/openapi3"
+	"golang.org/x/text/unicode/norm"
 
 	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/internal/sdk"
@@ -589,6 +590,9 @@ func (oa *OpenAPI) request(ctx context.Context, o *Operation, args *Args) (*http
 			if len(vals) != 1 || vals[0] == "" {
 				return nil, fmt.Errorf("%w: path parameter %q needs one non-empty value", ErrInvalidArguments, p.Name)
 			}
+			if dotSegment(vals[0]) {
+				return nil, fmt.Errorf("%w: path parameter %q: %w", ErrInvalidArguments, p.Name, ErrDotSegment)
+			}
 			path = strings.ReplaceAll(path, "{"+p.Name+"}", url.PathEscape(vals[0]))
 		case openapi3.ParameterInQuery:
 			for _, s := range vals {
@@ -601,9 +605,16 @@ func (oa *OpenAPI) request(ctx context.Context, o *Operation, args *Args) (*http
 			hdr.Set(p.Name, strings.Join(vals, ","))
 		}
 	}
+	// path is escaped (values through url.PathEscape): it is the RawPath,
+	// and Path its decoding, so that a value's "/" or "%" is sent as
+	// "%2F" or "%25", escaped once.
 	u := *oa.server
-	u.Path = oa.server.Path + path
 	u.RawPath = oa.server.EscapedPath() + path
+	if p, err := url.PathUnescape(u.RawPath); err == nil {
+		u.Path = p
+	} else {
+		u.Path = oa.server.Path + path
+	}
 	u.RawQuery = q.Encode()
 	var body io.Reader
 	var raw []byte
@@ -639,6 +650,71 @@ func (oa *OpenAPI) request(ctx context.Context, o *Operation, args *Args) (*http
 		req.Header.Set("Content-Type", ct)
 	}
 	return req, nil
+}
+
+// dotSegment reports whether v, a path parameter's value, could be read
+// as a "." or ".." segment by the server or by a proxy in front of it,
+// which would then remove it with the segment before (RFC 3986 5.2.4):
+// "/users/{id}/orders" with id ".." would become "/orders". Escaping is no
+// defence: "%2E" is an unreserved character's encoding that normalisers
+// decode (RFC 3986 6.2.2.2), and some decode twice. So v is read the way
+// the most lenient reader in a chain would: percent-decoded until nothing
+// changes (invalid escapes left as they are), NFKC-normalised (U+2025
+// becomes "..", U+FF0E "."), with "\" as a separator (IIS) and what
+// follows ";" in a segment dropped (Tomcat's "..;x"); no segment of the
+// result may be "." or "..". Three or more dots are an ordinary segment.
+func dotSegment(v string) bool {
+	for range 8 {
+		d := lenientUnescape(v)
+		if d == v {
+			break
+		}
+		v = d
+	}
+	v = norm.NFKC.String(v)
+	v = strings.ReplaceAll(v, "\\", "/")
+	for seg := range strings.SplitSeq(v, "/") {
+		if i := strings.IndexByte(seg, ';'); i >= 0 {
+			seg = seg[:i]
+		}
+		if seg == "." || seg == ".." {
+			return true
+		}
+	}
+	return false
+}
+
+// lenientUnescape decodes every valid %XX in s and keeps the rest.
+func lenientUnescape(s string) string {
+	if !strings.Contains(s, "%") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '%' && i+2 < len(s) {
+			if h, ok := unhex(s[i+1]); ok {
+				if l, ok := unhex(s[i+2]); ok {
+					b.WriteByte(h<<4 | l)
+					i += 2
+					continue
+				}
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func unhex(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
+	case 'A' <= c && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
 }
 
 func paramValues(v any) ([]string, error) {
