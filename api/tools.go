@@ -36,6 +36,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/poppyproto/poppy"
+	"github.com/poppyproto/poppy/internal/redact"
 	"github.com/poppyproto/poppy/internal/sdk"
 	"github.com/poppyproto/poppy/operations"
 )
@@ -238,7 +239,8 @@ func (ts *Toolset) add(ctx context.Context, t *Tool, maxSchema int) error {
 	if t.schema, err = compileSchema(t.Name, b); err != nil {
 		return fmt.Errorf("api: tool %s: invalid input schema: %s", t.Name, cleanText(err.Error(), 200))
 	}
-	t.Description = scrubString(ctx, ts.sess, t.Description)
+	// Scrubbed first, then cut: a cut must not leave part of a secret.
+	t.Description = cleanText(scrubString(ctx, ts.sess, t.Description), maxText)
 	ts.tools = append(ts.tools, t)
 	ts.byName[t.Name] = t
 	return nil
@@ -313,7 +315,7 @@ func (ts *Toolset) addOpenAPI(ctx context.Context, oa *OpenAPI, op *Operation, l
 	if op.ProposesOperation {
 		desc += " May propose an operation that the User must approve before it takes effect."
 	}
-	t := &Tool{Name: ts.name(label, base), Description: cleanText(desc, maxText), InputSchema: b, API: oa.entry, Method: op.Method, Path: op.Path}
+	t := &Tool{Name: ts.name(label, base), Description: desc, InputSchema: b, API: oa.entry, Method: op.Method, Path: op.Path}
 	t.run = func(ctx context.Context, args map[string]any) (any, error) {
 		a := &Args{Params: map[string]any{}}
 		for k, v := range args {
@@ -362,7 +364,7 @@ func (ts *Toolset) addMCP(ctx context.Context, m *MCP, mt *mcp.Tool, label strin
 		desc = mt.Name
 	}
 	name := mt.Name
-	t := &Tool{Name: ts.name(label, name), Description: cleanText(desc, maxText), InputSchema: schema, API: m.entry, MCPName: name}
+	t := &Tool{Name: ts.name(label, name), Description: desc, InputSchema: schema, API: m.entry, MCPName: name}
 	t.run = func(ctx context.Context, args map[string]any) (any, error) {
 		res, err := m.CallTool(ctx, name, args)
 		if err != nil {
@@ -419,7 +421,7 @@ func (t *Tool) Execute(ctx context.Context, args json.RawMessage) (json.RawMessa
 		return t.result(ctx, errorResult("invalid_arguments", "the arguments are not JSON", nil))
 	}
 	if err := t.schema.Validate(inst); err != nil {
-		return t.result(ctx, errorResult("invalid_arguments", cleanText(err.Error(), 500), nil))
+		return t.result(ctx, errorResult("invalid_arguments", t.errText(ctx, err), nil))
 	}
 	var m map[string]any
 	dec := json.NewDecoder(bytes.NewReader(args))
@@ -444,12 +446,12 @@ func (t *Tool) Execute(ctx context.Context, args json.RawMessage) (json.RawMessa
 		}
 		var pe *poppy.Error
 		if errors.As(err, &pe) {
-			return t.result(ctx, errorResult(pe.Code, pe.Description, pe))
+			return t.result(ctx, errorResult(pe.Code, cleanText(scrubString(ctx, t.ts.sess, pe.Description), maxText), pe))
 		}
 		if errors.Is(err, ErrInvalidArguments) {
-			return t.result(ctx, errorResult("invalid_arguments", cleanText(err.Error(), 500), nil))
+			return t.result(ctx, errorResult("invalid_arguments", t.errText(ctx, err), nil))
 		}
-		return t.result(ctx, errorResult("request_failed", cleanText(err.Error(), 500), nil))
+		return t.result(ctx, errorResult("request_failed", t.errText(ctx, err), nil))
 	}
 	return t.result(ctx, out)
 }
@@ -481,30 +483,37 @@ func errorResult(code, msg string, pe *poppy.Error) map[string]any {
 	return out
 }
 
-// result marshals v, bounded, with secrets redacted.
+// errText is err's text for the model: secrets scrubbed first, then cut
+// to 500 bytes, so that the cut never leaves part of one.
+func (t *Tool) errText(ctx context.Context, err error) string {
+	return cleanText(scrubString(ctx, t.ts.sess, err.Error()), 500)
+}
+
+// result marshals v, bounded, with secrets redacted: scrubbed before it is
+// cut, so that no cut leaves part of a secret.
 func (t *Tool) result(ctx context.Context, v any) (json.RawMessage, error) {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return nil, apiError("encoding result: %w", err)
 	}
-	if len(b) > t.ts.maxResult {
+	s := scrubString(ctx, t.ts.sess, string(b))
+	if len(s) > t.ts.maxResult {
 		short, _ := json.Marshal(map[string]any{"truncated": true,
-			"partial": strings.ToValidUTF8(string(b[:t.ts.maxResult/2]), "")})
-		b = short
+			"partial": strings.ToValidUTF8(s[:t.ts.maxResult/2], "")})
+		s = string(short)
 	}
-	return json.RawMessage(scrubString(ctx, t.ts.sess, string(b))), nil
+	return json.RawMessage(s), nil
 }
 
-var jwsRE = regexp.MustCompile(`eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+`)
+// jwsRE matches a JWS, or the header and payload of one that was cut
+// (a JWT's payload is a JSON object: "eyJ…").
+var jwsRE = regexp.MustCompile(`eyJ[A-Za-z0-9_-]{4,}\.(?:[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+|eyJ[A-Za-z0-9_-]*)`)
 
-// scrubString replaces the Session Tokens the Session holds and every
-// DPoP proof (a JWS whose header has typ dpop+jwt) in s (PA-4.8-08).
+// scrubString replaces the Session Tokens the Session holds, and every
+// stretch of one left by a cut (see internal/redact), and every DPoP proof
+// (a JWS whose header has typ dpop+jwt), whole or cut, in s (PA-4.8-08).
 func scrubString(ctx context.Context, sess *poppy.Session, s string) string {
-	for _, v := range sdk.Secrets(ctx, sess) {
-		if v != "" {
-			s = strings.ReplaceAll(s, v, "[redacted]")
-		}
-	}
+	s = redact.Secrets(s, sdk.Secrets(ctx, sess))
 	return jwsRE.ReplaceAllStringFunc(s, func(j string) string {
 		h, err := base64.RawURLEncoding.DecodeString(j[:strings.IndexByte(j, '.')])
 		if err != nil {
