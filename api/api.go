@@ -43,6 +43,9 @@ var (
 	// with the segment before it; it is refused, wrapped in
 	// ErrInvalidArguments, and nothing is sent.
 	ErrDotSegment = errors.New("api: a path parameter may not be a dot segment")
+	// ErrTooManyTools: an MCP server's tools/list goes past
+	// MCPOptions.MaxTools or MaxToolPages, or repeats a cursor.
+	ErrTooManyTools = errors.New("api: the MCP server lists too many tools")
 )
 
 // List returns the Company's APIs that this package can use, in the order

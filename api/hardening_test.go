@@ -4,13 +4,22 @@ package api_test
 // attack, each shown failing on the code before its fix.
 
 import (
+	"bytes"
+	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/api"
+	"github.com/poppyproto/poppy/internal/testenv"
 	"github.com/poppyproto/poppy/poppytest"
 )
 
@@ -72,5 +81,148 @@ func TestAttackPathParameterDotSegment(t *testing.T) {
 		if len(got) == 0 || got[len(got)-1] != env.Srv.APIURL()+want {
 			t.Errorf("id %q: request URIs %q, want …%s last", id, got, want)
 		}
+	}
+}
+
+// endlessTools answers the MCP server's tools/list with pages of 50 tools
+// and a nextCursor that always leads on (a new one each page, or the same
+// one when repeat), until 5,000 pages: far past any bound, so that a
+// client without one is seen to read them all, not to hang.
+type endlessTools struct {
+	base    http.RoundTripper
+	path    string
+	repeat  bool
+	padding int // bytes of description per tool
+	last    int // the last page; 0 means 5,000
+	mu      sync.Mutex
+	pages   int
+}
+
+func (h *endlessTools) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL.Path != h.path || req.Method != http.MethodPost {
+		return h.base.RoundTrip(req)
+	}
+	b, _ := io.ReadAll(req.Body)
+	req.Body.Close()
+	var msg struct {
+		ID     json.RawMessage `json:"id"`
+		Method string          `json:"method"`
+	}
+	if json.Unmarshal(b, &msg) != nil || msg.Method != "tools/list" {
+		req.Body = io.NopCloser(bytes.NewReader(b))
+		return h.base.RoundTrip(req)
+	}
+	h.mu.Lock()
+	h.pages++
+	page := h.pages
+	h.mu.Unlock()
+	tools := make([]any, 50)
+	for i := range tools {
+		tools[i] = map[string]any{"name": fmt.Sprintf("t%d_%d", page, i), "description": strings.Repeat("x", h.padding),
+			"inputSchema": map[string]any{"type": "object"}}
+	}
+	result := map[string]any{"tools": tools}
+	if last := cmp.Or(h.last, 5000); page < last {
+		result["nextCursor"] = fmt.Sprintf("page-%d", page+1)
+		if h.repeat {
+			result["nextCursor"] = "again"
+		}
+	}
+	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": msg.ID, "result": result})
+	return testenv.Answer(req, http.StatusOK, http.Header{"Content-Type": {"application/json"}}, string(body)), nil
+}
+
+func connectEndless(t *testing.T, h *endlessTools, opts *api.MCPOptions) *api.MCP {
+	t.Helper()
+	m, _ := endlessSession(t, h, opts)
+	return m
+}
+
+func endlessSession(t *testing.T, h *endlessTools, opts *api.MCPOptions) (*api.MCP, *poppy.Session) {
+	t.Helper()
+	srv := poppytest.NewServer(t, nil)
+	h.base = srv.Client().Transport
+	u, _ := url.Parse(srv.MCPURL())
+	h.path = u.Path
+	env := testenv.NewOn(t, srv, &poppy.AgentOptions{HTTPClient: &http.Client{Transport: h}})
+	sess := env.Session("alice")
+	m, err := api.ConnectMCP(context.Background(), sess, entry(t, sess.Company(), api.TypeMCP), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m, sess
+}
+
+// An MCP server whose tools/list never ends (issue 20 §2: 2,440 pages and
+// 122,000 tools in 8 s, no end without a deadline) is read up to the
+// bound, MaxTools tools in MaxToolPages pages (1,000 and 100 by default),
+// and then ends with ErrTooManyTools, the tools within the bound yielded;
+// a cursor given twice ends it at once. NewToolset keeps those tools and
+// reports the error.
+func TestAttackEndlessToolList(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		repeat       bool
+		opts         *api.MCPOptions
+		pages, tools int
+	}{
+		{"defaults", false, nil, 20, 1000},
+		{"pages", false, &api.MCPOptions{MaxToolPages: 7, MaxTools: 100000}, 7, 350},
+		{"repeated cursor", true, nil, 2, 100},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := &endlessTools{repeat: tc.repeat}
+			m, sess := endlessSession(t, h, tc.opts)
+			n := 0
+			var last error
+			for tool, err := range m.Tools(context.Background()) {
+				if err != nil {
+					last = err
+					break
+				}
+				if tool == nil {
+					t.Fatal("nil tool")
+				}
+				n++
+			}
+			t.Logf("%d pages read, %d tools yielded, then: %v", h.pages, n, last)
+			if !errors.Is(last, api.ErrTooManyTools) {
+				t.Errorf("list ended with %v, want ErrTooManyTools", last)
+			}
+			if n != tc.tools || h.pages > tc.pages+1 {
+				t.Errorf("%d tools in %d pages, want %d tools, at most %d pages", n, h.pages, tc.tools, tc.pages+1)
+			}
+			if tc.opts != nil {
+				return
+			}
+			ts, err := api.NewToolset(context.Background(), sess, &api.ToolsOptions{MCP: tc.opts})
+			if ts == nil || !errors.Is(err, api.ErrTooManyTools) {
+				t.Fatalf("NewToolset: %v", err)
+			}
+			defer ts.Close()
+			if got := len(ts.Tools()); got != 6+tc.tools {
+				t.Errorf("NewToolset kept %d tools, want the 6 OpenAPI ones and %d", got, tc.tools)
+			}
+		})
+	}
+}
+
+// A JSON answer of the MCP server is bounded (MaxResponseBytes): a page
+// of tools of 2 MiB against a bound of 256 KiB fails the listing.
+func TestAttackMCPAnswerBound(t *testing.T) {
+	h := &endlessTools{padding: 40 << 10, last: 2}
+	m := connectEndless(t, h, &api.MCPOptions{MaxResponseBytes: 256 << 10})
+	n := 0
+	var last error
+	for _, err := range m.Tools(context.Background()) {
+		if err != nil {
+			last = err
+			break
+		}
+		n++
+	}
+	if last == nil || n > 0 || h.pages != 1 { // on the code before the bound: 100 tools, 2 pages
+		t.Errorf("%d tools in %d pages of 2 MiB, then %v; want an error at the first page", n, h.pages, last)
 	}
 }
