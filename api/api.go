@@ -43,6 +43,10 @@ var (
 	// with the segment before it; it is refused, wrapped in
 	// ErrInvalidArguments, and nothing is sent.
 	ErrDotSegment = errors.New("api: a path parameter may not be a dot segment")
+	// ErrSchemaTooLarge: a schema that can't be inlined and bounded, or
+	// the description's budget for inlining its schemas is spent (see
+	// OpenAPI.ResolveSchema).
+	ErrSchemaTooLarge = errors.New("api: input schema too large")
 	// ErrTooManyTools: an MCP server's tools/list goes past
 	// MCPOptions.MaxTools or MaxToolPages, or repeats a cursor.
 	ErrTooManyTools = errors.New("api: the MCP server lists too many tools")

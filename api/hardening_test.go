@@ -226,3 +226,97 @@ func TestAttackMCPAnswerBound(t *testing.T) {
 		t.Errorf("%d tools in %d pages of 2 MiB, then %v; want an error at the first page", n, h.pages, last)
 	}
 }
+
+// distinctFanOut is fanOutDescription's attack without sharing: each of
+// ops operations has a schema of its own that refers to the wide one, so
+// no two tool schemas are alike.
+func distinctFanOut(ops int) []byte {
+	d := string(fanOutDescription(ops))
+	for i := ops - 1; i >= 0; i-- {
+		d = strings.Replace(d, fmt.Sprintf(`"operationId":"o%d","parameters":[{"name":"q","in":"query","schema":{"$ref":"#/components/schemas/B"}}]`, i),
+			fmt.Sprintf(`"operationId":"o%d","parameters":[{"name":"q","in":"query","schema":{"type":"object","title":"t%d","properties":{"b":{"$ref":"#/components/schemas/B"}}}}]`, i, i), 1)
+	}
+	return []byte(d)
+}
+
+// Issue 20 §2: an OpenAPI description fans out. 23,894 operations each
+// take a schema that, inlined, stays just under the per-schema bound
+// (20,000 nodes): on the code before, loading it inlined every copy
+// (minutes of CPU, gigabytes of heap, see BenchmarkAttackOpenAPIFanOut).
+// The whole description is bounded now:
+//   - the references' fan-out is counted before kin-openapi resolves them:
+//     this description is refused (ErrInvalidDescription);
+//   - nothing is inlined at load: operations that use one schema share one
+//     copy of it as the description gives it, and the tools built from
+//     them share one inlined input schema;
+//   - schemas that can't be shared draw on one budget per description:
+//     past it, the remaining tools are left out with ErrSchemaTooLarge.
+func TestAttackOpenAPIFanOut(t *testing.T) {
+	_, sess := setup(t, nil)
+	ctx := context.Background()
+	e := entry(t, sess.Company(), api.TypeOpenAPI)
+	// Shared: 500 operations of one schema load, and their tools share it.
+	oa, err := api.NewOpenAPIFromBytes(ctx, sess, e, fanOutDescription(500))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops := oa.Operations()
+	if len(ops) != 500 {
+		t.Fatalf("%d operations", len(ops))
+	}
+	first := ops[0].Parameters[0].Schema
+	if string(first) != `{"$ref":"#/components/schemas/B"}` {
+		t.Errorf("parameter schema %s, want the description's", first)
+	}
+	for _, op := range ops[1:] {
+		if s := op.Parameters[0].Schema; &s[0] != &first[0] {
+			t.Fatalf("%s: its parameter schema is a copy of its own", op.ID)
+		}
+	}
+	if s, err := oa.ResolveSchema(first); err != nil || !strings.Contains(string(s), `"m9":{"type":"string"}`) || strings.Contains(string(s), "$ref") {
+		t.Errorf("ResolveSchema: %.200s, %v", s, err)
+	}
+	ts, err := api.ToolsetOf(ctx, sess, oa)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tools := ts.Tools()
+	if len(tools) != 500 {
+		t.Fatalf("%d tools", len(tools))
+	}
+	in := tools[0].InputSchema
+	if len(in) == 0 || len(in) > 16<<10 {
+		t.Fatalf("input schema of %d bytes", len(in))
+	}
+	for _, tool := range tools[1:] {
+		if &tool.InputSchema[0] != &in[0] {
+			t.Fatalf("%s: an input schema of its own", tool.Name)
+		}
+	}
+
+	// Not shared: 100 operations, each a schema of its own as wide as
+	// before, load (their fan-out is within bounds), but their tools stop
+	// where the description's budget does.
+	oa, err = api.NewOpenAPIFromBytes(ctx, sess, e, distinctFanOut(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts, err = api.ToolsetOf(ctx, sess, oa)
+	built := len(ts.Tools())
+	t.Logf("%d of 100 tools built; %.200v", built, err)
+	if !errors.Is(err, api.ErrSchemaTooLarge) || built == 0 || built >= 100 {
+		t.Fatalf("%d of 100 tools built, then %v; want the budget spent before the last", built, err)
+	}
+	// The budget is the description's: another Toolset builds nothing new.
+	ts2, _ := api.ToolsetOf(ctx, sess, oa)
+	if n := len(ts2.Tools()); n != built {
+		t.Errorf("a second Toolset of the description has %d tools, the first %d", n, built)
+	}
+
+	// The issue's description: its references fan out past the bound
+	// before kin-openapi resolves them, and it is refused.
+	if _, err := api.NewOpenAPIFromBytes(ctx, sess, e, fanOutDescription(fanOutOps)); !errors.Is(err, api.ErrInvalidDescription) ||
+		!strings.Contains(err.Error(), "references") {
+		t.Fatalf("the fan-out description: %v, want ErrInvalidDescription", err)
+	}
+}

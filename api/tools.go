@@ -133,12 +133,15 @@ func NewToolset(ctx context.Context, sess *poppy.Session, opts *ToolsOptions) (*
 				continue
 			}
 			ts.mcps = append(ts.mcps, m)
+			// One budget for all of the server's tool schemas, as for a
+			// description's (see resolveRefs).
+			shared := &budget{nodes: maxDescriptionNodes, bytes: maxDescriptionBytes}
 			for t, err := range m.Tools(ctx) {
 				if err != nil {
 					errs = append(errs, fmt.Errorf("api: %s: %w", e.URL, err))
 					break
 				}
-				if err := ts.addMCP(ctx, m, t, label, o.MaxSchemaBytes); err != nil {
+				if err := ts.addMCP(ctx, m, t, label, o.MaxSchemaBytes, shared); err != nil {
 					errs = append(errs, err)
 				}
 			}
@@ -225,19 +228,23 @@ func fitName(n string) string {
 	return n[:maxName-9] + "_" + hex.EncodeToString(sum[:4])
 }
 
-func (ts *Toolset) add(ctx context.Context, t *Tool, maxSchema int) error {
+// add bounds and compiles t's input schema, drawing on shared, unless
+// t.schema is set already, and adds t.
+func (ts *Toolset) add(ctx context.Context, t *Tool, maxSchema int, shared *budget) error {
 	t.ts = ts
-	var v any
-	if err := json.Unmarshal(t.InputSchema, &v); err != nil {
-		return fmt.Errorf("api: tool %s: schema: %w", t.Name, err)
-	}
-	b, err := boundSchema(v, v, maxSchema)
-	if err != nil {
-		return fmt.Errorf("api: tool %s: %w", t.Name, err)
-	}
-	t.InputSchema = b
-	if t.schema, err = compileSchema(t.Name, b); err != nil {
-		return fmt.Errorf("api: tool %s: invalid input schema: %s", t.Name, cleanText(err.Error(), 200))
+	if t.schema == nil {
+		var v any
+		if err := json.Unmarshal(t.InputSchema, &v); err != nil {
+			return fmt.Errorf("api: tool %s: schema: %w", t.Name, err)
+		}
+		b, err := boundSchema(v, v, maxSchema, shared, false)
+		if err != nil {
+			return fmt.Errorf("api: tool %s: %w", t.Name, err)
+		}
+		t.InputSchema = b
+		if t.schema, err = compileSchema(t.Name, b); err != nil {
+			return fmt.Errorf("api: tool %s: invalid input schema: %s", t.Name, cleanText(err.Error(), 200))
+		}
 	}
 	// Scrubbed first, then cut: a cut must not leave part of a secret.
 	t.Description = cleanText(scrubString(ctx, ts.sess, t.Description), maxText)
@@ -268,15 +275,20 @@ func (ts *Toolset) addOpenAPI(ctx context.Context, oa *OpenAPI, op *Operation, l
 	if base == "" {
 		base = strings.ToLower(op.Method) + "_" + op.Path
 	}
+	// The input schema's form before inlining: the parameters' and the
+	// body's schemas as the description gives them, shared with every
+	// operation that has the same ones.
 	props := map[string]any{}
 	var required []string
 	for _, p := range op.Parameters {
-		var s map[string]any
-		if json.Unmarshal(p.Schema, &s) != nil {
-			s = map[string]any{}
-		}
+		var s any = p.Schema
 		if p.Description != "" {
-			s["description"] = p.Description
+			m := map[string]any{"description": p.Description}
+			if json.Unmarshal(p.Schema, &m) != nil {
+				m = map[string]any{"description": p.Description}
+			}
+			m["description"] = p.Description
+			s = m
 		}
 		props[p.Name] = s
 		if p.Required {
@@ -288,11 +300,7 @@ func (ts *Toolset) addOpenAPI(ctx context.Context, oa *OpenAPI, op *Operation, l
 		bodyName = "request_body"
 	}
 	if op.Body != nil {
-		var s any
-		if json.Unmarshal(op.Body.Schema, &s) != nil {
-			s = map[string]any{}
-		}
-		props[bodyName] = s
+		props[bodyName] = op.Body.Schema
 		if op.Body.Required {
 			required = append(required, bodyName)
 		}
@@ -315,7 +323,12 @@ func (ts *Toolset) addOpenAPI(ctx context.Context, oa *OpenAPI, op *Operation, l
 	if op.ProposesOperation {
 		desc += " May propose an operation that the User must approve before it takes effect."
 	}
-	t := &Tool{Name: ts.name(label, base), Description: desc, InputSchema: b, API: oa.entry, Method: op.Method, Path: op.Path}
+	t := &Tool{Name: ts.name(label, base), Description: desc, API: oa.entry, Method: op.Method, Path: op.Path}
+	built := oa.ix.toolSchema(b, maxSchema)
+	if built.err != nil {
+		return fmt.Errorf("api: tool %s: %w", t.Name, built.err)
+	}
+	t.InputSchema, t.schema = built.b, built.s
 	t.run = func(ctx context.Context, args map[string]any) (any, error) {
 		a := &Args{Params: map[string]any{}}
 		for k, v := range args {
@@ -338,7 +351,7 @@ func (ts *Toolset) addOpenAPI(ctx context.Context, oa *OpenAPI, op *Operation, l
 		out["body"] = bodyValue(resp.Body)
 		return out, nil
 	}
-	return ts.add(ctx, t, maxSchema)
+	return ts.add(ctx, t, maxSchema, nil)
 }
 
 // proposedNote tells the model what a proposed operation is (OPS 1, 5.1).
@@ -346,8 +359,9 @@ const proposedNote = "PROPOSED, NOT DONE. The Company has proposed this operatio
 	"It takes effect only after the User approves its summary in the agent's own interface and the agent confirms it. " +
 	"Tell the User what is proposed and that it awaits their approval; never say it is done."
 
-// addMCP makes a tool of an MCP tool.
-func (ts *Toolset) addMCP(ctx context.Context, m *MCP, mt *mcp.Tool, label string, maxSchema int) error {
+// addMCP makes a tool of an MCP tool, its schema drawing on shared, the
+// budget of the server's tools.
+func (ts *Toolset) addMCP(ctx context.Context, m *MCP, mt *mcp.Tool, label string, maxSchema int, shared *budget) error {
 	schema := json.RawMessage(`{"type":"object"}`)
 	if mt.InputSchema != nil {
 		b, err := json.Marshal(mt.InputSchema)
@@ -395,7 +409,7 @@ func (ts *Toolset) addMCP(ctx context.Context, m *MCP, mt *mcp.Tool, label strin
 		}
 		return out, nil
 	}
-	return ts.add(ctx, t, maxSchema)
+	return ts.add(ctx, t, maxSchema, shared)
 }
 
 func bodyValue(b []byte) any {
