@@ -187,3 +187,40 @@ func BenchmarkAttackOpenAPIFanOut(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkAttackEndlessToolList measures listing the tools of an MCP
+// server whose tools/list never ends (issue 20 §2: 2,440 pages, 122,000
+// tools and 365–453 MiB in 8 s before, no end without a deadline): the
+// pages read, the tools yielded, CPU seconds and peak heap per listing,
+// now that the list stops at MaxTools (1,000).
+func BenchmarkAttackEndlessToolList(b *testing.B) {
+	h := &endlessTools{}
+	m := connectEndless(b, h, nil)
+	var cpu time.Duration
+	var peak uint64
+	tools := 0
+	for b.Loop() {
+		h.mu.Lock()
+		h.pages = 0
+		h.mu.Unlock()
+		c, p, _, _ := measure(func() any {
+			tools = 0
+			for _, err := range m.Tools(context.Background()) {
+				if err != nil {
+					break
+				}
+				tools++
+			}
+			return nil
+		})
+		cpu += c
+		peak = max(peak, p)
+	}
+	if tools != 1000 || h.pages > 21 {
+		b.Fatalf("%d tools in %d pages", tools, h.pages)
+	}
+	b.ReportMetric(float64(h.pages), "pages")
+	b.ReportMetric(float64(tools), "tools")
+	b.ReportMetric(cpu.Seconds()/float64(b.N), "cpu-s/op")
+	b.ReportMetric(float64(peak)/(1<<20), "peak-MiB")
+}

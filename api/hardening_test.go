@@ -132,13 +132,13 @@ func (h *endlessTools) RoundTrip(req *http.Request) (*http.Response, error) {
 	return testenv.Answer(req, http.StatusOK, http.Header{"Content-Type": {"application/json"}}, string(body)), nil
 }
 
-func connectEndless(t *testing.T, h *endlessTools, opts *api.MCPOptions) *api.MCP {
+func connectEndless(t testing.TB, h *endlessTools, opts *api.MCPOptions) *api.MCP {
 	t.Helper()
 	m, _ := endlessSession(t, h, opts)
 	return m
 }
 
-func endlessSession(t *testing.T, h *endlessTools, opts *api.MCPOptions) (*api.MCP, *poppy.Session) {
+func endlessSession(t testing.TB, h *endlessTools, opts *api.MCPOptions) (*api.MCP, *poppy.Session) {
 	t.Helper()
 	srv := poppytest.NewServer(t, nil)
 	h.base = srv.Client().Transport
