@@ -38,6 +38,18 @@ var (
 	ErrIssuerNotListed = errors.New("api: MCP server's authorization_servers does not list the Company's issuer")
 	// ErrInvalidArguments: a tool's arguments don't match its input schema.
 	ErrInvalidArguments = errors.New("api: arguments do not match the input schema")
+	// ErrDotSegment: a path parameter's value would be read as a "." or
+	// ".." segment (in any encoding), which a server or proxy removes
+	// with the segment before it; it is refused, wrapped in
+	// ErrInvalidArguments, and nothing is sent.
+	ErrDotSegment = errors.New("api: a path parameter may not be a dot segment")
+	// ErrSchemaTooLarge: a schema that can't be inlined and bounded, or
+	// the description's budget for inlining its schemas is spent (see
+	// OpenAPI.ResolveSchema).
+	ErrSchemaTooLarge = errors.New("api: input schema too large")
+	// ErrTooManyTools: an MCP server's tools/list goes past
+	// MCPOptions.MaxTools or MaxToolPages, or repeats a cursor.
+	ErrTooManyTools = errors.New("api: the MCP server lists too many tools")
 )
 
 // List returns the Company's APIs that this package can use, in the order

@@ -32,6 +32,16 @@
 // insufficient_scope, SignInFor gives the scopes to ask for (the union with
 // the Session's) and the sign-in types that can grant them.
 //
+// A description's cost is bounded as a whole, not only per schema: before
+// kin-openapi resolves it, the nodes its references make it resolve are
+// counted and a description over the bound is refused; schemas are kept as
+// the description gives them (Parameter.Schema, one shared copy each) and
+// inlined only when a tool is built or ResolveSchema is called, all of it
+// drawing on one budget per description (ErrSchemaTooLarge when spent).
+// A path parameter that a server or proxy would read as a "." or ".."
+// segment, in any encoding, is refused before anything is sent
+// (ErrDotSegment).
+//
 // # MCP
 //
 // ConnectMCP reads the server's protected resource metadata (RFC 9728)
@@ -45,7 +55,10 @@
 // otherwise), follows no redirect, renews the token once when the server
 // answers 401, uses a stored Account Token on sign_in_required, and waits
 // out 429s. A refusal reaches the caller as a *poppy.Error wrapped in the
-// go-sdk's error.
+// go-sdk's error. What the server sends is bounded: a JSON answer by
+// MCPOptions.MaxResponseBytes, tools/list by MaxTools and MaxToolPages (a
+// repeated cursor ends it too), past which Tools ends with ErrTooManyTools
+// after the tools within the bound.
 //
 // # Tools for a model
 //
@@ -60,7 +73,9 @@
 // approves it", never confirmed: the toolset leaves out every operation of
 // the operations endpoint. No Session Token, Account Token or DPoP proof is
 // ever put in a description or a result (PA-4.8-08); a token value the
-// Company echoes back is replaced.
+// Company echoes back is replaced, and so is what a cut left of one: text
+// is scrubbed before it is cut to a bound, and any 8-byte stretch of a
+// token (a 4-byte prefix where a "…" marks a cut) is replaced too.
 //
 // # Decisions on the specification's open points
 //

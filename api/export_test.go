@@ -40,3 +40,10 @@ func IndexDescription(ctx context.Context, entry poppy.API, body []byte) (int, e
 	}
 	return len(ix.ops), nil
 }
+
+// ResetParsedCache empties the parsed-description cache.
+func ResetParsedCache() {
+	parsedCache.Lock()
+	parsedCache.m, parsedCache.bytes = nil, 0
+	parsedCache.Unlock()
+}

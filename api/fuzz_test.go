@@ -20,7 +20,7 @@ func FuzzBoundSchema(f *testing.F) {
 		if json.Unmarshal([]byte(s), &v) != nil {
 			return
 		}
-		b, err := boundSchema(v, v, 2048)
+		b, err := boundSchema(v, v, 2048, unbounded(), false)
 		if err != nil {
 			return
 		}

@@ -58,9 +58,23 @@ type MCPOptions struct {
 	// operation in a *operations.PendingError (OPS 6, PA-OPS6-04, A-38).
 	// It must be a Client of the same Session.
 	Operations *operations.Client
+	// MaxTools and MaxToolPages bound what Tools reads of tools/list: at
+	// most MaxTools tools in at most MaxToolPages pages. Zero means 1,000
+	// tools and 100 pages. A server that lists more, or repeats a cursor,
+	// gets ErrTooManyTools after the tools within the bound.
+	MaxTools, MaxToolPages int
+	// MaxResponseBytes bounds a JSON answer of the server (one JSON-RPC
+	// response); past it the read fails, with poppy.ErrResponseTooLarge,
+	// and the go-sdk ends the session. Zero means 4 MiB. Events of a
+	// stream are bounded by the go-sdk.
+	MaxResponseBytes int64
 }
 
-const defaultProtocolVersion = "2025-11-25"
+const (
+	defaultProtocolVersion = "2025-11-25"
+	defaultMaxTools        = 1000
+	defaultMaxToolPages    = 100
+)
 
 // MCP is a connection to one of the Company's MCP servers in a Session. It
 // is safe for concurrent use. Close ends it.
@@ -70,6 +84,8 @@ type MCP struct {
 	cs    *mcp.ClientSession
 	tr    *bearerTransport
 	opsc  *operations.Client // MCPOptions.Operations
+
+	maxTools, maxPages int
 }
 
 // ConnectMCP connects to entry, one of the Company's APIs of type "mcp",
@@ -107,6 +123,10 @@ func ConnectMCP(ctx context.Context, sess *poppy.Session, entry poppy.API, opts 
 		return nil, err
 	}
 	tr := newBearerTransport(sess, u, o.Logger)
+	tr.maxJSON = o.MaxResponseBytes
+	if tr.maxJSON <= 0 {
+		tr.maxJSON = defaultMaxBytes
+	}
 	hc := c.Agent().HTTPClient()
 	hc.Transport = tr
 	// A redirect would carry the Bearer token, or a JSON-RPC body, to
@@ -125,7 +145,13 @@ func ConnectMCP(ctx context.Context, sess *poppy.Session, entry poppy.API, opts 
 	if err != nil {
 		return nil, slot.wrap("connecting to "+endpointOf(u), err)
 	}
-	return &MCP{sess: sess, entry: entry, cs: cs, tr: tr, opsc: o.Operations}, nil
+	if o.MaxTools <= 0 {
+		o.MaxTools = defaultMaxTools
+	}
+	if o.MaxToolPages <= 0 {
+		o.MaxToolPages = defaultMaxToolPages
+	}
+	return &MCP{sess: sess, entry: entry, cs: cs, tr: tr, opsc: o.Operations, maxTools: o.MaxTools, maxPages: o.MaxToolPages}, nil
 }
 
 // Entry returns the poppy.json entry.
@@ -148,18 +174,46 @@ func (m *MCP) ProtocolVersion() string {
 func (m *MCP) Close() error { return m.cs.Close() }
 
 // Tools lists the server's tools, page by page (tools/list with cursors).
-// Breaking out of the loop stops listing.
+// Breaking out of the loop stops listing. A server's list is bounded
+// (MCPOptions.MaxTools, MaxToolPages): past the bound, or at a cursor the
+// server gave before (a list without end), the tools read so far have been
+// yielded and the last value is an error wrapping ErrTooManyTools.
 func (m *MCP) Tools(ctx context.Context) iter.Seq2[*mcp.Tool, error] {
 	return func(yield func(*mcp.Tool, error) bool) {
 		slot := &errSlot{}
-		for t, err := range m.cs.Tools(withSlot(ctx, slot), nil) {
+		sctx := withSlot(ctx, slot)
+		seen := map[string]bool{}
+		cursor, n := "", 0
+		for page := 1; ; page++ {
+			if page > m.maxPages {
+				yield(nil, fmt.Errorf("%w: over %d pages", ErrTooManyTools, m.maxPages))
+				return
+			}
+			res, err := m.cs.ListTools(sctx, &mcp.ListToolsParams{Cursor: cursor})
 			if err != nil {
 				yield(nil, slot.wrap("tools/list", err))
 				return
 			}
-			if !yield(t, nil) {
+			for _, t := range res.Tools {
+				if n++; n > m.maxTools {
+					yield(nil, fmt.Errorf("%w: over %d tools", ErrTooManyTools, m.maxTools))
+					return
+				}
+				if !yield(t, nil) {
+					return
+				}
+			}
+			if res.NextCursor == "" {
 				return
 			}
+			if seen[res.NextCursor] {
+				yield(nil, fmt.Errorf("%w: the cursor of page %d was given before", ErrTooManyTools, page))
+				return
+			}
+			// The cursors kept are bounded by the pages, their bytes by
+			// the response bound.
+			seen[res.NextCursor] = true
+			cursor = res.NextCursor
 		}
 	}
 }
@@ -257,6 +311,7 @@ type bearerTransport struct {
 	base     http.RoundTripper
 	log      *slog.Logger
 	renewals atomic.Int64
+	maxJSON  int64 // bound of a JSON answer; 0: none
 }
 
 func newBearerTransport(sess *poppy.Session, u *url.URL, log *slog.Logger) *bearerTransport {
@@ -319,6 +374,9 @@ func (t *bearerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, err
 		}
 		if resp.StatusCode < 400 {
+			if ct := resp.Header.Get("Content-Type"); t.maxJSON > 0 && strings.HasPrefix(strings.ToLower(ct), "application/json") {
+				resp.Body = &boundedBody{rc: resp.Body, left: t.maxJSON}
+			}
 			return resp, nil
 		}
 		perr := t.refusal(resp)
@@ -412,6 +470,31 @@ func (t *bearerTransport) refusal(resp *http.Response) *poppy.Error {
 	}
 	return pe
 }
+
+// boundedBody fails a read past its bound.
+type boundedBody struct {
+	rc   io.ReadCloser
+	left int64
+}
+
+func (b *boundedBody) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		// One byte more tells a body of exactly the bound from a longer one.
+		var one [1]byte
+		if n, _ := b.rc.Read(one[:]); n > 0 {
+			return 0, fmt.Errorf("%w: an MCP answer over the bound", poppy.ErrResponseTooLarge)
+		}
+		return b.rc.Read(p)
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.rc.Read(p)
+	b.left -= int64(n)
+	return n, err
+}
+
+func (b *boundedBody) Close() error { return b.rc.Close() }
 
 func drain(resp *http.Response) {
 	buf := make([]byte, 4<<10)

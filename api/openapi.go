@@ -7,7 +7,15 @@ package api
 // with external references refused (a Company's description must not make
 // the agent fetch other URLs), validated, and indexed once: operations by
 // operationId and by method and path template, each with its parameters and
-// request-body schema inlined ($refs resolved) for callers and tools.
+// request-body schema as the description gives them, shared (one copy per
+// schema of the description, however many operations use it).
+//
+// Nothing is inlined when the description loads: inlining ($refs resolved)
+// happens when a tool is built or ResolveSchema is called, and all of it,
+// for every tool and call, draws on one budget per description
+// (maxDescriptionNodes, maxDescriptionBytes); the tool schemas built are
+// shared too, by their form before inlining. So the work and memory one
+// description can cost are bounded as a whole, not only per schema.
 
 import (
 	"bytes"
@@ -26,6 +34,9 @@ import (
 	"sync"
 
 	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"golang.org/x/text/unicode/norm"
+	"gopkg.in/yaml.v3"
 
 	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/internal/sdk"
@@ -66,6 +77,7 @@ type OpenAPI struct {
 
 	ops  []*Operation
 	byID map[string]*Operation
+	ix   *indexed
 }
 
 // Operation is one operation of an OpenAPI description.
@@ -96,7 +108,10 @@ type Parameter struct {
 	Name, In    string // In is "path", "query" or "header"
 	Description string
 	Required    bool
-	// Schema is the parameter's JSON Schema, $refs resolved.
+	// Schema is the parameter's JSON Schema as the description gives it:
+	// a $ref in it points into the description. ResolveSchema inlines
+	// them. Operations that use the same schema share it: callers must
+	// not modify it.
 	Schema json.RawMessage
 }
 
@@ -104,7 +119,8 @@ type Parameter struct {
 type RequestBody struct {
 	Required    bool
 	ContentType string
-	// Schema is the body's JSON Schema, $refs resolved.
+	// Schema is the body's JSON Schema as the description gives it (see
+	// Parameter.Schema).
 	Schema json.RawMessage
 }
 
@@ -142,27 +158,57 @@ func LoadOpenAPI(ctx context.Context, sess *poppy.Session, entry poppy.API, opts
 // OpenAPI loaded from the same bytes at the same URL.
 type indexed struct {
 	doc    *openapi3.T
+	root   any // the description as JSON, for resolving $refs
+	v30    bool
 	server *url.URL
 	ops    []*Operation
 	byID   map[string]*Operation
+
+	raw      map[*openapi3.SchemaRef]json.RawMessage // while indexing
+	interned map[string]json.RawMessage              // while indexing
+
+	mu      sync.Mutex
+	budget  budget                // left of the description's budget for resolving
+	schemas map[string]toolSchema // tool input schemas built, by bound and form before inlining
 }
+
+// toolSchema is a tool input schema built from the description: inlined,
+// bounded and compiled, or the error that stopped it.
+type toolSchema struct {
+	b   json.RawMessage
+	s   *jsonschema.Schema
+	err error
+}
+
+// maxToolSchemas bounds the tool schemas kept per description; past it,
+// they are built again (drawing on the budget).
+const maxToolSchemas = 4096
 
 // parsedCache keeps the last indexed description per URL, keyed by the
 // SHA-256 of its bytes: a description the document cache still holds is
 // not parsed again. It is a bounded memo of immutable values derived from
 // public documents alone (no Session, token or User in it), so sharing it
 // across Agents is safe.
+//
+// An indexed description holds many times its size (kin-openapi's model,
+// its JSON form, the operations): the cache is bounded by the bytes of the
+// descriptions it holds as well as by their number.
 var parsedCache struct {
 	sync.Mutex
-	m map[string]parsedEntry
+	m     map[string]parsedEntry
+	bytes int
 }
 
 type parsedEntry struct {
-	sum [32]byte
-	ix  *indexed
+	sum  [32]byte
+	ix   *indexed
+	size int
 }
 
-const maxParsedCache = 64
+const (
+	maxParsedCache      = 64
+	maxParsedCacheBytes = 16 << 20
+)
 
 // newOpenAPI parses, validates and indexes a description, or takes it from
 // parsedCache.
@@ -178,10 +224,15 @@ func newOpenAPI(ctx context.Context, sess *poppy.Session, entry poppy.API, body 
 			return nil, err
 		}
 		parsedCache.Lock()
-		if parsedCache.m == nil || len(parsedCache.m) >= maxParsedCache {
-			parsedCache.m = map[string]parsedEntry{}
+		if old, ok := parsedCache.m[entry.URL]; ok {
+			parsedCache.bytes -= old.size
+			delete(parsedCache.m, entry.URL)
 		}
-		parsedCache.m[entry.URL] = parsedEntry{sum: sum, ix: ix}
+		if parsedCache.m == nil || len(parsedCache.m) >= maxParsedCache || parsedCache.bytes+len(body) > maxParsedCacheBytes {
+			parsedCache.m, parsedCache.bytes = map[string]parsedEntry{}, 0
+		}
+		parsedCache.m[entry.URL] = parsedEntry{sum: sum, ix: ix, size: len(body)}
+		parsedCache.bytes += len(body)
 		parsedCache.Unlock()
 	}
 	if sess != nil {
@@ -192,7 +243,7 @@ func newOpenAPI(ctx context.Context, sess *poppy.Session, entry poppy.API, body 
 		}
 	}
 	oa := &OpenAPI{sess: sess, entry: entry, doc: ix.doc, server: ix.server, maxResp: o.MaxResponseBytes,
-		opsc: o.Operations, ops: ix.ops, byID: ix.byID}
+		opsc: o.Operations, ops: ix.ops, byID: ix.byID, ix: ix}
 	if sess != nil {
 		oa.client = sess.HTTPClient()
 		if entry.Resource != "" {
@@ -212,55 +263,151 @@ func index(ctx context.Context, entry poppy.API, body []byte) (*indexed, error) 
 	if err != nil {
 		return nil, err
 	}
-	ix := &indexed{doc: doc, server: server, byID: map[string]*Operation{}}
-	if err := ix.index(root); err != nil {
+	ix := &indexed{doc: doc, root: root, v30: doc.IsOpenAPI30(), server: server, byID: map[string]*Operation{},
+		raw: map[*openapi3.SchemaRef]json.RawMessage{}, interned: map[string]json.RawMessage{}, schemas: map[string]toolSchema{},
+		budget: budget{nodes: maxDescriptionNodes, bytes: maxDescriptionBytes}}
+	if err := ix.index(); err != nil {
 		return nil, err
 	}
+	ix.raw, ix.interned = nil, nil
 	return ix, nil
 }
 
 // parseDescription loads and validates an OpenAPI 3.0 or 3.1 description
-// and returns it with its JSON form, for resolving $refs.
+// and returns it with its JSON form, for resolving $refs. YAML is read as
+// JSON first, so that both take one path: the JSON form is checked for
+// fan-out (checkFanOut) before kin-openapi resolves and validates it.
 func parseDescription(ctx context.Context, body []byte) (*openapi3.T, any, error) {
+	invalid := func(err error) error {
+		return fmt.Errorf("%w: %s", ErrInvalidDescription, cleanText(err.Error(), 300))
+	}
+	b := bytes.TrimSpace(body)
+	if len(b) == 0 || b[0] != '{' {
+		var y any
+		if err := yaml.Unmarshal(body, &y); err != nil {
+			return nil, nil, invalid(err)
+		}
+		j, err := json.Marshal(jsonValue(y))
+		if err != nil {
+			return nil, nil, invalid(err)
+		}
+		b = j
+	}
+	var root any
+	if err := json.Unmarshal(b, &root); err != nil {
+		return nil, nil, invalid(err)
+	}
+	if err := checkFanOut(root); err != nil {
+		return nil, nil, err
+	}
 	loader := openapi3.NewLoader()
 	loader.IsExternalRefsAllowed = false
 	loader.Context = ctx
-	var doc *openapi3.T
-	var root any
-	var err error
-	if b := bytes.TrimSpace(body); len(b) > 0 && b[0] == '{' {
-		// JSON: decoded directly, without the YAML parser LoadFromData
-		// runs first (most of its cost).
-		doc = &openapi3.T{}
-		if err = json.Unmarshal(b, doc); err == nil {
-			err = loader.ResolveRefsIn(doc, nil)
-		}
-		if err == nil {
-			err = json.Unmarshal(b, &root)
-		}
-	} else {
-		doc, err = loader.LoadFromData(body)
+	// Decoded directly, without the YAML parser LoadFromData runs first
+	// (most of its cost).
+	doc := &openapi3.T{}
+	err := json.Unmarshal(b, doc)
+	if err == nil {
+		err = loader.ResolveRefsIn(doc, nil)
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: %s", ErrInvalidDescription, cleanText(err.Error(), 300))
+		return nil, nil, invalid(err)
 	}
 	if mm := doc.OpenAPIMajorMinor(); mm != "3.0" && mm != "3.1" {
 		return nil, nil, fmt.Errorf("%w: OpenAPI version %q, want 3.0 or 3.1", ErrInvalidDescription, cleanText(doc.OpenAPI, 20))
 	}
 	if err := doc.Validate(ctx); err != nil {
-		return nil, nil, fmt.Errorf("%w: %s", ErrInvalidDescription, cleanText(err.Error(), 300))
-	}
-	if root == nil {
-		// YAML: the JSON form of what kin-openapi loaded.
-		b, err := json.Marshal(doc)
-		if err == nil {
-			err = json.Unmarshal(b, &root)
-		}
-		if err != nil {
-			return nil, nil, fmt.Errorf("%w: %s", ErrInvalidDescription, cleanText(err.Error(), 300))
-		}
+		return nil, nil, invalid(err)
 	}
 	return doc, root, nil
+}
+
+// jsonValue turns what YAML decoded into JSON values: mapping keys that
+// aren't strings (a response code written 200) become strings.
+func jsonValue(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, sv := range x {
+			x[k] = jsonValue(sv)
+		}
+	case map[any]any:
+		m := make(map[string]any, len(x))
+		for k, sv := range x {
+			m[fmt.Sprint(k)] = jsonValue(sv)
+		}
+		return m
+	case []any:
+		for i, sv := range x {
+			x[i] = jsonValue(sv)
+		}
+	}
+	return v
+}
+
+// maxFanOut bounds the work references make kin-openapi do: it resolves
+// and validates the target of a $ref at each place the $ref appears, so a
+// description of a few MiB whose thousands of operations each refer to one
+// wide schema costs far more than its size (issue 20: 23,894 operations,
+// about 15 s in kin-openapi alone). checkFanOut sums, over every $ref, the
+// nodes of its target (not following the target's own references), and
+// refuses a description over maxFanOut.
+const maxFanOut = 1 << 22
+
+func checkFanOut(root any) error {
+	sizes := map[string]int{}
+	total := 0
+	var size func(v any) int
+	size = func(v any) int {
+		n := 1
+		switch x := v.(type) {
+		case map[string]any:
+			if _, ok := x["$ref"].(string); ok {
+				return 1
+			}
+			for _, sv := range x {
+				n += size(sv)
+			}
+		case []any:
+			for _, sv := range x {
+				n += size(sv)
+			}
+		}
+		return n
+	}
+	var walk func(v any) bool
+	walk = func(v any) bool {
+		switch x := v.(type) {
+		case map[string]any:
+			if ref, ok := x["$ref"].(string); ok {
+				n, seen := sizes[ref]
+				if !seen {
+					if t, ok := pointer(root, ref); ok {
+						n = size(t)
+					}
+					sizes[ref] = n
+				}
+				if total += n; total > maxFanOut {
+					return false
+				}
+			}
+			for _, sv := range x {
+				if !walk(sv) {
+					return false
+				}
+			}
+		case []any:
+			for _, sv := range x {
+				if !walk(sv) {
+					return false
+				}
+			}
+		}
+		return true
+	}
+	if !walk(root) {
+		return fmt.Errorf("%w: its references make over %d nodes to resolve", ErrInvalidDescription, maxFanOut)
+	}
+	return nil
 }
 
 // serverURL is the first server's URL, its variables at their defaults,
@@ -288,7 +435,7 @@ func serverURL(doc *openapi3.T, base *url.URL) (*url.URL, error) {
 var methods = []string{http.MethodGet, http.MethodPut, http.MethodPost, http.MethodDelete,
 	http.MethodOptions, http.MethodHead, http.MethodPatch, http.MethodTrace}
 
-func (oa *indexed) index(root any) error {
+func (oa *indexed) index() error {
 	paths := oa.doc.Paths.Map()
 	keys := make([]string, 0, len(paths))
 	for p := range paths {
@@ -305,7 +452,7 @@ func (oa *indexed) index(root any) error {
 			if op == nil {
 				continue
 			}
-			o, err := newOperation(oa.doc, root, p, m, item, op)
+			o, err := oa.newOperation(p, m, item, op)
 			if err != nil {
 				return err
 			}
@@ -321,7 +468,29 @@ func (oa *indexed) index(root any) error {
 	return nil
 }
 
-func newOperation(doc *openapi3.T, root any, path, method string, item *openapi3.PathItem, op *openapi3.Operation) (*Operation, error) {
+// rawSchema returns sr as JSON, $refs kept: one copy per schema of the
+// description, shared by every operation that uses it.
+func (ix *indexed) rawSchema(sr *openapi3.SchemaRef) (json.RawMessage, error) {
+	if b, ok := ix.raw[sr]; ok {
+		return b, nil
+	}
+	b, err := json.Marshal(sr)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s", ErrInvalidDescription, cleanText(err.Error(), 200))
+	}
+	if same, ok := ix.interned[string(b)]; ok {
+		b = same // {"$ref": …} written at each operation: one copy
+	} else {
+		ix.interned[string(b)] = b
+	}
+	ix.raw[sr] = b
+	return b, nil
+}
+
+var stringSchema = json.RawMessage(`{"type":"string"}`)
+
+func (ix *indexed) newOperation(path, method string, item *openapi3.PathItem, op *openapi3.Operation) (*Operation, error) {
+	doc := ix.doc
 	o := &Operation{ID: op.OperationID, Method: method, Path: path,
 		Summary: cleanText(op.Summary, maxText), Description: cleanText(op.Description, maxText),
 		segs: strings.Split(strings.Trim(path, "/"), "/")}
@@ -344,15 +513,13 @@ func newOperation(doc *openapi3.T, root any, path, method string, item *openapi3
 		if p.In == openapi3.ParameterInCookie {
 			continue // the SDK sends no cookies (spec 4.3)
 		}
-		var schema json.RawMessage
+		schema := stringSchema
 		if p.Schema != nil {
-			s, err := inlineSchema(root, p.Schema, doc.IsOpenAPI30())
+			s, err := ix.rawSchema(p.Schema)
 			if err != nil {
 				return nil, err
 			}
 			schema = s
-		} else {
-			schema = json.RawMessage(`{"type":"string"}`)
 		}
 		o.Parameters = append(o.Parameters, Parameter{Name: p.Name, In: p.In, Required: p.Required || p.In == openapi3.ParameterInPath,
 			Description: cleanText(p.Description, maxText), Schema: schema})
@@ -365,7 +532,7 @@ func newOperation(doc *openapi3.T, root any, path, method string, item *openapi3
 			}
 			schema := json.RawMessage(`{}`)
 			if mt.Schema != nil {
-				s, err := inlineSchema(root, mt.Schema, doc.IsOpenAPI30())
+				s, err := ix.rawSchema(mt.Schema)
 				if err != nil {
 					return nil, err
 				}
@@ -393,25 +560,61 @@ func newOperation(doc *openapi3.T, root any, path, method string, item *openapi3
 	return o, nil
 }
 
-// inlineSchema returns sr as JSON with every $ref resolved against root,
-// in JSON Schema 2020-12 terms (an OpenAPI 3.0 schema converted).
-func inlineSchema(root any, sr *openapi3.SchemaRef, v30 bool) (json.RawMessage, error) {
-	b, err := json.Marshal(sr)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s", ErrInvalidDescription, cleanText(err.Error(), 200))
-	}
+// ResolveSchema returns schema (a Parameter's or a RequestBody's) with
+// every $ref resolved against the description, in JSON Schema 2020-12
+// terms (an OpenAPI 3.0 schema converted): a recursive schema is cut after
+// 10 levels of references to {} (any value), and a reference outside the
+// description becomes {} too. It fails with an error wrapping
+// ErrSchemaTooLarge when the result would pass 20,000 nodes or 1 MiB of
+// strings, or when the description's budget for resolving schemas, which
+// the tools built from it draw on too, is spent.
+func (oa *OpenAPI) ResolveSchema(schema json.RawMessage) (json.RawMessage, error) {
 	var v any
-	if err := json.Unmarshal(b, &v); err != nil {
-		return nil, fmt.Errorf("%w: %s", ErrInvalidDescription, cleanText(err.Error(), 200))
+	if err := json.Unmarshal(schema, &v); err != nil {
+		return nil, apiError("schema: %w", err)
 	}
-	out, err := resolveRefs(v, root, maxSchemaDepth)
+	ix := oa.ix
+	ix.mu.Lock()
+	out, _, err := resolveRefs(v, ix.root, maxSchemaDepth, &ix.budget)
+	ix.mu.Unlock()
 	if err != nil {
+		if ix.budget.nodes <= 0 || ix.budget.bytes <= 0 {
+			return nil, errBudgetSpent
+		}
 		return nil, err
 	}
-	if v30 {
+	if ix.v30 {
 		from30(out)
 	}
 	return json.Marshal(out)
+}
+
+// toolSchema returns the tool input schema of form (a JSON Schema whose
+// $refs point into the description), inlined and bounded to maxBytes and
+// compiled: built once per form and bound, drawing on the description's
+// budget, and then shared.
+func (ix *indexed) toolSchema(form []byte, maxBytes int) toolSchema {
+	key := strconv.Itoa(maxBytes) + " " + string(form)
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	if ts, ok := ix.schemas[key]; ok {
+		return ts
+	}
+	var ts toolSchema
+	var v any
+	if ts.err = json.Unmarshal(form, &v); ts.err == nil {
+		ts.b, ts.err = boundSchema(v, ix.root, maxBytes, &ix.budget, ix.v30)
+	}
+	if ts.err == nil {
+		if ts.s, ts.err = compileSchema("input", ts.b); ts.err != nil {
+			ts.err = fmt.Errorf("invalid input schema: %s", cleanText(ts.err.Error(), 200))
+		}
+	}
+	if len(ix.schemas) >= maxToolSchemas {
+		clear(ix.schemas)
+	}
+	ix.schemas[key] = ts
+	return ts
 }
 
 // Entry returns the poppy.json entry.
@@ -589,6 +792,9 @@ func (oa *OpenAPI) request(ctx context.Context, o *Operation, args *Args) (*http
 			if len(vals) != 1 || vals[0] == "" {
 				return nil, fmt.Errorf("%w: path parameter %q needs one non-empty value", ErrInvalidArguments, p.Name)
 			}
+			if dotSegment(vals[0]) {
+				return nil, fmt.Errorf("%w: path parameter %q: %w", ErrInvalidArguments, p.Name, ErrDotSegment)
+			}
 			path = strings.ReplaceAll(path, "{"+p.Name+"}", url.PathEscape(vals[0]))
 		case openapi3.ParameterInQuery:
 			for _, s := range vals {
@@ -601,9 +807,16 @@ func (oa *OpenAPI) request(ctx context.Context, o *Operation, args *Args) (*http
 			hdr.Set(p.Name, strings.Join(vals, ","))
 		}
 	}
+	// path is escaped (values through url.PathEscape): it is the RawPath,
+	// and Path its decoding, so that a value's "/" or "%" is sent as
+	// "%2F" or "%25", escaped once.
 	u := *oa.server
-	u.Path = oa.server.Path + path
 	u.RawPath = oa.server.EscapedPath() + path
+	if p, err := url.PathUnescape(u.RawPath); err == nil {
+		u.Path = p
+	} else {
+		u.Path = oa.server.Path + path
+	}
 	u.RawQuery = q.Encode()
 	var body io.Reader
 	var raw []byte
@@ -639,6 +852,71 @@ func (oa *OpenAPI) request(ctx context.Context, o *Operation, args *Args) (*http
 		req.Header.Set("Content-Type", ct)
 	}
 	return req, nil
+}
+
+// dotSegment reports whether v, a path parameter's value, could be read
+// as a "." or ".." segment by the server or by a proxy in front of it,
+// which would then remove it with the segment before (RFC 3986 5.2.4):
+// "/users/{id}/orders" with id ".." would become "/orders". Escaping is no
+// defence: "%2E" is an unreserved character's encoding that normalisers
+// decode (RFC 3986 6.2.2.2), and some decode twice. So v is read the way
+// the most lenient reader in a chain would: percent-decoded until nothing
+// changes (invalid escapes left as they are), NFKC-normalised (U+2025
+// becomes "..", U+FF0E "."), with "\" as a separator (IIS) and what
+// follows ";" in a segment dropped (Tomcat's "..;x"); no segment of the
+// result may be "." or "..". Three or more dots are an ordinary segment.
+func dotSegment(v string) bool {
+	for range 8 {
+		d := lenientUnescape(v)
+		if d == v {
+			break
+		}
+		v = d
+	}
+	v = norm.NFKC.String(v)
+	v = strings.ReplaceAll(v, "\\", "/")
+	for seg := range strings.SplitSeq(v, "/") {
+		if i := strings.IndexByte(seg, ';'); i >= 0 {
+			seg = seg[:i]
+		}
+		if seg == "." || seg == ".." {
+			return true
+		}
+	}
+	return false
+}
+
+// lenientUnescape decodes every valid %XX in s and keeps the rest.
+func lenientUnescape(s string) string {
+	if !strings.Contains(s, "%") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '%' && i+2 < len(s) {
+			if h, ok := unhex(s[i+1]); ok {
+				if l, ok := unhex(s[i+2]); ok {
+					b.WriteByte(h<<4 | l)
+					i += 2
+					continue
+				}
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func unhex(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
+	case 'A' <= c && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
 }
 
 func paramValues(v any) ([]string, error) {

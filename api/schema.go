@@ -7,10 +7,15 @@ package api
 // document the schema came from) by a copy of its target, down to a depth
 // bound: a recursive schema is cut at that depth to {} (any value), so the
 // result is finite. A reference outside the document is never fetched; it
-// becomes {} too. A node budget stops a schema that would grow exponentially
-// before it is built. The keywords that only served references ($defs,
-// definitions, $id, $schema) are dropped. boundSchema then makes the
-// marshalled schema fit a byte limit, cutting depth further if it must.
+// becomes {} too. A budget of nodes and of string bytes stops a schema that
+// would grow exponentially before it is built: each resolution has its own
+// (maxSchemaNodes, maxResolvedBytes), and draws on a larger one shared by
+// every resolution of one description, so that many schemas that each stay
+// within their own bound can't add up (issue 20: 23,894 operations, each
+// just under the per-schema bound, took minutes and gigabytes). The
+// keywords that only served references ($defs, definitions, $id, $schema)
+// are dropped. boundSchema then makes the marshalled schema fit a byte
+// limit, cutting depth further if it must.
 
 import (
 	"encoding/json"
@@ -24,24 +29,61 @@ import (
 )
 
 const (
-	maxSchemaDepth = 10
-	maxSchemaNodes = 20000
+	maxSchemaDepth   = 10
+	maxSchemaNodes   = 20000
+	maxResolvedBytes = 1 << 20
+	// The budget of one description: every tool built from it and every
+	// ResolveSchema call draws on it, and the results are shared.
+	maxDescriptionNodes = 1 << 21
+	maxDescriptionBytes = 16 << 20
 )
 
-// errSchemaTooLarge: a schema that can't be bounded.
-var errSchemaTooLarge = errors.New("api: input schema too large")
+// errBudgetSpent: the description's budget for resolving schemas is spent.
+var errBudgetSpent = fmt.Errorf("%w: the description's budget for resolving schemas (%d nodes, %d MiB) is spent",
+	ErrSchemaTooLarge, maxDescriptionNodes, maxDescriptionBytes>>20)
 
-func resolveRefs(v, root any, depth int) (any, error) {
-	n := 0
-	return resolve(v, root, depth, &n)
+// budget is what is left of the work (nodes built, string bytes copied) a
+// resolution may do; the zero value allows nothing.
+type budget struct {
+	nodes, bytes int
 }
 
-func resolve(v, root any, depth int, n *int) (any, error) {
-	*n++
-	if *n > maxSchemaNodes {
-		return nil, errSchemaTooLarge
+func (b *budget) spend(nodes, bytes int) error {
+	b.nodes -= nodes
+	b.bytes -= bytes
+	if b.nodes < 0 || b.bytes < 0 {
+		return ErrSchemaTooLarge
+	}
+	return nil
+}
+
+// resolveRefs resolves v against root within a resolution's own bound and
+// what is left of shared, which it draws on.
+// It returns what it used too.
+func resolveRefs(v, root any, depth int, shared *budget) (any, budget, error) {
+	own := budget{nodes: min(maxSchemaNodes, shared.nodes), bytes: min(maxResolvedBytes, shared.bytes)}
+	start := own
+	out, err := resolve(v, root, depth, &own)
+	used := budget{nodes: start.nodes - own.nodes, bytes: start.bytes - own.bytes}
+	if serr := shared.spend(used.nodes, used.bytes); err == nil {
+		err = serr
+	}
+	return out, used, err
+}
+
+// unbounded is a shared budget that never runs out before a resolution's
+// own: for a schema that stands alone (an MCP tool's).
+func unbounded() *budget { return &budget{nodes: 1 << 62, bytes: 1 << 62} }
+
+func resolve(v, root any, depth int, n *budget) (any, error) {
+	if err := n.spend(1, 0); err != nil {
+		return nil, err
 	}
 	switch x := v.(type) {
+	case string:
+		if err := n.spend(0, len(x)); err != nil {
+			return nil, err
+		}
 	case map[string]any:
 		if ref, ok := x["$ref"].(string); ok {
 			target, ok := pointer(root, ref)
@@ -78,6 +120,9 @@ func resolve(v, root any, depth int, n *int) (any, error) {
 		for k, sv := range x {
 			if dropKeyword(k) {
 				continue
+			}
+			if err := n.spend(0, len(k)); err != nil {
+				return nil, err
 			}
 			r, err := resolve(sv, root, depth, n)
 			if err != nil {
@@ -146,23 +191,37 @@ func pointer(root any, ref string) (any, bool) {
 	return cur, true
 }
 
-// boundSchema marshals schema (resolved against root) within maxBytes: as
-// it is, or with fewer levels of references expanded, or with descriptions
-// dropped, or at last with nested subschemas cut to {} level by level, down
-// to the top-level properties accepting any value.
-func boundSchema(schema, root any, maxBytes int) (json.RawMessage, error) {
+// boundSchema marshals schema (resolved against root, drawing on shared)
+// within maxBytes: as it is, or with fewer levels of references expanded,
+// or with descriptions dropped, or at last with nested subschemas cut to {}
+// level by level, down to the top-level properties accepting any value.
+// With v30, OpenAPI 3.0 keywords are converted (from30) once resolved.
+func boundSchema(schema, root any, maxBytes int, shared *budget, v30 bool) (json.RawMessage, error) {
 	fits := func(v any) (json.RawMessage, bool) {
 		b, err := json.Marshal(v)
 		return b, err == nil && len(b) <= maxBytes
 	}
 	var last any
 	for _, depth := range []int{maxSchemaDepth, 6, 4, 2, 1} {
-		v, err := resolveRefs(schema, root, depth)
-		if errors.Is(err, errSchemaTooLarge) {
+		v, used, err := resolveRefs(schema, root, depth, shared)
+		if errors.Is(err, ErrSchemaTooLarge) {
+			if shared.nodes <= 0 || shared.bytes <= 0 {
+				return nil, errBudgetSpent
+			}
 			continue
 		}
 		if err != nil {
 			return nil, err
+		}
+		if v30 {
+			from30(v)
+		}
+		if used.nodes/2+used.bytes > maxBytes {
+			// Each node built marshals to a byte at least (each "$ref"
+			// counted is replaced by a node of its own), each string to
+			// its bytes: it can't fit, and marshalling it would be wasted.
+			last = v
+			continue
 		}
 		if b, ok := fits(v); ok {
 			return b, nil
@@ -170,7 +229,7 @@ func boundSchema(schema, root any, maxBytes int) (json.RawMessage, error) {
 		last = v
 	}
 	if last == nil {
-		return nil, errSchemaTooLarge
+		return nil, ErrSchemaTooLarge
 	}
 	stripDescriptions(last, true)
 	if b, ok := fits(last); ok {
@@ -182,7 +241,7 @@ func boundSchema(schema, root any, maxBytes int) (json.RawMessage, error) {
 			return b, nil
 		}
 	}
-	return nil, fmt.Errorf("%w: over %d bytes", errSchemaTooLarge, maxBytes)
+	return nil, fmt.Errorf("%w: over %d bytes", ErrSchemaTooLarge, maxBytes)
 }
 
 func deepCopy(v any) any {

@@ -36,6 +36,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/poppyproto/poppy"
+	"github.com/poppyproto/poppy/internal/redact"
 	"github.com/poppyproto/poppy/internal/sdk"
 	"github.com/poppyproto/poppy/operations"
 )
@@ -132,12 +133,15 @@ func NewToolset(ctx context.Context, sess *poppy.Session, opts *ToolsOptions) (*
 				continue
 			}
 			ts.mcps = append(ts.mcps, m)
+			// One budget for all of the server's tool schemas, as for a
+			// description's (see resolveRefs).
+			shared := &budget{nodes: maxDescriptionNodes, bytes: maxDescriptionBytes}
 			for t, err := range m.Tools(ctx) {
 				if err != nil {
 					errs = append(errs, fmt.Errorf("api: %s: %w", e.URL, err))
 					break
 				}
-				if err := ts.addMCP(ctx, m, t, label, o.MaxSchemaBytes); err != nil {
+				if err := ts.addMCP(ctx, m, t, label, o.MaxSchemaBytes, shared); err != nil {
 					errs = append(errs, err)
 				}
 			}
@@ -224,21 +228,26 @@ func fitName(n string) string {
 	return n[:maxName-9] + "_" + hex.EncodeToString(sum[:4])
 }
 
-func (ts *Toolset) add(ctx context.Context, t *Tool, maxSchema int) error {
+// add bounds and compiles t's input schema, drawing on shared, unless
+// t.schema is set already, and adds t.
+func (ts *Toolset) add(ctx context.Context, t *Tool, maxSchema int, shared *budget) error {
 	t.ts = ts
-	var v any
-	if err := json.Unmarshal(t.InputSchema, &v); err != nil {
-		return fmt.Errorf("api: tool %s: schema: %w", t.Name, err)
+	if t.schema == nil {
+		var v any
+		if err := json.Unmarshal(t.InputSchema, &v); err != nil {
+			return fmt.Errorf("api: tool %s: schema: %w", t.Name, err)
+		}
+		b, err := boundSchema(v, v, maxSchema, shared, false)
+		if err != nil {
+			return fmt.Errorf("api: tool %s: %w", t.Name, err)
+		}
+		t.InputSchema = b
+		if t.schema, err = compileSchema(t.Name, b); err != nil {
+			return fmt.Errorf("api: tool %s: invalid input schema: %s", t.Name, cleanText(err.Error(), 200))
+		}
 	}
-	b, err := boundSchema(v, v, maxSchema)
-	if err != nil {
-		return fmt.Errorf("api: tool %s: %w", t.Name, err)
-	}
-	t.InputSchema = b
-	if t.schema, err = compileSchema(t.Name, b); err != nil {
-		return fmt.Errorf("api: tool %s: invalid input schema: %s", t.Name, cleanText(err.Error(), 200))
-	}
-	t.Description = scrubString(ctx, ts.sess, t.Description)
+	// Scrubbed first, then cut: a cut must not leave part of a secret.
+	t.Description = cleanText(scrubString(ctx, ts.sess, t.Description), maxText)
 	ts.tools = append(ts.tools, t)
 	ts.byName[t.Name] = t
 	return nil
@@ -266,15 +275,20 @@ func (ts *Toolset) addOpenAPI(ctx context.Context, oa *OpenAPI, op *Operation, l
 	if base == "" {
 		base = strings.ToLower(op.Method) + "_" + op.Path
 	}
+	// The input schema's form before inlining: the parameters' and the
+	// body's schemas as the description gives them, shared with every
+	// operation that has the same ones.
 	props := map[string]any{}
 	var required []string
 	for _, p := range op.Parameters {
-		var s map[string]any
-		if json.Unmarshal(p.Schema, &s) != nil {
-			s = map[string]any{}
-		}
+		var s any = p.Schema
 		if p.Description != "" {
-			s["description"] = p.Description
+			m := map[string]any{"description": p.Description}
+			if json.Unmarshal(p.Schema, &m) != nil {
+				m = map[string]any{"description": p.Description}
+			}
+			m["description"] = p.Description
+			s = m
 		}
 		props[p.Name] = s
 		if p.Required {
@@ -286,11 +300,7 @@ func (ts *Toolset) addOpenAPI(ctx context.Context, oa *OpenAPI, op *Operation, l
 		bodyName = "request_body"
 	}
 	if op.Body != nil {
-		var s any
-		if json.Unmarshal(op.Body.Schema, &s) != nil {
-			s = map[string]any{}
-		}
-		props[bodyName] = s
+		props[bodyName] = op.Body.Schema
 		if op.Body.Required {
 			required = append(required, bodyName)
 		}
@@ -313,7 +323,12 @@ func (ts *Toolset) addOpenAPI(ctx context.Context, oa *OpenAPI, op *Operation, l
 	if op.ProposesOperation {
 		desc += " May propose an operation that the User must approve before it takes effect."
 	}
-	t := &Tool{Name: ts.name(label, base), Description: cleanText(desc, maxText), InputSchema: b, API: oa.entry, Method: op.Method, Path: op.Path}
+	t := &Tool{Name: ts.name(label, base), Description: desc, API: oa.entry, Method: op.Method, Path: op.Path}
+	built := oa.ix.toolSchema(b, maxSchema)
+	if built.err != nil {
+		return fmt.Errorf("api: tool %s: %w", t.Name, built.err)
+	}
+	t.InputSchema, t.schema = built.b, built.s
 	t.run = func(ctx context.Context, args map[string]any) (any, error) {
 		a := &Args{Params: map[string]any{}}
 		for k, v := range args {
@@ -336,7 +351,7 @@ func (ts *Toolset) addOpenAPI(ctx context.Context, oa *OpenAPI, op *Operation, l
 		out["body"] = bodyValue(resp.Body)
 		return out, nil
 	}
-	return ts.add(ctx, t, maxSchema)
+	return ts.add(ctx, t, maxSchema, nil)
 }
 
 // proposedNote tells the model what a proposed operation is (OPS 1, 5.1).
@@ -344,8 +359,9 @@ const proposedNote = "PROPOSED, NOT DONE. The Company has proposed this operatio
 	"It takes effect only after the User approves its summary in the agent's own interface and the agent confirms it. " +
 	"Tell the User what is proposed and that it awaits their approval; never say it is done."
 
-// addMCP makes a tool of an MCP tool.
-func (ts *Toolset) addMCP(ctx context.Context, m *MCP, mt *mcp.Tool, label string, maxSchema int) error {
+// addMCP makes a tool of an MCP tool, its schema drawing on shared, the
+// budget of the server's tools.
+func (ts *Toolset) addMCP(ctx context.Context, m *MCP, mt *mcp.Tool, label string, maxSchema int, shared *budget) error {
 	schema := json.RawMessage(`{"type":"object"}`)
 	if mt.InputSchema != nil {
 		b, err := json.Marshal(mt.InputSchema)
@@ -362,7 +378,7 @@ func (ts *Toolset) addMCP(ctx context.Context, m *MCP, mt *mcp.Tool, label strin
 		desc = mt.Name
 	}
 	name := mt.Name
-	t := &Tool{Name: ts.name(label, name), Description: cleanText(desc, maxText), InputSchema: schema, API: m.entry, MCPName: name}
+	t := &Tool{Name: ts.name(label, name), Description: desc, InputSchema: schema, API: m.entry, MCPName: name}
 	t.run = func(ctx context.Context, args map[string]any) (any, error) {
 		res, err := m.CallTool(ctx, name, args)
 		if err != nil {
@@ -393,7 +409,7 @@ func (ts *Toolset) addMCP(ctx context.Context, m *MCP, mt *mcp.Tool, label strin
 		}
 		return out, nil
 	}
-	return ts.add(ctx, t, maxSchema)
+	return ts.add(ctx, t, maxSchema, shared)
 }
 
 func bodyValue(b []byte) any {
@@ -419,7 +435,7 @@ func (t *Tool) Execute(ctx context.Context, args json.RawMessage) (json.RawMessa
 		return t.result(ctx, errorResult("invalid_arguments", "the arguments are not JSON", nil))
 	}
 	if err := t.schema.Validate(inst); err != nil {
-		return t.result(ctx, errorResult("invalid_arguments", cleanText(err.Error(), 500), nil))
+		return t.result(ctx, errorResult("invalid_arguments", t.errText(ctx, err), nil))
 	}
 	var m map[string]any
 	dec := json.NewDecoder(bytes.NewReader(args))
@@ -444,12 +460,12 @@ func (t *Tool) Execute(ctx context.Context, args json.RawMessage) (json.RawMessa
 		}
 		var pe *poppy.Error
 		if errors.As(err, &pe) {
-			return t.result(ctx, errorResult(pe.Code, pe.Description, pe))
+			return t.result(ctx, errorResult(pe.Code, cleanText(scrubString(ctx, t.ts.sess, pe.Description), maxText), pe))
 		}
 		if errors.Is(err, ErrInvalidArguments) {
-			return t.result(ctx, errorResult("invalid_arguments", cleanText(err.Error(), 500), nil))
+			return t.result(ctx, errorResult("invalid_arguments", t.errText(ctx, err), nil))
 		}
-		return t.result(ctx, errorResult("request_failed", cleanText(err.Error(), 500), nil))
+		return t.result(ctx, errorResult("request_failed", t.errText(ctx, err), nil))
 	}
 	return t.result(ctx, out)
 }
@@ -481,30 +497,37 @@ func errorResult(code, msg string, pe *poppy.Error) map[string]any {
 	return out
 }
 
-// result marshals v, bounded, with secrets redacted.
+// errText is err's text for the model: secrets scrubbed first, then cut
+// to 500 bytes, so that the cut never leaves part of one.
+func (t *Tool) errText(ctx context.Context, err error) string {
+	return cleanText(scrubString(ctx, t.ts.sess, err.Error()), 500)
+}
+
+// result marshals v, bounded, with secrets redacted: scrubbed before it is
+// cut, so that no cut leaves part of a secret.
 func (t *Tool) result(ctx context.Context, v any) (json.RawMessage, error) {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return nil, apiError("encoding result: %w", err)
 	}
-	if len(b) > t.ts.maxResult {
+	s := scrubString(ctx, t.ts.sess, string(b))
+	if len(s) > t.ts.maxResult {
 		short, _ := json.Marshal(map[string]any{"truncated": true,
-			"partial": strings.ToValidUTF8(string(b[:t.ts.maxResult/2]), "")})
-		b = short
+			"partial": strings.ToValidUTF8(s[:t.ts.maxResult/2], "")})
+		s = string(short)
 	}
-	return json.RawMessage(scrubString(ctx, t.ts.sess, string(b))), nil
+	return json.RawMessage(s), nil
 }
 
-var jwsRE = regexp.MustCompile(`eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+`)
+// jwsRE matches a JWS, or the header and payload of one that was cut
+// (a JWT's payload is a JSON object: "eyJ…").
+var jwsRE = regexp.MustCompile(`eyJ[A-Za-z0-9_-]{4,}\.(?:[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+|eyJ[A-Za-z0-9_-]*)`)
 
-// scrubString replaces the Session Tokens the Session holds and every
-// DPoP proof (a JWS whose header has typ dpop+jwt) in s (PA-4.8-08).
+// scrubString replaces the Session Tokens the Session holds, and every
+// stretch of one left by a cut (see internal/redact), and every DPoP proof
+// (a JWS whose header has typ dpop+jwt), whole or cut, in s (PA-4.8-08).
 func scrubString(ctx context.Context, sess *poppy.Session, s string) string {
-	for _, v := range sdk.Secrets(ctx, sess) {
-		if v != "" {
-			s = strings.ReplaceAll(s, v, "[redacted]")
-		}
-	}
+	s = redact.Secrets(s, sdk.Secrets(ctx, sess))
 	return jwsRE.ReplaceAllStringFunc(s, func(j string) string {
 		h, err := base64.RawURLEncoding.DecodeString(j[:strings.IndexByte(j, '.')])
 		if err != nil {

@@ -163,7 +163,7 @@ func (k *Toolkit) readTurn(ctx context.Context, c *company, conv *conversation.C
 			if m == nil || m.Role != "company" {
 				continue
 			}
-			out := map[string]any{"id": plain(m.ID, 256), "sender": plain(string(m.Sender), 32), "text": plain(m.Text, 8<<10)}
+			out := map[string]any{"id": plain(m.ID, 256), "sender": plain(string(m.Sender), 32), "text": k.text(ctx, m.Text, 8<<10)}
 			if len(m.Data) > 0 && len(m.Data) <= 16<<10 {
 				out["data"] = m.Data
 			}

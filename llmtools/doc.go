@@ -62,6 +62,11 @@
 // Every result and description is scrubbed of the Session Tokens the
 // Sessions hold and of every JWS-shaped string (Account Tokens, DPoP
 // proofs), and no tool returns a code, a credential or a token (PA-4.8-08).
+// Text is scrubbed before it is cut to a bound, so that a cut never leaves
+// part of a secret, and what an earlier cut left of one (the Company's
+// error_description is kept to 200 bytes) is scrubbed too: any 8-byte
+// stretch of a token, a 4-byte prefix of one before a cut's "…", the
+// header and payload of a cut JWS.
 //
 // # Adapters
 //

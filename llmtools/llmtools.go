@@ -20,6 +20,7 @@ import (
 	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/api"
 	"github.com/poppyproto/poppy/conversation"
+	"github.com/poppyproto/poppy/internal/redact"
 	"github.com/poppyproto/poppy/internal/sdk"
 	"github.com/poppyproto/poppy/operations"
 	"github.com/poppyproto/poppy/signin"
@@ -161,7 +162,7 @@ func (k *Toolkit) Tool(name string) (*Tool, bool) {
 func (k *Toolkit) Execute(ctx context.Context, name string, args json.RawMessage) (json.RawMessage, error) {
 	t, ok := k.Tool(name)
 	if !ok {
-		return k.result(ctx, "", map[string]any{"error": "unknown_tool", "message": "no tool is called " + plain(name, 64)})
+		return k.result(ctx, "", map[string]any{"error": "unknown_tool", "message": "no tool is called " + k.text(ctx, name, 64)})
 	}
 	return t.Execute(ctx, args)
 }
@@ -367,14 +368,14 @@ func (t *Tool) Execute(ctx context.Context, args json.RawMessage) (json.RawMessa
 		return t.k.result(ctx, t.domain, errResult("invalid_arguments", "the arguments are not JSON"))
 	}
 	if err := t.schema.Validate(inst); err != nil {
-		return t.k.result(ctx, t.domain, errResult("invalid_arguments", plain(err.Error(), 500)))
+		return t.k.result(ctx, t.domain, errResult("invalid_arguments", t.k.text(ctx, err.Error(), 500)))
 	}
 	out, err := t.run(ctx, args)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return t.k.result(ctx, t.domain, errorOf(err))
+		return t.k.result(ctx, t.domain, t.k.errorOf(ctx, err))
 	}
 	return t.k.result(ctx, t.domain, out)
 }
@@ -383,23 +384,29 @@ func errResult(code, msg string) map[string]any {
 	return map[string]any{"error": code, "message": msg}
 }
 
-// errorOf turns an error into a result for the model.
-func errorOf(err error) map[string]any {
+// errorOf turns an error into a result for the model, its text scrubbed
+// before it is cut.
+func (k *Toolkit) errorOf(ctx context.Context, err error) map[string]any {
 	var pe *poppy.Error
 	if errors.As(err, &pe) {
-		out := map[string]any{"error": pe.Code, "message": plain(pe.Description, 500), "status": pe.Status}
+		out := map[string]any{"error": pe.Code, "message": k.text(ctx, pe.Description, 500), "status": pe.Status}
 		if len(pe.SignInTypes) > 0 {
 			out["sign_in_types"] = pe.SignInTypes
 			out["hint"] = "The User must sign in: call poppy_sign_in with this Company's domain."
 		}
 		return out
 	}
-	return errResult("failed", plain(err.Error(), 500))
+	return errResult("failed", k.text(ctx, err.Error(), 500))
 }
 
 // jwsRE matches anything shaped like a JWS or JWT: Account Tokens, DPoP
-// proofs, assertions. None is for a model.
-var jwsRE = regexp.MustCompile(`eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*\.[A-Za-z0-9_-]+`)
+// proofs, assertions. None is for a model. It matches the header and
+// payload of one that was cut too (a JWT's payload is a JSON object,
+// "eyJ…"); cutJWSRE a header cut before its payload, where a cut marks it.
+var (
+	jwsRE    = regexp.MustCompile(`eyJ[A-Za-z0-9_-]{4,}\.(?:[A-Za-z0-9_-]*\.[A-Za-z0-9_-]+|eyJ[A-Za-z0-9_-]*)`)
+	cutJWSRE = regexp.MustCompile(`eyJ[A-Za-z0-9_-]{4,}\.?` + redact.Ellipsis)
+)
 
 // result marshals v for the model with every secret the Sessions hold and
 // every JWS-shaped string replaced (PA-4.8-08).
@@ -411,6 +418,8 @@ func (k *Toolkit) result(ctx context.Context, domain string, v any) (json.RawMes
 	return json.RawMessage(k.scrub(ctx, string(b))), nil
 }
 
+// scrub replaces in s every secret the Sessions hold, whole or the part a
+// cut left of one (see internal/redact), and every JWS-shaped string.
 func (k *Toolkit) scrub(ctx context.Context, s string) string {
 	k.mu.Lock()
 	sessions := make([]*poppy.Session, 0, len(k.comps))
@@ -418,14 +427,24 @@ func (k *Toolkit) scrub(ctx context.Context, s string) string {
 		sessions = append(sessions, c.sess)
 	}
 	k.mu.Unlock()
+	var secrets []string
 	for _, sess := range sessions {
 		for _, v := range sdk.Secrets(ctx, sess) {
 			if len(v) >= 8 {
-				s = strings.ReplaceAll(s, v, "[redacted]")
+				secrets = append(secrets, v)
 			}
 		}
 	}
-	return jwsRE.ReplaceAllString(s, "[redacted]")
+	s = redact.Secrets(s, secrets)
+	s = jwsRE.ReplaceAllString(s, redact.Mark)
+	return cutJWSRE.ReplaceAllString(s, redact.Mark+redact.Ellipsis)
+}
+
+// text is Company or error text for a model: scrubbed first, then made
+// plain and cut to max bytes, so that the cut never leaves part of a
+// secret.
+func (k *Toolkit) text(ctx context.Context, s string, max int) string {
+	return plain(k.scrub(ctx, s), max)
 }
 
 // plain is Company or error text made safe for a model and a terminal:

@@ -1,13 +1,19 @@
 package llmtools_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/poppyproto/poppy/internal/testenv"
 	"github.com/poppyproto/poppy/llmtools"
 	"github.com/poppyproto/poppy/operations"
 )
@@ -204,4 +210,160 @@ func TestMCPServer(t *testing.T) {
 			}
 		})
 	}
+}
+
+// echoTokens is a Company that, once armed, answers every call made with
+// a Session Token by echoing that token, many times over, in its error:
+// a 400 error_description for DPoP calls (the API, the operations and
+// conversation endpoints), a JSON-RPC error message for an MCP tools/call.
+// Whatever length a cut keeps, it falls inside a copy of the token.
+type echoTokens struct {
+	base  http.RoundTripper
+	armed atomic.Bool
+	mu    sync.Mutex
+	seen  map[string]bool
+	hits  map[string]int // echoed answers by kind
+}
+
+func (h *echoTokens) RoundTrip(req *http.Request) (*http.Response, error) {
+	scheme, tok, _ := strings.Cut(req.Header.Get("Authorization"), " ")
+	if !h.armed.Load() || tok == "" {
+		return h.base.RoundTrip(req)
+	}
+	h.mu.Lock()
+	h.seen[tok] = true
+	h.mu.Unlock()
+	echo := "the token you sent was " + strings.Repeat(tok, 24)
+	if scheme == "Bearer" {
+		if req.Method != http.MethodPost || req.Body == nil {
+			return h.base.RoundTrip(req)
+		}
+		b, _ := io.ReadAll(req.Body)
+		req.Body.Close()
+		var msg struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+		}
+		if json.Unmarshal(b, &msg) != nil || msg.Method != "tools/call" {
+			req.Body = io.NopCloser(bytes.NewReader(b))
+			return h.base.RoundTrip(req)
+		}
+		h.count("mcp")
+		body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": msg.ID, "error": map[string]any{"code": -32000, "message": echo}})
+		return testenv.Answer(req, http.StatusOK, http.Header{"Content-Type": {"application/json"}}, string(body)), nil
+	}
+	h.count(req.URL.Path)
+	body, _ := json.Marshal(map[string]any{"error": "invalid_request", "error_description": echo})
+	return testenv.Answer(req, http.StatusBadRequest, http.Header{"Content-Type": {"application/json"}}, string(body)), nil
+}
+
+func (h *echoTokens) count(kind string) {
+	h.mu.Lock()
+	h.hits[kind]++
+	h.mu.Unlock()
+}
+
+// PA-4.8-08, issue 20 §3: a Company that echoes the Session Token in its
+// errors gets no part of it into the model's context, on every tool path
+// that returns an error to a model: the Company's OpenAPI and MCP tools,
+// poppy_get_operation, poppy_request_approval, poppy_list_operations and
+// the conversation tools. Each error is cut (by the Company's text bound,
+// the error bound, the result bound) somewhere inside a copy of the
+// token: the text is scrubbed before it is cut, and what an earlier cut
+// left of a token is scrubbed too, so no stretch of 8 bytes of a token,
+// no prefix of 4 where a cut ("…") left it, and no JWS-shaped string
+// reaches the model.
+func TestAttackCutSecretsInErrors(t *testing.T) {
+	h := &echoTokens{seen: map[string]bool{}, hits: map[string]int{}}
+	e := newEnv(t, nil, func(base http.RoundTripper) http.RoundTripper { h.base = base; return h })
+	e.signIn(t)
+	// Before the attack: an operation proposed, a conversation started.
+	r := e.call(t, exchangeAPI, argsAPI)
+	op, _ := r["operation"].(map[string]any)
+	opID, _ := op["operation_id"].(string)
+	r = e.call(t, "poppy_start_conversation", `{"domain":"example.test","text":"Hello."}`)
+	convID, _ := r["conversation_id"].(string)
+	if opID == "" || convID == "" {
+		t.Fatalf("operation %q, conversation %q", opID, convID)
+	}
+	h.armed.Store(true)
+	var outputs []string
+	for name, args := range map[string]string{
+		exchangeAPI: strings.Replace(argsAPI, "insulated-m", "insulated-l", 1), "example_test__api_deleteOrder": `{"id":"ord_7Hk2"}`, "example_test__api_listOrders": `{}`,
+		exchangeMCP: argsMCP, "example_test__mcp_search_products": `{"query":"jacket"}`,
+		"poppy_get_operation":      `{"domain":"example.test","operation_id":"` + opID + `"}`,
+		"poppy_request_approval":   `{"domain":"example.test","operation_id":"` + opID + `"}`,
+		"poppy_list_operations":    `{}`,
+		"poppy_start_conversation": `{"domain":"example.test","text":"Hello again."}`,
+		"poppy_send_message":       `{"domain":"example.test","conversation_id":"` + convID + `","text":"Thanks."}`,
+		"poppy_read_conversation":  `{"domain":"example.test","conversation_id":"` + convID + `"}`,
+	} {
+		out, err := e.k.Execute(ctx, name, json.RawMessage(args))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !strings.Contains(string(out), "error") {
+			t.Errorf("%s: no error reached the model: %.200s", name, out)
+		}
+		outputs = append(outputs, name+": "+string(out))
+	}
+	t.Logf("echoed: %v", h.hits)
+	if h.hits["mcp"] < 2 || len(h.hits) < 8 {
+		t.Fatalf("the attack did not reach every path: %v", h.hits)
+	}
+	// The tokens: no stretch of one may reach the model; the other
+	// secrets (codes, assertions) not whole.
+	var tokens []string
+	for _, r := range e.Srv.Requests() {
+		if len(r.AccessToken) >= 16 {
+			tokens = append(tokens, r.AccessToken)
+		}
+	}
+	for _, info := range e.Srv.Sessions() {
+		tokens = append(tokens, info.AccountToken)
+	}
+	h.mu.Lock()
+	for tok := range h.seen {
+		tokens = append(tokens, tok)
+	}
+	h.mu.Unlock()
+	if len(tokens) < 3 {
+		t.Fatalf("only %d tokens", len(tokens))
+	}
+	secrets := secretsOf(e)
+	for _, o := range outputs {
+		for _, s := range secrets {
+			if strings.Contains(o, s) {
+				t.Errorf("a secret reached the model: %.300s", o)
+			}
+		}
+		for _, s := range tokens {
+			for i := 0; i+8 <= len(s); i++ {
+				if strings.Contains(o, s[i:i+8]) {
+					t.Errorf("%d bytes of a secret from byte %d on reached the model: %.300s", fragmentLen(o, s, i), i, o)
+					break
+				}
+			}
+		}
+		for _, s := range tokens {
+			for k := 4; k < 8; k++ {
+				if strings.Contains(o, s[:k]+"…") {
+					t.Errorf("the first %d bytes of a token reached the model where a cut left them: %.300s", k, o)
+				}
+			}
+		}
+		if strings.Contains(o, "eyJ") {
+			t.Errorf("a JWS-shaped string reached the model: %.300s", o)
+		}
+	}
+}
+
+// fragmentLen is the length of the longest stretch of s from byte i on
+// found in o.
+func fragmentLen(o, s string, i int) int {
+	n := 8
+	for i+n < len(s) && strings.Contains(o, s[i:i+n+1]) {
+		n++
+	}
+	return n
 }

@@ -97,7 +97,7 @@ func (k *Toolkit) discover(ctx context.Context, args json.RawMessage) (any, erro
 	if cerr != nil {
 		return nil, cerr
 	}
-	out := map[string]any{"company": plain(c.sess.Company().Name(), 200), "domain": c.domain,
+	out := map[string]any{"company": k.text(ctx, c.sess.Company().Name(), 200), "domain": c.domain,
 		"signed_in": c.sess.SignedIn(), "tools": names, "operations": c.ops != nil}
 	if err != nil {
 		out["partial"] = "some of the Company's APIs could not be loaded"
@@ -128,7 +128,7 @@ func (k *Toolkit) signIn(ctx context.Context, args json.RawMessage) (any, error)
 			c.signIn = nil // the outcome is reported once; a new call starts again
 			k.mu.Unlock()
 			if st.err != nil {
-				return map[string]any{"sign_in": "failed", "signed_in": c.sess.SignedIn(), "message": plain(st.err.Error(), 300)}, nil
+				return map[string]any{"sign_in": "failed", "signed_in": c.sess.SignedIn(), "message": k.text(ctx, st.err.Error(), 300)}, nil
 			}
 			return map[string]any{"sign_in": "done", "signed_in": c.sess.SignedIn()}, nil
 		default:
@@ -228,11 +228,11 @@ func (k *Toolkit) listOperations(ctx context.Context, args json.RawMessage) (any
 				if ctx.Err() != nil {
 					return nil, ctx.Err()
 				}
-				list = append(list, map[string]any{"domain": it.c.domain, "operation_id": id, "error": plain(err.Error(), 200)})
+				list = append(list, map[string]any{"domain": it.c.domain, "operation_id": id, "error": k.text(ctx, err.Error(), 200)})
 				continue
 			}
 			list = append(list, map[string]any{"domain": it.c.domain, "operation_id": op.ID, "state": op.State,
-				"summary": plain(op.Summary, 500), "revision": op.Revision})
+				"summary": k.text(ctx, op.Summary, 500), "revision": op.Revision})
 		}
 	}
 	return map[string]any{"operations": list}, nil
@@ -301,7 +301,7 @@ func (k *Toolkit) requestApproval(ctx context.Context, args json.RawMessage) (an
 		return nil, ctx.Err()
 	default:
 		k.log.DebugContext(ctx, "llmtools: approval not given", "domain", c.domain, "operation_id", op.ID, "error", err)
-		out := map[string]any{"approval": noteRefused, "message": plain(err.Error(), 300), "operation": opView(op)}
+		out := map[string]any{"approval": noteRefused, "message": k.text(ctx, err.Error(), 300), "operation": opView(op)}
 		if done != nil {
 			out["operation"] = opView(done)
 		}
@@ -348,7 +348,7 @@ func (k *Toolkit) observe(ctx context.Context, c *company, raw json.RawMessage, 
 	view, err := c.ops.Observe(op, action)
 	if err != nil {
 		delete(m, "operation")
-		m["approval"] = "The Company's operation was refused: " + plain(err.Error(), 200) + ". Nothing was done."
+		m["approval"] = "The Company's operation was refused: " + k.text(ctx, err.Error(), 200) + ". Nothing was done."
 		return m
 	}
 	k.remember(c, view.ID)

@@ -1,0 +1,322 @@
+package api_test
+
+// Attacks of a hostile Company on the api package (issue 20), one test per
+// attack, each shown failing on the code before its fix.
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/poppyproto/poppy"
+	"github.com/poppyproto/poppy/api"
+	"github.com/poppyproto/poppy/internal/testenv"
+	"github.com/poppyproto/poppy/poppytest"
+)
+
+// requestURIs returns the URLs (with the request URI as sent) of the
+// requests the fake's API host received under prefix.
+func requestURIs(srv *poppytest.Server, prefix string) []string {
+	var out []string
+	for _, r := range srv.Requests() {
+		if strings.HasPrefix(r.URL, prefix) {
+			out = append(out, r.URL)
+		}
+	}
+	return out
+}
+
+// A path parameter that is a dot segment, in any spelling a server or a
+// proxy in front of it would decode or normalise to one, is refused before
+// anything is sent: "/users/{id}/orders" with id ".." must never reach a
+// server as "/users/../orders", which it would read as "/orders" (RFC 3986
+// 5.2.4). Three dots, or dots inside a segment, are ordinary values and
+// are sent escaped as they are.
+func TestAttackPathParameterDotSegment(t *testing.T) {
+	env, sess := setup(t, nil)
+	desc := `{"openapi":"3.1.0","info":{"title":"t","version":"1"},"paths":{
+	 "/users/{id}/orders":{"get":{"operationId":"userOrders","parameters":[{"name":"id","in":"path","required":true,"schema":{"type":"string"}}],"responses":{"200":{"description":"ok"}}}}}}`
+	oa, err := api.NewOpenAPIFromBytes(context.Background(), sess, entry(t, sess.Company(), api.TypeOpenAPI), []byte(desc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	prefix := env.Srv.APIURL() + "/users/"
+	for _, id := range []string{
+		"..", ".", "%2e%2e", "%2E.", ".%2e", "%2e", "%252e%252e", "%25252E%25252E", // encoded, once and more
+		"../admin", "a/../b", "a/./b", "..%2f..", "x/..", // dot segments inside a value with slashes
+		`..\`, `a\..\b`, "..;x", ".;", // IIS backslashes, Tomcat path parameters
+		"\u2025", "\uff0e\uff0e", "\uff0e", // NFKC: two-dot leader, fullwidth full stops
+	} {
+		_, err := oa.Call(ctx, "userOrders", &api.Args{Params: map[string]any{"id": id}})
+		if !errors.Is(err, api.ErrDotSegment) || !errors.Is(err, api.ErrInvalidArguments) {
+			t.Errorf("id %q: %v, want ErrDotSegment", id, err)
+		}
+	}
+	if _, err := oa.CallPath(ctx, "GET", "/users/../orders", nil); !errors.Is(err, api.ErrDotSegment) {
+		t.Errorf(`CallPath "/users/../orders": %v, want ErrDotSegment`, err)
+	}
+	if got := requestURIs(env.Srv, prefix); len(got) > 0 {
+		t.Errorf("request URIs reached the fake: %q", got)
+	}
+	// Ordinary values are sent, escaped.
+	for id, want := range map[string]string{"...": "/users/.../orders", "a.b": "/users/a.b/orders", ".x": "/users/.x/orders",
+		"a/b": "/users/a%2Fb/orders", "..x": "/users/..x/orders", "50%": "/users/50%25/orders"} {
+		if _, err := oa.Call(ctx, "userOrders", &api.Args{Params: map[string]any{"id": id}}); err != nil {
+			var pe *poppy.Error // the fake's 404 is fine: it was reached
+			if !errors.As(err, &pe) {
+				t.Errorf("id %q: %v", id, err)
+			}
+		}
+		got := requestURIs(env.Srv, prefix)
+		if len(got) == 0 || got[len(got)-1] != env.Srv.APIURL()+want {
+			t.Errorf("id %q: request URIs %q, want …%s last", id, got, want)
+		}
+	}
+}
+
+// endlessTools answers the MCP server's tools/list with pages of 50 tools
+// and a nextCursor that always leads on (a new one each page, or the same
+// one when repeat), until 5,000 pages: far past any bound, so that a
+// client without one is seen to read them all, not to hang.
+type endlessTools struct {
+	base    http.RoundTripper
+	path    string
+	repeat  bool
+	padding int // bytes of description per tool
+	last    int // the last page; 0 means 5,000
+	mu      sync.Mutex
+	pages   int
+}
+
+func (h *endlessTools) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL.Path != h.path || req.Method != http.MethodPost {
+		return h.base.RoundTrip(req)
+	}
+	b, _ := io.ReadAll(req.Body)
+	req.Body.Close()
+	var msg struct {
+		ID     json.RawMessage `json:"id"`
+		Method string          `json:"method"`
+	}
+	if json.Unmarshal(b, &msg) != nil || msg.Method != "tools/list" {
+		req.Body = io.NopCloser(bytes.NewReader(b))
+		return h.base.RoundTrip(req)
+	}
+	h.mu.Lock()
+	h.pages++
+	page := h.pages
+	h.mu.Unlock()
+	tools := make([]any, 50)
+	for i := range tools {
+		tools[i] = map[string]any{"name": fmt.Sprintf("t%d_%d", page, i), "description": strings.Repeat("x", h.padding),
+			"inputSchema": map[string]any{"type": "object"}}
+	}
+	result := map[string]any{"tools": tools}
+	if last := cmp.Or(h.last, 5000); page < last {
+		result["nextCursor"] = fmt.Sprintf("page-%d", page+1)
+		if h.repeat {
+			result["nextCursor"] = "again"
+		}
+	}
+	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": msg.ID, "result": result})
+	return testenv.Answer(req, http.StatusOK, http.Header{"Content-Type": {"application/json"}}, string(body)), nil
+}
+
+func connectEndless(t testing.TB, h *endlessTools, opts *api.MCPOptions) *api.MCP {
+	t.Helper()
+	m, _ := endlessSession(t, h, opts)
+	return m
+}
+
+func endlessSession(t testing.TB, h *endlessTools, opts *api.MCPOptions) (*api.MCP, *poppy.Session) {
+	t.Helper()
+	srv := poppytest.NewServer(t, nil)
+	h.base = srv.Client().Transport
+	u, _ := url.Parse(srv.MCPURL())
+	h.path = u.Path
+	env := testenv.NewOn(t, srv, &poppy.AgentOptions{HTTPClient: &http.Client{Transport: h}})
+	sess := env.Session("alice")
+	m, err := api.ConnectMCP(context.Background(), sess, entry(t, sess.Company(), api.TypeMCP), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m, sess
+}
+
+// An MCP server whose tools/list never ends (issue 20 §2: 2,440 pages and
+// 122,000 tools in 8 s, no end without a deadline) is read up to the
+// bound, MaxTools tools in MaxToolPages pages (1,000 and 100 by default),
+// and then ends with ErrTooManyTools, the tools within the bound yielded;
+// a cursor given twice ends it at once. NewToolset keeps those tools and
+// reports the error.
+func TestAttackEndlessToolList(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		repeat       bool
+		opts         *api.MCPOptions
+		pages, tools int
+	}{
+		{"defaults", false, nil, 20, 1000},
+		{"pages", false, &api.MCPOptions{MaxToolPages: 7, MaxTools: 100000}, 7, 350},
+		{"repeated cursor", true, nil, 2, 100},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := &endlessTools{repeat: tc.repeat}
+			m, sess := endlessSession(t, h, tc.opts)
+			n := 0
+			var last error
+			for tool, err := range m.Tools(context.Background()) {
+				if err != nil {
+					last = err
+					break
+				}
+				if tool == nil {
+					t.Fatal("nil tool")
+				}
+				n++
+			}
+			t.Logf("%d pages read, %d tools yielded, then: %v", h.pages, n, last)
+			if !errors.Is(last, api.ErrTooManyTools) {
+				t.Errorf("list ended with %v, want ErrTooManyTools", last)
+			}
+			if n != tc.tools || h.pages > tc.pages+1 {
+				t.Errorf("%d tools in %d pages, want %d tools, at most %d pages", n, h.pages, tc.tools, tc.pages+1)
+			}
+			if tc.opts != nil {
+				return
+			}
+			ts, err := api.NewToolset(context.Background(), sess, &api.ToolsOptions{MCP: tc.opts})
+			if ts == nil || !errors.Is(err, api.ErrTooManyTools) {
+				t.Fatalf("NewToolset: %v", err)
+			}
+			defer ts.Close()
+			if got := len(ts.Tools()); got != 6+tc.tools {
+				t.Errorf("NewToolset kept %d tools, want the 6 OpenAPI ones and %d", got, tc.tools)
+			}
+		})
+	}
+}
+
+// A JSON answer of the MCP server is bounded (MaxResponseBytes): a page
+// of tools of 2 MiB against a bound of 256 KiB fails the listing.
+func TestAttackMCPAnswerBound(t *testing.T) {
+	h := &endlessTools{padding: 40 << 10, last: 2}
+	m := connectEndless(t, h, &api.MCPOptions{MaxResponseBytes: 256 << 10})
+	n := 0
+	var last error
+	for _, err := range m.Tools(context.Background()) {
+		if err != nil {
+			last = err
+			break
+		}
+		n++
+	}
+	if last == nil || n > 0 || h.pages != 1 { // on the code before the bound: 100 tools, 2 pages
+		t.Errorf("%d tools in %d pages of 2 MiB, then %v; want an error at the first page", n, h.pages, last)
+	}
+}
+
+// distinctFanOut is fanOutDescription's attack without sharing: each of
+// ops operations has a schema of its own that refers to the wide one, so
+// no two tool schemas are alike.
+func distinctFanOut(ops int) []byte {
+	d := string(fanOutDescription(ops))
+	for i := ops - 1; i >= 0; i-- {
+		d = strings.Replace(d, fmt.Sprintf(`"operationId":"o%d","parameters":[{"name":"q","in":"query","schema":{"$ref":"#/components/schemas/B"}}]`, i),
+			fmt.Sprintf(`"operationId":"o%d","parameters":[{"name":"q","in":"query","schema":{"type":"object","title":"t%d","properties":{"b":{"$ref":"#/components/schemas/B"}}}}]`, i, i), 1)
+	}
+	return []byte(d)
+}
+
+// Issue 20 §2: an OpenAPI description fans out. 23,894 operations each
+// take a schema that, inlined, stays just under the per-schema bound
+// (20,000 nodes): on the code before, loading it inlined every copy
+// (minutes of CPU, gigabytes of heap, see BenchmarkAttackOpenAPIFanOut).
+// The whole description is bounded now:
+//   - the references' fan-out is counted before kin-openapi resolves them:
+//     this description is refused (ErrInvalidDescription);
+//   - nothing is inlined at load: operations that use one schema share one
+//     copy of it as the description gives it, and the tools built from
+//     them share one inlined input schema;
+//   - schemas that can't be shared draw on one budget per description:
+//     past it, the remaining tools are left out with ErrSchemaTooLarge.
+func TestAttackOpenAPIFanOut(t *testing.T) {
+	_, sess := setup(t, nil)
+	ctx := context.Background()
+	e := entry(t, sess.Company(), api.TypeOpenAPI)
+	// Shared: 500 operations of one schema load, and their tools share it.
+	oa, err := api.NewOpenAPIFromBytes(ctx, sess, e, fanOutDescription(500))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops := oa.Operations()
+	if len(ops) != 500 {
+		t.Fatalf("%d operations", len(ops))
+	}
+	first := ops[0].Parameters[0].Schema
+	if string(first) != `{"$ref":"#/components/schemas/B"}` {
+		t.Errorf("parameter schema %s, want the description's", first)
+	}
+	for _, op := range ops[1:] {
+		if s := op.Parameters[0].Schema; &s[0] != &first[0] {
+			t.Fatalf("%s: its parameter schema is a copy of its own", op.ID)
+		}
+	}
+	if s, err := oa.ResolveSchema(first); err != nil || !strings.Contains(string(s), `"m9":{"type":"string"}`) || strings.Contains(string(s), "$ref") {
+		t.Errorf("ResolveSchema: %.200s, %v", s, err)
+	}
+	ts, err := api.ToolsetOf(ctx, sess, oa)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tools := ts.Tools()
+	if len(tools) != 500 {
+		t.Fatalf("%d tools", len(tools))
+	}
+	in := tools[0].InputSchema
+	if len(in) == 0 || len(in) > 16<<10 {
+		t.Fatalf("input schema of %d bytes", len(in))
+	}
+	for _, tool := range tools[1:] {
+		if &tool.InputSchema[0] != &in[0] {
+			t.Fatalf("%s: an input schema of its own", tool.Name)
+		}
+	}
+
+	// Not shared: 100 operations, each a schema of its own as wide as
+	// before, load (their fan-out is within bounds), but their tools stop
+	// where the description's budget does.
+	oa, err = api.NewOpenAPIFromBytes(ctx, sess, e, distinctFanOut(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts, err = api.ToolsetOf(ctx, sess, oa)
+	built := len(ts.Tools())
+	t.Logf("%d of 100 tools built; %.200v", built, err)
+	if !errors.Is(err, api.ErrSchemaTooLarge) || built == 0 || built >= 100 {
+		t.Fatalf("%d of 100 tools built, then %v; want the budget spent before the last", built, err)
+	}
+	// The budget is the description's: another Toolset builds nothing new.
+	ts2, _ := api.ToolsetOf(ctx, sess, oa)
+	if n := len(ts2.Tools()); n != built {
+		t.Errorf("a second Toolset of the description has %d tools, the first %d", n, built)
+	}
+
+	// The issue's description: its references fan out past the bound
+	// before kin-openapi resolves them, and it is refused.
+	if _, err := api.NewOpenAPIFromBytes(ctx, sess, e, fanOutDescription(fanOutOps)); !errors.Is(err, api.ErrInvalidDescription) ||
+		!strings.Contains(err.Error(), "references") {
+		t.Fatalf("the fan-out description: %v, want ErrInvalidDescription", err)
+	}
+}
