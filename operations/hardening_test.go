@@ -173,6 +173,7 @@ func TestAttackDottedKeyCollides(t *testing.T) {
 // covered it.
 func TestAttackDuplicateNames(t *testing.T) {
 	e := newEnv(t, nil, nil)
+	grantExchange(t, e, nil)
 	grantExchange(t, e, func(p *operations.Permission) {
 		p.Terms = append(p.Terms, operations.AnyValue(operations.P("items")))
 	})

@@ -14,6 +14,7 @@ package main
 // can't approve for the User.
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -136,10 +137,21 @@ func (a *app) approve(ctx context.Context, req *operations.ApprovalRequest) (ope
 	fmt.Fprintf(w, "\n%s %s asks you to approve:\n", a.out.bold(esc(req.Company)), "("+esc(req.Domain)+")")
 	fmt.Fprintf(w, "  %s\n", esc(req.Summary))
 	if len(req.Terms) > 0 {
-		fmt.Fprintf(w, "  terms:\n%s", escLines(prettyBody(req.Terms), "    "))
+		// Indented as they are, not decoded: every member shows, in the
+		// Company's order, duplicates included (operations' one reading).
+		var terms bytes.Buffer
+		if json.Indent(&terms, req.Terms, "", "  ") != nil {
+			terms.Reset()
+			terms.Write(req.Terms)
+		}
+		fmt.Fprintf(w, "  terms:\n%s", escLines(terms.String(), "    "))
 	}
 	if req.Ambiguity != nil {
-		fmt.Fprintf(w, "  Warning: %s; the summary may not say what they say.\n", esc(req.Ambiguity.Error()))
+		why := req.Ambiguity.Error()
+		if ae := (*operations.AmbiguousTermsError)(nil); errors.As(req.Ambiguity, &ae) {
+			why = ae.Reason
+		}
+		fmt.Fprintf(w, "  Warning: these terms can be read more than one way (%s): the summary may not say what they say.\n", esc(why))
 	}
 	fmt.Fprintf(w, "  operation %s, revision %d", esc(req.OperationID), req.Revision)
 	if !req.ExpiresAt.IsZero() {
