@@ -79,9 +79,6 @@ var ElicitationApprover operations.Approver = operations.ApproverFunc(func(ctx c
 	if req.Reason != "" {
 		msg += "\n(asked again: " + req.Reason + ")"
 	}
-	if req.Ambiguity != nil {
-		msg += "\n(warning: " + plain(req.Ambiguity.Error(), 300) + ")"
-	}
 	id := "approve-" + rand.Text()
 	if len(call.st.issued) >= maxOps {
 		clear(call.st.issued)

@@ -196,11 +196,6 @@ func opView(op *operations.Operation) map[string]any {
 	b, _ := json.Marshal(op)
 	var m map[string]any
 	_ = json.Unmarshal(b, &m)
-	if err := op.Ambiguity(); err != nil && m != nil {
-		// Decoded, duplicate names keep one value: say the terms are not
-		// to be trusted as shown.
-		m["terms_warning"] = plain(err.Error(), 300)
-	}
 	return m
 }
 
