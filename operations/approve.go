@@ -55,13 +55,26 @@ type ApprovalRequest struct {
 	Revision    int
 	// Summary is the revision's summary, byte for byte as the Company sent it.
 	Summary string
-	// Terms is the revision's terms, nil if none.
+	// Terms is the revision's terms, nil if none: the same reading the
+	// standing permissions were checked against and the journal keeps,
+	// in a canonical encoding that every JSON parser reads the same way
+	// (Operation.Terms).
 	Terms json.RawMessage
+	// Ambiguity, when not nil, says why Terms can be read more than one
+	// way (an *AmbiguousTermsError: a member name twice, two paths that
+	// read the same when joined with ".", a number outside the decimal
+	// grammar, invalid UTF-8). Terms then holds the bytes as the Company
+	// sent them, no standing permission applied, and the User should be
+	// told that the terms may not say what the summary says.
+	Ambiguity error
 	// ExpiresAt is the last time the revision can be confirmed.
 	ExpiresAt time.Time
-	// URL is the Company's page for the operation, if any.
+	// URL is the Company's page for the operation, if any: only a URL on
+	// an origin the Company's documents name (see Operation.URL), so that
+	// it can be shown as the Company's.
 	URL string
-	// UserApprovalRequired says that no standing permission may answer.
+	// UserApprovalRequired says that no standing permission may answer:
+	// none was consulted, so Permission is nil (PA-OPS5-05).
 	UserApprovalRequired bool
 	// Reason says why the User is asked: "" for a new proposal,
 	// "terms_changed" when the terms changed since an earlier approval,
@@ -69,7 +82,8 @@ type ApprovalRequest struct {
 	// permission.
 	Reason string
 	// Permission explains, when the User has standing permissions for the
-	// action, why none applied.
+	// action and they were consulted, why none applied (each a
+	// *MismatchError, joined).
 	Permission error
 }
 

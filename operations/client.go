@@ -70,6 +70,7 @@ type Client struct {
 	clock    poppy.Clock
 	maxWait  time.Duration
 	onFinal  func(*Operation)
+	origins  map[string]bool // the Company's origins, for Operation.URL (origins.go)
 
 	loadMu sync.Mutex
 	loaded bool
@@ -128,7 +129,7 @@ func New(sess *poppy.Session, opts *Options) (*Client, error) {
 	return &Client{
 		sess: sess, endpoint: strings.TrimSuffix(v.Endpoint, "/"), approver: o.Approver,
 		log: o.Logger, clock: c.Agent().Clock(), maxWait: o.MaxWait, onFinal: o.OnFinal,
-		ops: map[string]*entry{},
+		origins: companyOrigins(c), ops: map[string]*entry{},
 	}, nil
 }
 
@@ -164,7 +165,11 @@ func (c *Client) observe(op *Operation, action *Action, proposal string) (*Opera
 	if proposal != "" {
 		e.proposal = proposal
 	}
-	next, err := merge(e.op, op.Clone())
+	in := op.Clone()
+	if in.URL != "" && !c.companyURL(in.URL) {
+		in.URL = "" // not the Company's page (origins.go)
+	}
+	next, err := merge(e.op, in)
 	if err != nil && e.broken == nil && next.Revision == op.Revision {
 		e.broken = err // PA-OPS3-09: terms changed under a revision
 	}
@@ -367,7 +372,7 @@ func (c *Client) approve(ctx context.Context, op *Operation, reason string, user
 		Company: company.Name(), Domain: company.Domain(), Issuer: company.Issuer(), Account: account,
 		Action: action, OperationID: cur.ID, Revision: cur.Revision, Summary: cur.Summary, Terms: clone(cur.Terms),
 		ExpiresAt: cur.ExpiresAt, URL: cur.URL, UserApprovalRequired: cur.UserApprovalRequired,
-		Reason: reason, Permission: why,
+		Reason: reason, Permission: why, Ambiguity: cur.Ambiguity(),
 	}
 	d, err := c.approver.Approve(ctx, req) // PA-OPS5-03: the only source of a User's approval
 	if err != nil {
@@ -439,6 +444,8 @@ func (c *Client) Submit(ctx context.Context, a *Approval) (*Operation, error) {
 		return nil, fmt.Errorf("%w: approved revision %d, latest %d", ErrApprovalMismatch, a.revision, cur.Revision)
 	case a.by == ApprovedByStandingPermission && cur.UserApprovalRequired:
 		return nil, fmt.Errorf("%w: the operation requires the User's own approval", ErrApprovalMismatch)
+	case a.by == ApprovedByStandingPermission && cur.Ambiguity() != nil:
+		return nil, fmt.Errorf("%w: the terms can be read more than one way", ErrApprovalMismatch)
 	case cur.Expired(c.clock.Now()):
 		return cur, fmt.Errorf("%w: %s revision %d", ErrOperationExpired, cur.ID, cur.Revision)
 	}

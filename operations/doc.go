@@ -33,6 +33,37 @@
 // in the keystore too ([Client.Grant], [Client.Permissions],
 // [Client.Revoke]).
 //
+// # Reading terms
+//
+// An operation's terms are read once, by one strict reader, into one tree,
+// and that reading is all the SDK uses: a standing [Permission] is checked
+// against it, the [Approver] is shown its canonical encoding
+// (ApprovalRequest.Terms, the same bytes as Operation.Terms: members in the
+// Company's order, strings unescaped, no white space), and the journal
+// keeps those bytes. A term's place is a [Path], a sequence of member
+// names, never a joined string: Path{"total.amount"} is one member, and
+// never total's amount. Terms that two readers could read differently
+// have no canonical form and are never covered by a permission: a member
+// name twice in one object at any depth, a number token outside the
+// decimal grammar, invalid UTF-8, an escaped lone surrogate or U+0000,
+// nesting deeper than 64, or two places whose names joined with "." are
+// one string ({"total": {"amount": "9999.00"}, "total.amount": "1.00"}).
+// They go to the Approver as sent, with ApprovalRequest.Ambiguity saying
+// why ([Operation.Ambiguity], [ErrAmbiguousTerms]). Amounts compared by
+// [AtMost] and [AtLeast] are read in the decimal grammar, as JSON numbers
+// or strings: an optional "-", digits without a leading zero, an optional
+// fraction ("70.00"); "0x10", "0b101", "0o17", "0x1p4", "1e2" and "070"
+// are not decimal numbers, and a term holding one is not covered. A
+// permission stored with a path as one dotted string (by an earlier
+// version) is read as names split at every ".", so it can never match a
+// member whose name holds a dot.
+//
+// A Client's views keep an operation's url only on an origin the
+// Company's documents name (the domain it was resolved from and
+// organization.domain, with or without "www.", and the origins of the URLs
+// in poppy.json and the OAuth metadata): a url elsewhere is dropped, so it
+// is never shown to the User, the Approver or a model as the Company's.
+//
 // # Decisions on the specification's open points
 //
 //   - A-34 (the account of a standing permission): the account is the
@@ -74,5 +105,8 @@
 // confirm or cancel that gets no answer or a 5xx is sent up to 8 times,
 // then the error says it is journalled. Operations are bounded: 256 KiB in
 // all, a 256-byte operation_id, 16 KiB summaries, 64 KiB terms; a url is
-// kept only when it is https.
+// kept only when it is https (and, in a Client's views, on the Company's
+// origins). The extension gives no grammar for amounts; the SDK reads
+// them in the JSON number grammar without an exponent, at most 40
+// characters, which every reader reads as the same number.
 package operations

@@ -100,11 +100,11 @@ func ExamplePermission_Check() {
 		Action:  operations.OpenAPIAction("POST", "/orders/{id}/exchanges"),
 		Expires: now.Add(30 * 24 * time.Hour),
 		Terms: []operations.Term{
-			operations.AnyValue("order_id"),
-			operations.AnyValue("item_id"),
-			operations.OneOf("replacement_sku", "stormline-l", "stormline-s"),
-			operations.AtMost("price_difference.amount", "20.00"),
-			operations.Equal("price_difference.currency", "USD"),
+			operations.AnyValue(operations.P("order_id")),
+			operations.AnyValue(operations.P("item_id")),
+			operations.OneOf(operations.P("replacement_sku"), "stormline-l", "stormline-s"),
+			operations.AtMost(operations.P("price_difference", "amount"), "20.00"),
+			operations.Equal(operations.P("price_difference", "currency"), "USD"),
 		},
 		Description: "Exchange for a different size if it costs under $20",
 	}

@@ -70,7 +70,11 @@ type Operation struct {
 	// Summary is the terms in plain language, as the Company wrote them.
 	Summary string
 	// Terms is the same terms as a JSON object, nil when the Company sent
-	// none.
+	// none, in their canonical encoding: the one reading the SDK checks
+	// permissions against, shows the Approver and journals, which every
+	// JSON parser reads the same way. Terms that can be read more than one
+	// way (Ambiguity) are kept as sent, compacted, and no standing
+	// permission covers them.
 	Terms json.RawMessage
 	// ExpiresAt is the last time this revision can be confirmed; zero if
 	// the Company sent none.
@@ -79,7 +83,12 @@ type Operation struct {
 	// User's own approval of this revision (OPS 5.1).
 	UserApprovalRequired bool
 	// URL is a page showing the operation on the Company's website, kept
-	// only when it is an https URL.
+	// only when it is an https URL. A Client's views (Observe, Get,
+	// Propose, …) keep it only on an origin the Company's documents name
+	// (the domain it was resolved from, organization.domain, the URLs of
+	// poppy.json and the OAuth metadata), so that it can be shown as the
+	// Company's; an operation from Parse, FromMessage or FromToolResult
+	// alone is not checked yet.
 	URL string
 	// Confirmation is nil until the operation is confirmed.
 	Confirmation *Confirmation
@@ -185,7 +194,13 @@ func Parse(raw []byte) (*Operation, error) {
 		if len(t) > maxTermsLen {
 			return nil, protocolError("operation %s: terms too large", w.ID)
 		}
-		op.Terms = compact(t)
+		// The one reading of the terms (terms.go): canonical bytes, or the
+		// bytes as sent when they can be read more than one way.
+		ct, ok := canonicalTerms(t)
+		if !ok {
+			return nil, protocolError("operation %s: terms is not a JSON object", w.ID)
+		}
+		op.Terms = ct
 	}
 	if w.ExpiresAt != "" {
 		t, err := time.Parse(time.RFC3339, w.ExpiresAt)
@@ -273,25 +288,28 @@ func (op *Operation) Expired(now time.Time) bool {
 	return op.State == StateExpired || op.State == StateProposed && !op.ExpiresAt.IsZero() && !now.Before(op.ExpiresAt)
 }
 
-// TermsMap returns the terms decoded, numbers as json.Number; nil when the
-// operation has no terms.
+// TermsMap returns the terms decoded, numbers as json.Number, from the
+// same reading the permission check uses; nil when the operation has no
+// terms or they can be read more than one way (Ambiguity).
 func (op *Operation) TermsMap() map[string]any {
 	if op.Terms == nil {
 		return nil
 	}
-	var m map[string]any
-	dec := json.NewDecoder(bytes.NewReader(op.Terms))
-	dec.UseNumber()
-	if dec.Decode(&m) != nil {
+	r, err := readTerms(op.Terms)
+	if err != nil || r.amb != nil {
 		return nil
 	}
+	m, _ := r.root.decoded().(map[string]any)
 	return m
 }
 
 // sameRevision reports whether a and b hold the same fixed content of one
-// revision: summary and terms (OPS 3.1: a revision never changes).
+// revision: summary and terms (OPS 3.1: a revision never changes). Terms
+// are compared by their reading, members in any order; terms that can be
+// read more than one way only by their bytes, so that a revision can't
+// pass from one reading to another.
 func sameRevision(a, b *Operation) bool {
-	return a.Summary == b.Summary && canonicalEqual(a.Terms, b.Terms)
+	return a.Summary == b.Summary && termsKey(a.Terms) == termsKey(b.Terms)
 }
 
 // merge returns the view to keep when next arrives for an operation the SDK
@@ -316,19 +334,6 @@ func merge(cur, next *Operation) (*Operation, error) {
 		return cur, nil
 	}
 	return next, nil
-}
-
-func canonicalEqual(a, b json.RawMessage) bool {
-	if len(a) == 0 || len(b) == 0 {
-		return len(a) == len(b)
-	}
-	var x, y any
-	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
-		return bytes.Equal(a, b)
-	}
-	xb, _ := json.Marshal(x)
-	yb, _ := json.Marshal(y)
-	return bytes.Equal(xb, yb)
 }
 
 func compact(b []byte) json.RawMessage {

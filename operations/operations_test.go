@@ -507,7 +507,10 @@ func TestUserApprovalRequiredAnswer(t *testing.T) {
 }
 
 // PA-OPS5-05: user_approval_required on the operation: the Approver is
-// asked even though a permission matches.
+// asked even though a permission matches. The rule is kept in three
+// places, and this test fails when any one of them is broken: approve
+// doesn't consult standing permissions at all, the matcher refuses such an
+// operation, and Confirm refuses a standing approval once the flag is set.
 func TestUserApprovalRequiredFlag(t *testing.T) {
 	e := newEnv(t, &poppytest.Options{Operations: poppytest.OperationsOptions{UserApprovalRequired: true}}, nil)
 	grantExchange(t, e, nil)
@@ -518,11 +521,50 @@ func TestUserApprovalRequiredFlag(t *testing.T) {
 	if _, err := e.c.Handle(ctx, op); err != nil {
 		t.Fatal(err)
 	}
-	if len(e.ap.asked()) != 1 {
-		t.Error("the Approver was not asked")
+	asked := e.ap.asked()
+	if len(asked) != 1 {
+		t.Fatal("the Approver was not asked")
+	}
+	// PA-OPS5-05, in approve: no standing permission was consulted, so
+	// none is reported as failing; the request says why the User is asked.
+	if !asked[0].UserApprovalRequired || asked[0].Permission != nil {
+		t.Errorf("UserApprovalRequired %v, Permission %v: the permissions were consulted", asked[0].UserApprovalRequired, asked[0].Permission)
 	}
 	if b := confirmBody(t, e.confirms()[0]); b["approved_by"] != "user" {
 		t.Errorf("approved_by %v", b["approved_by"])
+	}
+	// PA-OPS5-05, in the matcher: a permission covering every term does
+	// not cover an operation with the flag.
+	now := e.Srv.Clock().Now()
+	p := fullPermission(now)
+	sub := subject(now, jacketTerms)
+	if err := p.Check(sub); err != nil {
+		t.Fatalf("without the flag: %v", err)
+	}
+	sub.Operation.UserApprovalRequired = true
+	var me *operations.MismatchError
+	if err := p.Check(sub); !errors.As(err, &me) || !strings.Contains(me.Reason, "the User's own approval") {
+		t.Errorf("with the flag: %v", err)
+	}
+	// PA-OPS5-05, in Confirm: a standing approval of a revision whose
+	// view then carries the flag is never sent.
+	e2 := newEnv(t, nil, nil)
+	grantExchange(t, e2, nil)
+	op2 := e2.propose("itm_4Qa")
+	a, err := e2.c.Approve(ctx, op2)
+	if err != nil || a.By() != operations.ApprovedByStandingPermission {
+		t.Fatalf("Approve: %v %v", a, err)
+	}
+	flagged := op2.Clone()
+	flagged.UserApprovalRequired = true
+	if v, err := e2.c.Observe(flagged, exchangeAction); err != nil || !v.UserApprovalRequired {
+		t.Fatalf("Observe: %v %v", v, err)
+	}
+	if _, err := e2.c.Confirm(ctx, a); !errors.Is(err, operations.ErrApprovalMismatch) {
+		t.Errorf("Confirm of a standing approval with the flag set: %v", err)
+	}
+	if n := len(e2.confirms()); n != 0 {
+		t.Errorf("%d confirms sent", n)
 	}
 }
 

@@ -7,20 +7,20 @@ package operations
 // when it names the Company (issuer), the account (the label of the Account
 // Token the Session is signed in with, A-34) and the action (the channel
 // that proposed it), is still in effect, and covers every term of the
-// revision with an explicit predicate. The matcher below is plain code:
-// each term of the operation is a path (price_difference.amount) that must
-// be covered by a predicate of the permission, and each predicate must
-// hold; the first failure names the term. An operation without terms is
-// never covered (A-34: "every term" can't be checked by machine), nor one
-// with user_approval_required.
+// revision with an explicit predicate. The matcher below is plain code on
+// the one reading of the terms (terms.go): each term of the operation is a
+// path (Path{"price_difference", "amount"}) that must be covered by a
+// predicate of the permission, and each predicate must hold; the first
+// failure names the term. An operation without terms is never covered
+// (A-34: "every term" can't be checked by machine), nor one with
+// user_approval_required, nor one whose terms can be read more than one
+// way (an *AmbiguousTermsError).
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"math/big"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 )
@@ -69,9 +69,11 @@ const (
 
 // Term is one predicate of a permission on one term of an operation.
 type Term struct {
-	// Path is the term's key, with "." between the keys of nested
-	// objects: "price_difference.amount".
-	Path string `json:"path"`
+	// Path is the term's place: the member names from the top of the
+	// terms, such as Path{"price_difference", "amount"}. In JSON it is an
+	// array of names; a string stored by an earlier version is read as
+	// names joined with "." (see Path.UnmarshalJSON).
+	Path Path `json:"path"`
 	// Op is the comparison.
 	Op Op `json:"op"`
 	// Values are JSON values: for eq and in, what the term may equal; for
@@ -81,16 +83,16 @@ type Term struct {
 }
 
 // AnyValue covers the term (or subtree) at path with any value.
-func AnyValue(path string) Term { return Term{Path: path, Op: OpAny} }
+func AnyValue(path Path) Term { return Term{Path: slices.Clone(path), Op: OpAny} }
 
 // Equal covers the term at path when it equals v.
-func Equal(path string, v any) Term {
-	return Term{Path: path, Op: OpEqual, Values: []json.RawMessage{mustJSON(v)}}
+func Equal(path Path, v any) Term {
+	return Term{Path: slices.Clone(path), Op: OpEqual, Values: []json.RawMessage{mustJSON(v)}}
 }
 
 // OneOf covers the term at path when it equals one of vs.
-func OneOf[T any](path string, vs ...T) Term {
-	t := Term{Path: path, Op: OpIn}
+func OneOf[T any](path Path, vs ...T) Term {
+	t := Term{Path: slices.Clone(path), Op: OpIn}
 	for _, v := range vs {
 		t.Values = append(t.Values, mustJSON(v))
 	}
@@ -98,15 +100,17 @@ func OneOf[T any](path string, vs ...T) Term {
 }
 
 // AtMost covers the term at path when it is a decimal number no greater
-// than max ("20.00").
-func AtMost(path, max string) Term {
-	return Term{Path: path, Op: OpAtMost, Values: []json.RawMessage{mustJSON(max)}}
+// than max ("20.00"). Both are read in the decimal grammar: digits, an
+// optional "-" and an optional fraction ("70.00"), never an exponent or
+// another base.
+func AtMost(path Path, max string) Term {
+	return Term{Path: slices.Clone(path), Op: OpAtMost, Values: []json.RawMessage{mustJSON(max)}}
 }
 
 // AtLeast covers the term at path when it is a decimal number no less than
 // min.
-func AtLeast(path, min string) Term {
-	return Term{Path: path, Op: OpAtLeast, Values: []json.RawMessage{mustJSON(min)}}
+func AtLeast(path Path, min string) Term {
+	return Term{Path: slices.Clone(path), Op: OpAtLeast, Values: []json.RawMessage{mustJSON(min)}}
 }
 
 func mustJSON(v any) json.RawMessage {
@@ -154,65 +158,75 @@ type Subject struct {
 // term, or which of issuer, account, action or expiry, failed.
 type MismatchError struct {
 	Permission string
-	// Term is the term's path, or "" when the failure isn't about a term.
-	Term string
+	// Term is the term's path, or nil when the failure isn't about one
+	// term.
+	Term Path
 	// Reason is a short explanation.
 	Reason string
+	// Err is the *AmbiguousTermsError of terms that can be read more than
+	// one way, else nil.
+	Err error
 }
 
 func (e *MismatchError) Error() string {
-	if e.Term != "" {
-		return fmt.Sprintf("operations: permission %s does not cover term %q: %s", e.Permission, e.Term, e.Reason)
+	if len(e.Term) > 0 {
+		return fmt.Sprintf("operations: permission %s does not cover term %q: %s", e.Permission, clean(e.Term.String(), 200), e.Reason)
 	}
 	return fmt.Sprintf("operations: permission %s does not apply: %s", e.Permission, e.Reason)
 }
 
+// Unwrap returns Err.
+func (e *MismatchError) Unwrap() error { return e.Err }
+
 // Check reports whether p covers sub: nil when it does, else a
-// *MismatchError naming what failed (PA-OPS5-06..10).
+// *MismatchError naming what failed (PA-OPS5-06..10). Terms that can be
+// read more than one way are never covered: the error then wraps their
+// *AmbiguousTermsError (errors.Is(err, ErrAmbiguousTerms)).
 func (p *Permission) Check(sub Subject) error {
-	fail := func(term, format string, args ...any) error {
+	fail := func(term Path, format string, args ...any) error {
 		return &MismatchError{Permission: p.ID, Term: term, Reason: fmt.Sprintf(format, args...)}
 	}
 	op := sub.Operation
 	switch {
 	case op == nil:
-		return fail("", "no operation")
+		return fail(nil, "no operation")
 	case p.Issuer == "" || p.Issuer != sub.Issuer:
-		return fail("", "it is for another Company") // PA-OPS5-06
+		return fail(nil, "it is for another Company") // PA-OPS5-06
 	case p.Account == "" || sub.Account == "" || p.Account != sub.Account:
-		return fail("", "it is for another account, or the Session is signed out") // PA-OPS5-07
+		return fail(nil, "it is for another account, or the Session is signed out") // PA-OPS5-07
 	case p.Action != sub.Action:
-		return fail("", "it is for %s, not %s", p.Action, sub.Action) // PA-OPS5-08
+		return fail(nil, "it is for %s, not %s", p.Action, sub.Action) // PA-OPS5-08
 	case p.Expires.IsZero() || !sub.Now.Before(p.Expires):
-		return fail("", "it expired") // PA-OPS5-10
+		return fail(nil, "it expired") // PA-OPS5-10
 	case op.UserApprovalRequired:
-		return fail("", "the Company requires the User's own approval") // PA-OPS5-05
+		return fail(nil, "the Company requires the User's own approval") // PA-OPS5-05
 	case op.Terms == nil:
-		return fail("", "the operation has no terms to check") // PA-OPS5-09, A-34
+		return fail(nil, "the operation has no terms to check") // PA-OPS5-09, A-34
 	}
-	var terms map[string]any
-	dec := json.NewDecoder(bytes.NewReader(op.Terms))
-	dec.UseNumber()
-	if dec.Decode(&terms) != nil {
-		return fail("", "the terms are not an object")
+	// The one reading of the terms (terms.go): what the Approver is shown
+	// and the journal keeps.
+	r, err := readTerms(op.Terms)
+	if err != nil {
+		return fail(nil, "the terms are not a JSON object")
 	}
-	leaves := map[string]any{}
-	flatten("", terms, leaves)
-	paths := make([]string, 0, len(leaves))
-	for k := range leaves {
-		paths = append(paths, k)
+	if r.amb != nil {
+		// Duplicate names, colliding paths, a number outside the decimal
+		// grammar: another reader may see other terms than this check.
+		return &MismatchError{Permission: p.ID, Term: r.amb.Path, Reason: "the terms can be read more than one way: " + r.amb.Reason, Err: r.amb}
 	}
-	sort.Strings(paths)
 	// Every predicate must hold on a term that exists.
 	for _, t := range p.Terms {
+		if len(t.Path) == 0 {
+			return fail(nil, "a predicate has no path")
+		}
+		v, ok := r.lookup(t.Path)
 		if t.Op == OpAny {
-			if _, ok := lookup(terms, t.Path); !ok {
+			if !ok {
 				return fail(t.Path, "the operation has no such term")
 			}
 			continue
 		}
-		v, ok := leaves[t.Path]
-		if !ok {
+		if !ok || !v.leaf() {
 			return fail(t.Path, "the operation has no such term, or it is an object")
 		}
 		if err := t.holds(v); err != "" {
@@ -220,34 +234,42 @@ func (p *Permission) Check(sub Subject) error {
 		}
 	}
 	// Every term must be covered.
-	for _, path := range paths {
+	var uncovered Path
+	r.leaves(func(path Path, _ *value) bool {
 		if !slices.ContainsFunc(p.Terms, func(t Term) bool { return t.covers(path) }) {
-			return fail(path, "no predicate covers it") // PA-OPS5-09
+			uncovered = slices.Clone(path)
+			return false
 		}
+		return true
+	})
+	if uncovered != nil {
+		return fail(uncovered, "no predicate covers it") // PA-OPS5-09
 	}
 	return nil
 }
 
-func (t Term) covers(path string) bool {
-	if t.Path == path {
-		return true
+func (t Term) covers(path Path) bool {
+	if len(t.Path) == 0 {
+		return false
 	}
-	return t.Op == OpAny && strings.HasPrefix(path, t.Path+".")
+	if t.Op == OpAny {
+		return path.within(t.Path)
+	}
+	return path.Equal(t.Path)
 }
 
-// holds checks the predicate on a leaf value; "" when it holds.
-func (t Term) holds(v any) string {
+// holds checks the predicate on a term's value; "" when it holds. The
+// predicate's values are read as the terms are.
+func (t Term) holds(v *value) string {
 	switch t.Op {
 	case OpEqual, OpIn:
 		if t.Op == OpEqual && len(t.Values) != 1 || len(t.Values) == 0 {
 			return "the predicate has no value"
 		}
-		got := canonical(v)
+		got := string(v.encode(nil, true))
 		for _, want := range t.Values {
-			var w any
-			d := json.NewDecoder(bytes.NewReader(want))
-			d.UseNumber()
-			if d.Decode(&w) == nil && canonical(w) == got {
+			w, amb, err := readValue(want)
+			if err == nil && amb == nil && string(w.encode(nil, true)) == got {
 				return ""
 			}
 		}
@@ -256,19 +278,13 @@ func (t Term) holds(v any) string {
 		if len(t.Values) != 1 {
 			return "the predicate has no bound"
 		}
-		var bound any
-		d := json.NewDecoder(bytes.NewReader(t.Values[0]))
-		d.UseNumber()
-		if d.Decode(&bound) != nil {
-			return "the bound is not JSON"
-		}
-		b, ok1 := decimal(bound)
+		b, ok1 := boundOf(t.Values[0])
 		x, ok2 := decimal(v)
 		if !ok1 {
 			return "the bound is not a decimal number"
 		}
 		if !ok2 {
-			return fmt.Sprintf("%s is not a decimal number", clean(canonical(v), 80))
+			return fmt.Sprintf("%s is not a decimal number", clean(string(v.encode(nil, false)), 80))
 		}
 		c := x.Cmp(b)
 		if t.Op == OpAtMost && c > 0 {
@@ -282,59 +298,22 @@ func (t Term) holds(v any) string {
 	return fmt.Sprintf("unknown predicate %q", t.Op)
 }
 
-// decimal reads a JSON number or a string holding a plain decimal number
-// ("70.00", "-3", "1e2" is refused).
-func decimal(v any) (*big.Rat, bool) {
-	var s string
-	switch x := v.(type) {
-	case json.Number:
-		s = x.String()
-	case string:
-		s = x
-	default:
+// boundOf reads a predicate's bound: a decimal number as a JSON string or
+// number.
+func boundOf(raw json.RawMessage) (*big.Rat, bool) {
+	v, amb, err := readValue(raw)
+	if err != nil || amb != nil {
 		return nil, false
 	}
-	if s == "" || len(s) > 40 || strings.ContainsAny(s, "eE/ ") {
+	return decimal(&v)
+}
+
+// decimal reads a JSON number, or a string, holding a decimal number in
+// the grammar of decimalNumber ("70.00", "-3"; "1e2", "0x10" and " 5" are
+// refused).
+func decimal(v *value) (*big.Rat, bool) {
+	if v.kind != 'n' && v.kind != 's' {
 		return nil, false
 	}
-	r, ok := new(big.Rat).SetString(s)
-	return r, ok
-}
-
-func canonical(v any) string {
-	b, _ := json.Marshal(v)
-	return string(b)
-}
-
-// flatten lists the leaves of an object by dotted path; an empty object is
-// a leaf of its own.
-func flatten(prefix string, m map[string]any, out map[string]any) {
-	if len(m) == 0 && prefix != "" {
-		out[prefix] = m
-	}
-	for k, v := range m {
-		p := k
-		if prefix != "" {
-			p = prefix + "." + k
-		}
-		if sub, ok := v.(map[string]any); ok {
-			flatten(p, sub, out)
-			continue
-		}
-		out[p] = v
-	}
-}
-
-func lookup(m map[string]any, path string) (any, bool) {
-	var cur any = m
-	for _, k := range strings.Split(path, ".") {
-		o, ok := cur.(map[string]any)
-		if !ok {
-			return nil, false
-		}
-		if cur, ok = o[k]; !ok {
-			return nil, false
-		}
-	}
-	return cur, true
+	return decimalNumber(v.s)
 }

@@ -39,21 +39,33 @@ func (c *Client) Grant(ctx context.Context, p Permission) (Permission, error) {
 		return p, errors.New("operations: Grant: a standing permission covers terms")
 	}
 	for _, t := range p.Terms {
-		if t.Path == "" {
+		if len(t.Path) == 0 {
 			return p, errors.New("operations: Grant: a term has no path")
 		}
+		name := clean(t.Path.String(), 100)
 		switch t.Op {
 		case OpAny:
-		case OpEqual, OpAtMost, OpAtLeast:
+		case OpAtMost, OpAtLeast:
 			if len(t.Values) != 1 {
-				return p, fmt.Errorf("operations: Grant: term %q needs exactly one value", t.Path)
+				return p, fmt.Errorf("operations: Grant: term %q needs exactly one value", name)
 			}
-		case OpIn:
+			if _, ok := boundOf(t.Values[0]); !ok {
+				return p, fmt.Errorf("operations: Grant: term %q: the bound is not a decimal number (digits, an optional \"-\" and fraction, such as \"20.00\")", name)
+			}
+		case OpEqual, OpIn:
+			if t.Op == OpEqual && len(t.Values) != 1 {
+				return p, fmt.Errorf("operations: Grant: term %q needs exactly one value", name)
+			}
 			if len(t.Values) == 0 {
-				return p, fmt.Errorf("operations: Grant: term %q needs values", t.Path)
+				return p, fmt.Errorf("operations: Grant: term %q needs values", name)
+			}
+			for _, v := range t.Values {
+				if _, amb, err := readValue(v); err != nil || amb != nil {
+					return p, fmt.Errorf("operations: Grant: term %q: a value is not JSON that reads one way", name)
+				}
 			}
 		default:
-			return p, fmt.Errorf("operations: Grant: term %q: unknown predicate %q", t.Path, t.Op)
+			return p, fmt.Errorf("operations: Grant: term %q: unknown predicate %q", name, clean(string(t.Op), 40))
 		}
 	}
 	if p.ID == "" {

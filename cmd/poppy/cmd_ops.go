@@ -14,6 +14,7 @@ package main
 // can't approve for the User.
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -136,7 +137,21 @@ func (a *app) approve(ctx context.Context, req *operations.ApprovalRequest) (ope
 	fmt.Fprintf(w, "\n%s %s asks you to approve:\n", a.out.bold(esc(req.Company)), "("+esc(req.Domain)+")")
 	fmt.Fprintf(w, "  %s\n", esc(req.Summary))
 	if len(req.Terms) > 0 {
-		fmt.Fprintf(w, "  terms:\n%s", escLines(prettyBody(req.Terms), "    "))
+		// Indented as they are, not decoded: every member shows, in the
+		// Company's order, duplicates included (operations' one reading).
+		var terms bytes.Buffer
+		if json.Indent(&terms, req.Terms, "", "  ") != nil {
+			terms.Reset()
+			terms.Write(req.Terms)
+		}
+		fmt.Fprintf(w, "  terms:\n%s", escLines(terms.String(), "    "))
+	}
+	if req.Ambiguity != nil {
+		why := req.Ambiguity.Error()
+		if ae := (*operations.AmbiguousTermsError)(nil); errors.As(req.Ambiguity, &ae) {
+			why = ae.Reason
+		}
+		fmt.Fprintf(w, "  Warning: these terms can be read more than one way (%s): the summary may not say what they say.\n", esc(why))
 	}
 	fmt.Fprintf(w, "  operation %s, revision %d", esc(req.OperationID), req.Revision)
 	if !req.ExpiresAt.IsZero() {
@@ -392,7 +407,8 @@ while you are signed in to the same account.`,
 		Long: `grant stores a standing permission. --action is "openapi:METHOD /path/{template}",
 "mcp:TOOL" or "conversation". Every term of an operation must be covered:
 --any PATH (any value), --eq PATH=JSON, --at-most PATH=N, --at-least PATH=N;
-PATH joins nested keys with ".". --for sets how long it lasts.`,
+PATH joins nested keys with ".", or is a JSON Pointer ("/total.amount") for
+a key that holds a dot. --for sets how long it lasts.`,
 		Args:              wrapArgs(cobra.ExactArgs(1)),
 		ValidArgsFunction: a.completeDomains,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -402,26 +418,33 @@ PATH joins nested keys with ".". --for sets how long it lasts.`,
 				return err
 			}
 			var terms []operations.Term
-			for _, p := range anyT {
+			for _, s := range anyT {
+				p, err := operations.ParsePath(s)
+				if err != nil {
+					return usageError{err}
+				}
 				terms = append(terms, operations.AnyValue(p))
 			}
 			for _, kv := range eqT {
-				p, v, ok := strings.Cut(kv, "=")
-				if !ok || !json.Valid([]byte(v)) {
+				s, v, ok := strings.Cut(kv, "=")
+				p, err := operations.ParsePath(s)
+				if !ok || err != nil || !json.Valid([]byte(v)) {
 					return usageError{fmt.Errorf("poppy: --eq %q: want PATH=JSON", kv)}
 				}
 				terms = append(terms, operations.Term{Path: p, Op: operations.OpEqual, Values: []json.RawMessage{json.RawMessage(v)}})
 			}
 			for _, kv := range atMost {
-				p, v, ok := strings.Cut(kv, "=")
-				if !ok {
+				s, v, ok := strings.Cut(kv, "=")
+				p, err := operations.ParsePath(s)
+				if !ok || err != nil {
 					return usageError{fmt.Errorf("poppy: --at-most %q: want PATH=N", kv)}
 				}
 				terms = append(terms, operations.AtMost(p, v))
 			}
 			for _, kv := range atLeast {
-				p, v, ok := strings.Cut(kv, "=")
-				if !ok {
+				s, v, ok := strings.Cut(kv, "=")
+				p, err := operations.ParsePath(s)
+				if !ok || err != nil {
 					return usageError{fmt.Errorf("poppy: --at-least %q: want PATH=N", kv)}
 				}
 				terms = append(terms, operations.AtLeast(p, v))
@@ -496,7 +519,7 @@ PATH joins nested keys with ".". --for sets how long it lasts.`,
 					for i, v := range t.Values {
 						vals[i] = string(v)
 					}
-					a.out.printf("      %s %s %s\n", esc(t.Path), t.Op, esc(strings.Join(vals, " ")))
+					a.out.printf("      %s %s %s\n", esc(t.Path.String()), t.Op, esc(strings.Join(vals, " ")))
 				}
 				if p.Description != "" {
 					a.out.printf("      %s\n", esc(p.Description))

@@ -1,0 +1,35 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/poppyproto/poppy/operations"
+)
+
+// The approval prompt shows terms that can be read more than one way as
+// the Company sent them, every member, with a warning (issue 20 §1).
+func TestApprovePromptMarksAmbiguousTerms(t *testing.T) {
+	op, err := operations.Parse([]byte(`{"operation_id":"x","revision":1,"state":"proposed","summary":"Pay 1.00 USD",
+		"terms":{"total":{"amount":"9999.00","currency":"USD"},"total.amount":"1.00"},"confirmation":null,"result":null}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	a := newApp(strings.NewReader("no\n"), &out, io.Discard, nil)
+	a.out = &output{stdout: &out, stderr: io.Discard}
+	d, err := a.approve(context.Background(), &operations.ApprovalRequest{Company: "Example", Domain: "example.test",
+		OperationID: op.ID, Revision: 1, Summary: op.Summary, Terms: op.Terms, Ambiguity: op.Ambiguity()})
+	if err != nil || d != operations.Decline {
+		t.Fatalf("%v %v", d, err)
+	}
+	s := out.String()
+	for _, want := range []string{`"9999.00"`, `"total.amount": "1.00"`, "Warning:", "more than one way"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("the prompt lacks %q:\n%s", want, s)
+		}
+	}
+}
