@@ -246,6 +246,31 @@ func covers(granted, need []string) bool {
 	return true
 }
 
+// signInResource is the resource whose token a sign-in's token request
+// gets: at a Company that lists resources (Resources), the first one
+// listed that is not an MCP server's url (the first one, when only MCP
+// servers are listed); "" otherwise.
+//
+// RFC 8707 lets an OAuth server refuse a token request that names several
+// resources, or none of several that the authorization named; oidc-provider
+// does by default (invalid_target), and has then used the code up. Every
+// token request therefore names exactly one resource once the
+// authorization named some: the sign-in's code exchange or device poll
+// names this one, and the token of every other resource is got by a
+// refresh that names it (spec 4.3 lets any token request name one, so a
+// Company that reads spec 4.3 alone accepts it as well).
+func (c *Company) signInResource() string {
+	c.Resources()
+	return c.signInRes
+}
+
+// signInKey is the key of the token a sign-in gets and UseAccountToken
+// renews: the Session's default token, or at a Company that lists
+// resources, the token of signInResource.
+func (s *Session) signInKey() tokenKey {
+	return tokenKey{resource: s.company.signInResource()}
+}
+
 // completeSignIn sends a sign-in grant for this Session to the token
 // endpoint: grant holds grant_type and the grant's own parameters (code,
 // redirect_uri and code_verifier for Direct Sign-In, device_code for Device
@@ -253,12 +278,17 @@ func covers(granted, need []string) bool {
 // success the Account Token is stored and the Session is signed in
 // (spec 4.4). On failure nothing changes (PA-4.4-10) and the Company's error
 // is returned as an *Error. It is the building block of package signin.
+//
+// The request names exactly one resource, signInResource, when the
+// Company lists any (RFC 8707 section 2.2), and the Session Token it gets
+// is kept as that resource's token.
 func (s *Session) completeSignIn(ctx context.Context, grant url.Values, opts *SignInOptions) (*SignInResult, error) {
 	if opts == nil || len(opts.Scopes) == 0 {
 		return nil, configError("completing a sign-in: no scopes")
 	}
 	a, c := s.agent, s.company
 	sessionID := s.ID()
+	k := s.signInKey()
 	body, err := a.postForm(ctx, c, c.meta.TokenEndpoint, s.key, func() (url.Values, error) {
 		f := url.Values{}
 		for k, v := range grant {
@@ -267,18 +297,30 @@ func (s *Session) completeSignIn(ctx context.Context, grant url.Values, opts *Si
 		if sessionID != "" {
 			f.Set("session_id", sessionID) // spec 4.5, 4.6
 		}
+		if k.resource != "" {
+			f.Set("resource", k.resource) // exactly one (RFC 8707 section 2.2)
+		}
 		return f, nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	return s.acceptSignIn(ctx, body, opts)
+	return s.acceptTokenResponse(ctx, body, opts, k)
 }
 
 // acceptSignIn adopts a sign-in's token response obtained by the caller,
 // such as Mediated Sign-In's "complete" (spec 4.7): it stores the Account
 // Token and signs the Session in with the Session Token.
+//
+// Its request named no resource, so the Session Token is kept as the
+// Session's default token.
 func (s *Session) acceptSignIn(ctx context.Context, tokenResponse []byte, opts *SignInOptions) (*SignInResult, error) {
+	return s.acceptTokenResponse(ctx, tokenResponse, opts, tokenKey{})
+}
+
+// acceptTokenResponse checks a sign-in's token response and adopts it,
+// keeping its Session Token for k.
+func (s *Session) acceptTokenResponse(ctx context.Context, tokenResponse []byte, opts *SignInOptions, k tokenKey) (*SignInResult, error) {
 	if opts == nil || len(opts.Scopes) == 0 {
 		return nil, configError("accepting a sign-in: no scopes")
 	}
@@ -292,13 +334,14 @@ func (s *Session) acceptSignIn(ctx context.Context, tokenResponse []byte, opts *
 	if !tr.SignedIn {
 		return nil, fmt.Errorf("%w: sign-in answer with signed_in false", ErrInvalidTokenResponse)
 	}
-	return s.adoptSignIn(ctx, tr, opts.account(), opts.Scopes)
+	return s.adoptSignIn(ctx, tr, opts.account(), opts.Scopes, k)
 }
 
 // adoptSignIn stores a sign-in's Account Token, then makes its Session Token
 // the Session's (PA-4.5-10, PA-4.6-08, PA-4.7-07). The token replaced for
-// the same account is revoked, best effort (PA-4.4-09).
-func (s *Session) adoptSignIn(ctx context.Context, tr *tokenResponse, account string, requested []string) (*SignInResult, error) {
+// the same account is revoked, best effort (PA-4.4-09). k is the key of the
+// Session Token tr carries.
+func (s *Session) adoptSignIn(ctx context.Context, tr *tokenResponse, account string, requested []string, k tokenKey) (*SignInResult, error) {
 	a := s.agent
 	now := a.clock.Now()
 	granted := strings.Join(requested, " ")
@@ -329,7 +372,7 @@ func (s *Session) adoptSignIn(ctx context.Context, tr *tokenResponse, account st
 			rec = sessionRecord{}
 		}
 		rec.Tokens = nil // tokens issued before the sign-in no longer apply
-		s.recordToken(&rec, tr, tokenKey{}, account)
+		s.recordToken(&rec, tr, k, account)
 		return json.Marshal(&rec)
 	})
 	if err != nil {
@@ -383,9 +426,10 @@ func (s *Session) useAccountToken(ctx context.Context, opts *SignInOptions, reus
 			return res, res != nil, err
 		}
 	}
-	tr, err := s.refresh(ctx, s.ID(), account, tokenKey{}, "")
+	k := s.signInKey()
+	tr, err := s.refresh(ctx, s.ID(), account, k, "")
 	if errors.Is(err, ErrAccountMismatch) || errors.Is(err, ErrInvalidSession) {
-		tr, err = s.refresh(ctx, "", account, tokenKey{}, "") // a new signed-in Session
+		tr, err = s.refresh(ctx, "", account, k, "") // a new signed-in Session
 	}
 	if errors.Is(err, ErrNoAccountToken) {
 		// Refused or expired, and deleted by refresh: a Session signed in
@@ -395,7 +439,7 @@ func (s *Session) useAccountToken(ctx context.Context, opts *SignInOptions, reus
 	if err != nil {
 		return nil, false, err
 	}
-	tok, err := s.storeRenewal(ctx, tr, tokenKey{}, account)
+	tok, err := s.storeRenewal(ctx, tr, k, account)
 	if err != nil {
 		return nil, false, err
 	}
@@ -415,7 +459,7 @@ func (s *Session) reusable(ctx context.Context, account string, need []string) (
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	granted := strings.Fields(s.rec.Scope)
-	t := s.tokens[tokenKey{}]
+	t := s.tokens[s.signInKey()]
 	if !s.rec.SignedIn || s.rec.Account != account || !covers(granted, need) ||
 		t == nil || !t.SignedIn || t.SessionID != s.rec.SessionID || !now.Before(t.renewAt) {
 		return nil, nil

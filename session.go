@@ -196,7 +196,7 @@ func (c *Company) Session(ctx context.Context, user string, opts *SessionOptions
 	s := c.st.sessions[[2]string{user, name}]
 	c.st.mu.Unlock()
 	if s != nil {
-		if _, err := s.Token(ctx, nil); err != nil {
+		if _, err := s.token(ctx, s.checkKey(), ""); err != nil {
 			return nil, err
 		}
 		return s, nil
@@ -236,10 +236,25 @@ func (c *Company) Session(ctx context.Context, user string, opts *SessionOptions
 	c.st.mu.Unlock()
 	// Start the Session now (or check the resumed one), so that errors such
 	// as invalid_client surface here.
-	if _, err := s.Token(ctx, nil); err != nil {
+	if _, err := s.token(ctx, s.checkKey(), ""); err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// checkKey is the token Company.Session gets to start or check the
+// Session: the default token of a signed-out Session, the sign-in's
+// (signInKey) of a signed-in one, which an OAuth server that holds the
+// Account Token to several resources issues, as it may not a token for
+// none of them (RFC 8707 section 2.2).
+func (s *Session) checkKey() tokenKey {
+	s.mu.Lock()
+	signedIn := s.rec.SignedIn
+	s.mu.Unlock()
+	if signedIn {
+		return s.signInKey()
+	}
+	return tokenKey{}
 }
 
 // ID returns the Company's session_id.
@@ -553,7 +568,7 @@ func (s *Session) recordToken(rec *sessionRecord, tr *tokenResponse, k tokenKey,
 	if tr.SignedIn {
 		rec.Account = account
 	}
-	if k == (tokenKey{}) {
+	if k == (tokenKey{}) || k == s.signInKey() {
 		rec.Scope = granted
 	}
 	rec.setToken(k, storedToken{Value: tr.AccessToken, Granted: granted,

@@ -570,7 +570,7 @@ func (s *Session) signInForRetry(ctx context.Context, used *Token) (bool, error)
 			return false, err
 		}
 		s.mu.Lock()
-		t := s.tokens[tokenKey{}]
+		t := s.tokens[s.signInKey()]
 		s.mu.Unlock()
 		if t != nil && t.SignedIn && t.value != used.value && s.agent.clock.Now().Before(t.renewAt) {
 			return true, nil
