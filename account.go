@@ -27,6 +27,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/poppyproto/poppy/internal/jose"
 	"github.com/poppyproto/poppy/keystore"
 )
 
@@ -78,7 +79,13 @@ type accountRecord struct {
 	Expiry time.Time `json:"expiry,omitzero"`
 	// Recent are the Session Tokens the latest refreshes got, so that a
 	// replica that waited for the lock while another refreshed for the
-	// same Session adopts that token instead of refreshing again.
+	// same Session adopts that token instead of refreshing again. An entry
+	// stands in for a refresh only for a caller that still holds the token
+	// it replaced (Replaces), and a refresh that may have been answered
+	// without the SDK keeping the answer (a rotation lost) clears them all:
+	// nothing here can sign a Session in after the Account Token was
+	// revoked, signed out or rotated away, not even a record restored
+	// from before (issue 21 item 2).
 	Recent []recentToken `json:"recent,omitempty"`
 }
 
@@ -95,21 +102,37 @@ type recentToken struct {
 	Scope     *string   `json:"scope,omitempty"`
 	Issued    time.Time `json:"issued"`
 	Lifetime  int64     `json:"lifetime"` // seconds
+	// Replaces is heldHash of the token the refresh replaced: what the
+	// replicas that raced with it hold for the key.
+	Replaces string `json:"replaces,omitempty"`
+}
+
+// heldHash identifies held, the value of the token a caller holds for a
+// key ("" for none), without keeping the value.
+func heldHash(held string) string {
+	if held == "" {
+		return ""
+	}
+	return jose.Hash(held)
 }
 
 // maxRecent bounds accountRecord.Recent: one entry per Session and token
 // key in use, the oldest dropped first.
 const maxRecent = 16
 
-// recent returns the entry a refresh for sessionID and k can adopt: a
-// token still before its renewal point that is not stale.
-func (r *accountRecord) recent(sessionID string, k tokenKey, stale string, now time.Time) *tokenResponse {
+// recent returns the entry a refresh for sessionID and k, by a caller
+// that holds held for k, can adopt: a token still before its renewal
+// point, not stale, that replaced held.
+func (r *accountRecord) recent(sessionID string, k tokenKey, stale, held string, now time.Time) *tokenResponse {
 	if sessionID == "" {
 		return nil // a new Session each time
 	}
 	for _, e := range r.Recent {
 		if e.Asked != sessionID || e.Bearer != k.bearer || e.Resource != k.resource || e.KeyScope != k.scope {
 			continue
+		}
+		if e.Replaces != heldHash(held) {
+			return nil // not a refresh this caller raced with
 		}
 		lifetime := time.Duration(e.Lifetime) * time.Second
 		if e.Value == stale || !now.Before(renewPoint(e.Issued, lifetime)) {
@@ -121,9 +144,9 @@ func (r *accountRecord) recent(sessionID string, k tokenKey, stale string, now t
 	return nil
 }
 
-// remember records tr, obtained for sessionID and k, in Recent, dropping
-// entries past their renewal point.
-func (r *accountRecord) remember(sessionID string, k tokenKey, tr *tokenResponse, now time.Time) {
+// remember records tr, obtained for sessionID and k by a caller that held
+// held, in Recent, dropping entries past their renewal point.
+func (r *accountRecord) remember(sessionID string, k tokenKey, tr *tokenResponse, held string, now time.Time) {
 	keep := r.Recent[:0]
 	for _, e := range r.Recent {
 		same := e.Asked == sessionID && e.Bearer == k.bearer && e.Resource == k.resource && e.KeyScope == k.scope
@@ -140,7 +163,7 @@ func (r *accountRecord) remember(sessionID string, k tokenKey, tr *tokenResponse
 	}
 	r.Recent = append(r.Recent, recentToken{Asked: sessionID, Bearer: k.bearer, Resource: k.resource, KeyScope: k.scope,
 		Value: tr.AccessToken, Type: tr.TokenType, SessionID: tr.SessionID, Scope: tr.Scope,
-		Issued: now, Lifetime: int64(tr.expiresIn / time.Second)})
+		Issued: now, Lifetime: int64(tr.expiresIn / time.Second), Replaces: heldHash(held)})
 }
 
 func (r *accountRecord) expired(now time.Time) bool {
@@ -248,8 +271,12 @@ func covers(granted, need []string) bool {
 
 // signInResource is the resource whose token a sign-in's token request
 // gets: at a Company that lists resources (Resources), the first one
-// listed that is not an MCP server's url (the first one, when only MCP
-// servers are listed); "" otherwise.
+// listed that is not an MCP server's url; "" otherwise. A sign-in's
+// request asks for a DPoP token, which never goes to an MCP server
+// (PA-4.3-19), so a lone MCP url is not named (a server that holds the
+// grant to it alone resolves a request naming none to it); of several
+// MCP urls, and nothing else, the first is, since such a server refuses a
+// request naming none of several.
 //
 // RFC 8707 lets an OAuth server refuse a token request that names several
 // resources, or none of several that the authorization named; oidc-provider
@@ -427,9 +454,15 @@ func (s *Session) useAccountToken(ctx context.Context, opts *SignInOptions, reus
 		}
 	}
 	k := s.signInKey()
-	tr, err := s.refresh(ctx, s.ID(), account, k, "")
+	held := ""
+	s.mu.Lock()
+	if t := s.tokens[k]; t != nil {
+		held = t.value
+	}
+	s.mu.Unlock()
+	tr, err := s.refresh(ctx, s.ID(), account, k, "", held)
 	if errors.Is(err, ErrAccountMismatch) || errors.Is(err, ErrInvalidSession) {
-		tr, err = s.refresh(ctx, "", account, k, "") // a new signed-in Session
+		tr, err = s.refresh(ctx, "", account, k, "", "") // a new signed-in Session
 	}
 	if errors.Is(err, ErrNoAccountToken) {
 		// Refused or expired, and deleted by refresh: a Session signed in
@@ -530,12 +563,14 @@ func (s *Session) markSignedOut(ctx context.Context, account string) error {
 // find the old token. The refresh therefore also keeps the Session Token it
 // got in the Account Token's record (accountRecord.Recent), and a refresh
 // for the same Session and token key that finds one there still before its
-// renewal point, and not stale, adopts it and sends nothing.
+// renewal point, and not stale, adopts it and sends nothing, if it was
+// got in place of held, the token the caller holds for k: only a caller
+// that raced with that refresh adopts its token.
 //
 // A rotated Account Token is stored whatever else is wrong with the
 // response that carried it: the Company has consumed the old one
 // (RFC 6749 section 6, PA-4.8-04).
-func (s *Session) refresh(ctx context.Context, sessionID, account string, k tokenKey, stale string) (*tokenResponse, error) {
+func (s *Session) refresh(ctx context.Context, sessionID, account string, k tokenKey, stale, held string) (*tokenResponse, error) {
 	a, c := s.agent, s.company
 	var tr *tokenResponse
 	var grantErr error
@@ -550,7 +585,7 @@ func (s *Session) refresh(ctx context.Context, sessionID, account string, k toke
 			grantErr = fmt.Errorf("%w: it has expired", ErrNoAccountToken) // PA-4.4-12
 			return nil, nil
 		}
-		if tr = ar.recent(sessionID, k, stale, now); tr != nil {
+		if tr = ar.recent(sessionID, k, stale, held, now); tr != nil {
 			return cur, nil // PA-4.8-05: another replica refreshed while we waited
 		}
 		key := s.key
@@ -580,6 +615,13 @@ func (s *Session) refresh(ctx context.Context, sessionID, account string, k toke
 		}
 		if err != nil {
 			grantErr = err
+			if len(ar.Recent) > 0 {
+				// The Company may have rotated the token without the
+				// answer reaching us: nothing may stand in for the next
+				// refresh, which must ask it (issue 21 item 2).
+				ar.Recent = nil
+				return json.Marshal(&ar)
+			}
 			return cur, nil
 		}
 		now = a.clock.Now()
@@ -596,13 +638,13 @@ func (s *Session) refresh(ctx context.Context, sessionID, account string, k toke
 		if grantErr != nil {
 			tr = nil
 			if rotated {
-				ar.remember(sessionID, k, &tokenResponse{}, now) // drops entries of the old token's Session Tokens that are due
+				ar.Recent = nil // the old token's Session Tokens stand in for nothing
 				return json.Marshal(&ar)
 			}
 			return cur, nil
 		}
 		tr.issued = now
-		ar.remember(sessionID, k, tr, now)
+		ar.remember(sessionID, k, tr, held, now)
 		return json.Marshal(&ar)
 	})
 	if err != nil {
@@ -637,9 +679,13 @@ func rotatedToken(body []byte) (string, int64) {
 // marked signed out and ErrNoAccountToken returned, for the caller to renew
 // it signed out (PA-4.8-06).
 func (s *Session) renewSignedIn(ctx context.Context, k tokenKey, snap *sessionRecord, stale string) (*Token, error) {
-	tr, err := s.refresh(ctx, snap.SessionID, snap.Account, k, stale)
+	held := ""
+	if st := snap.token(k); st != nil {
+		held = st.Value
+	}
+	tr, err := s.refresh(ctx, snap.SessionID, snap.Account, k, stale, held)
 	if errors.Is(err, ErrAccountMismatch) || errors.Is(err, ErrInvalidSession) {
-		tr, err = s.refresh(ctx, "", snap.Account, k, "")
+		tr, err = s.refresh(ctx, "", snap.Account, k, "", "")
 	}
 	if errors.Is(err, ErrNoAccountToken) {
 		if merr := s.markSignedOut(ctx, snap.Account); merr != nil {

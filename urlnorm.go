@@ -152,7 +152,10 @@ func (c *Company) Resources() []string {
 				c.signInRes = r
 			}
 		}
-		if c.signInRes == "" && len(c.resources) > 0 {
+		if c.signInRes == "" && len(c.resources) > 1 {
+			// Only MCP servers: none is named while there is one (an
+			// OAuth server that holds the grant to it resolves it by
+			// itself), the first when there are several.
 			c.signInRes = c.resources[0]
 		}
 	})

@@ -21,9 +21,7 @@ import (
 func mcpTokenRequests(env *testenv.Env, url string) []poppytest.Request {
 	var out []poppytest.Request
 	for _, r := range env.Requests(poppytest.EndpointToken) {
-		// Proof-less: a sign-in's DPoP grant may name the MCP url too,
-		// when it is the only resource listed (RFC 8707 section 2.2).
-		if r.Form.Get("resource") == url && len(r.Header.Values("DPoP")) == 0 {
+		if r.Form.Get("resource") == url {
 			out = append(out, r)
 		}
 	}
