@@ -290,9 +290,13 @@ func ResponseError(resp *http.Response) error {
 	} else {
 		now = time.Now()
 	}
-	if code, scope, ok := dpopChallenge(resp.Header); ok {
-		e.Code, e.Scope = code, scope
+	// PA-6-04: every challenge is read; the one of the scheme the request's
+	// token used answers it (DPoP, or Bearer for MCP).
+	cs := parseChallenges(resp.Header)
+	if c, ok := pick(cs, requestScheme(resp.Request)); ok {
+		e.Code, e.Scope = c.code, c.scope
 	}
+	e.Algs = dpopAlgs(cs)
 	if resp.Body != nil && resp.Body != http.NoBody && isJSON(resp.Header.Get("Content-Type")) {
 		head, err := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
 		rest := resp.Body
