@@ -203,6 +203,13 @@ type SignInOptions struct {
 	Scopes []string
 	// Account labels the account; "" means DefaultAccount.
 	Account string
+	// Verify asks the Company, at the cost of one token request, before a
+	// Session already signed in for the scopes is reused: its Account
+	// Token is sent (spec 4.8) instead of trusting the local record, so
+	// that a User the Company disconnected since the Session's last token
+	// is asked to sign in now, not at the next API call. Without it,
+	// Reused is a local check (SignInResult.Reused).
+	Verify bool
 }
 
 func (o *SignInOptions) account() string {
@@ -228,9 +235,21 @@ type SignInResult struct {
 	// which may be fewer (spec 4.4).
 	Requested []string
 	Granted   []string
-	// Reused reports that a stored Account Token covered the scopes, so no
-	// sign-in was needed (spec 4.4, 4.8).
+	// Reused reports that no User was asked (spec 4.4, 4.8): the Session
+	// was already signed in to the account with the scopes and held a
+	// signed-in Session Token not yet due for renewal, or a stored Account
+	// Token covered the scopes and the Company accepted it.
+	//
+	// The first is a local check: nothing is sent, so a Company-side
+	// change since the Session's last token (the User disconnected the
+	// agent, the Company revoked the Account Token) is not seen until the
+	// next API call answers sign_in_required. Verified tells the two
+	// apart; SignInOptions.Verify makes every reuse ask the Company.
 	Reused bool
+	// Verified reports that the Company accepted the Account Token during
+	// this call (a token request was answered), rather than the Session's
+	// local record being trusted.
+	Verified bool
 }
 
 // Missing returns the requested scopes the User did not grant.
@@ -419,7 +438,10 @@ func (s *Session) adoptSignIn(ctx context.Context, tr *tokenResponse, account st
 // sign-in; spec 4.8). It reports false, and changes nothing, when there is
 // none. A Session already signed in to that account for those scopes, with
 // a signed-in Session Token that is not yet due for renewal, is reused as
-// it is: the result has Reused set and nothing is sent.
+// it is: the result has Reused set and nothing is sent, unless opts.Verify
+// asks the Company. An Account Token the Company refuses is deleted and
+// the Session signed out (PA-4.8-06): it reports false, and a sign-in
+// asks the User.
 func (s *Session) UseAccountToken(ctx context.Context, opts *SignInOptions) (*SignInResult, bool, error) {
 	return s.useAccountToken(ctx, opts, true)
 }
@@ -448,7 +470,7 @@ func (s *Session) useAccountToken(ctx context.Context, opts *SignInOptions, reus
 	if signedInElsewhere {
 		return nil, false, fmt.Errorf("%w: the Session is signed in to another account; use a Session per account", ErrAccountMismatch)
 	}
-	if reuse {
+	if reuse && (opts == nil || !opts.Verify) {
 		if res, err := s.reusable(ctx, account, need); res != nil || err != nil {
 			return res, res != nil, err
 		}
@@ -477,7 +499,7 @@ func (s *Session) useAccountToken(ctx context.Context, opts *SignInOptions, reus
 		return nil, false, err
 	}
 	return &SignInResult{User: s.user, SessionName: s.name, Account: account, SessionID: tok.SessionID,
-		Requested: slices.Clone(need), Granted: slices.Clone(tok.Scopes), Reused: true}, true, nil
+		Requested: slices.Clone(need), Granted: slices.Clone(tok.Scopes), Reused: true, Verified: !tr.adopted}, true, nil
 }
 
 // reusable returns the result of a sign-in for need at account when the

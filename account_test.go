@@ -700,3 +700,19 @@ func TestLostRotationClearsRecent(t *testing.T) {
 		t.Fatalf("after a lost rotation the record is %v, want it kept without recent", rec)
 	}
 }
+
+// Issue 21 item 9: a Company that sends scopes with a signed-out token
+// (signed_in false): Token.Scopes and Session.Scopes are none, as
+// documented, not the Company's list.
+func TestSignedOutTokenHasNoScopes(t *testing.T) {
+	e, h := hostileEnv(t, nil, nil)
+	h.OnJSON(tokenPath, func(m map[string]any) { m["scope"] = "poppy:read poppy:write" })
+	s := e.session("alice")
+	tok, err := s.Token(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok.SignedIn || len(tok.Scopes) != 0 || len(s.Scopes()) != 0 {
+		t.Fatalf("signed-out token: signed in %v, Token.Scopes %q, Session.Scopes %q", tok.SignedIn, tok.Scopes, s.Scopes())
+	}
+}

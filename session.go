@@ -46,7 +46,10 @@ type Token struct {
 	Type string
 	// Expiry is when the token expires, by the Agent's clock.
 	Expiry time.Time
-	// Scopes are the account scopes the token carries; none when signed out.
+	// Scopes are the account scopes the token carries; none when signed
+	// out: scopes a Company sends with a signed-out token (signed_in
+	// false) are dropped, since a signed-out Session has no account for
+	// them to grant anything in (spec 4.4).
 	Scopes []string
 	// Resource is the RFC 8707 resource the token was issued for, if any.
 	Resource string
@@ -282,7 +285,8 @@ func (s *Session) Account() string {
 	return s.rec.Account
 }
 
-// Scopes returns the account scopes of the Session; none when signed out.
+// Scopes returns the account scopes of the Session; none when signed out,
+// whatever scopes the Company sent with a signed-out token.
 func (s *Session) Scopes() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -556,9 +560,13 @@ func (s *Session) recordToken(rec *sessionRecord, tr *tokenResponse, k tokenKey,
 	}
 	rec.SessionID = tr.SessionID
 	granted := ""
-	if tr.Scope != nil {
+	switch {
+	case !tr.SignedIn:
+		// No account scopes when signed out, whatever the Company sent
+		// (Token.Scopes, Session.Scopes).
+	case tr.Scope != nil:
 		granted = *tr.Scope
-	} else if k.scope != "" {
+	case k.scope != "":
 		granted = k.scope // RFC 6749: omitted scope = requested scope
 	}
 	if tr.SignedIn && !rec.SignedIn || !tr.SignedIn && rec.SignedIn {

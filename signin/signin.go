@@ -21,7 +21,12 @@
 //
 // A sign-in for scopes the Session already holds, signed in to that
 // account with a Session Token not yet due for renewal, returns at once
-// with Reused set and sends nothing.
+// with Reused set and sends nothing. That is a local check: right after
+// the Company disconnected the User, it still reports Reused, and the
+// next API call answers sign_in_required. A caller that must know asks
+// the Company with [poppy.SignInOptions.Verify], at the cost of one token
+// request: the Account Token is sent, and if the Company refuses it the
+// User is asked to sign in at once.
 //
 // # Sessions the Company has ended
 //
