@@ -94,7 +94,9 @@
 //   - A-45 (invalid_grant on a refresh): the Account Token is deleted and
 //     the Session carries on signed out.
 //   - A-44 (User ID format): "usr_" followed by 128 random bits, base64url.
-//   - A-46 (algorithms): every signature the SDK makes is ES256.
+//   - A-46 (algorithms): every signature the SDK makes is ES256. A DPoP
+//     challenge whose algs attribute leaves ES256 out is an *Error that
+//     matches ErrUnsupportedDPoPAlgorithm (PA-6-04): no retry can help.
 //   - DPoP proofs carry a 128-bit jti, like assertions (RFC 9449 allows
 //     96 bits; some Companies demand 128).
 //   - Durations a Company sends are clamped (durations.go): expires_in to

@@ -263,8 +263,12 @@ func (t *sessionTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 const maxErrorBody = 64 << 10
 
 // ResponseError returns the Company's error in resp as an *Error, or nil
-// when resp's status is below 400. It reads the WWW-Authenticate challenge
-// (DPoP or Bearer: error, scope), Retry-After, and an OAuth or protocol JSON
+// when resp's status is below 400. It reads every WWW-Authenticate
+// challenge and takes the error and scope of the one of the scheme the
+// request's token used (Bearer for a Bearer token, as MCP sends, DPoP
+// otherwise; else any challenge with an error), and the DPoP challenge's
+// algs (Error.Algs: without ES256 the Error matches
+// ErrUnsupportedDPoPAlgorithm), Retry-After, and an OAuth or protocol JSON
 // body ({"error", "error_description", "extension"}); the Error matches its
 // sentinel with errors.Is (ErrSignInRequired, ErrInsufficientScope,
 // ErrExtensionRequired, ErrRateLimited, ...). Every status of 400 and above
