@@ -27,6 +27,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/poppyproto/poppy/internal/jose"
 	"github.com/poppyproto/poppy/keystore"
 )
 
@@ -78,7 +79,13 @@ type accountRecord struct {
 	Expiry time.Time `json:"expiry,omitzero"`
 	// Recent are the Session Tokens the latest refreshes got, so that a
 	// replica that waited for the lock while another refreshed for the
-	// same Session adopts that token instead of refreshing again.
+	// same Session adopts that token instead of refreshing again. An entry
+	// stands in for a refresh only for a caller that still holds the token
+	// it replaced (Replaces), and a refresh that may have been answered
+	// without the SDK keeping the answer (a rotation lost) clears them all:
+	// nothing here can sign a Session in after the Account Token was
+	// revoked, signed out or rotated away, not even a record restored
+	// from before (issue 21 item 2).
 	Recent []recentToken `json:"recent,omitempty"`
 }
 
@@ -95,21 +102,37 @@ type recentToken struct {
 	Scope     *string   `json:"scope,omitempty"`
 	Issued    time.Time `json:"issued"`
 	Lifetime  int64     `json:"lifetime"` // seconds
+	// Replaces is heldHash of the token the refresh replaced: what the
+	// replicas that raced with it hold for the key.
+	Replaces string `json:"replaces,omitempty"`
+}
+
+// heldHash identifies held, the value of the token a caller holds for a
+// key ("" for none), without keeping the value.
+func heldHash(held string) string {
+	if held == "" {
+		return ""
+	}
+	return jose.Hash(held)
 }
 
 // maxRecent bounds accountRecord.Recent: one entry per Session and token
 // key in use, the oldest dropped first.
 const maxRecent = 16
 
-// recent returns the entry a refresh for sessionID and k can adopt: a
-// token still before its renewal point that is not stale.
-func (r *accountRecord) recent(sessionID string, k tokenKey, stale string, now time.Time) *tokenResponse {
+// recent returns the entry a refresh for sessionID and k, by a caller
+// that holds held for k, can adopt: a token still before its renewal
+// point, not stale, that replaced held.
+func (r *accountRecord) recent(sessionID string, k tokenKey, stale, held string, now time.Time) *tokenResponse {
 	if sessionID == "" {
 		return nil // a new Session each time
 	}
 	for _, e := range r.Recent {
 		if e.Asked != sessionID || e.Bearer != k.bearer || e.Resource != k.resource || e.KeyScope != k.scope {
 			continue
+		}
+		if e.Replaces != heldHash(held) {
+			return nil // not a refresh this caller raced with
 		}
 		lifetime := time.Duration(e.Lifetime) * time.Second
 		if e.Value == stale || !now.Before(renewPoint(e.Issued, lifetime)) {
@@ -121,9 +144,9 @@ func (r *accountRecord) recent(sessionID string, k tokenKey, stale string, now t
 	return nil
 }
 
-// remember records tr, obtained for sessionID and k, in Recent, dropping
-// entries past their renewal point.
-func (r *accountRecord) remember(sessionID string, k tokenKey, tr *tokenResponse, now time.Time) {
+// remember records tr, obtained for sessionID and k by a caller that held
+// held, in Recent, dropping entries past their renewal point.
+func (r *accountRecord) remember(sessionID string, k tokenKey, tr *tokenResponse, held string, now time.Time) {
 	keep := r.Recent[:0]
 	for _, e := range r.Recent {
 		same := e.Asked == sessionID && e.Bearer == k.bearer && e.Resource == k.resource && e.KeyScope == k.scope
@@ -140,7 +163,7 @@ func (r *accountRecord) remember(sessionID string, k tokenKey, tr *tokenResponse
 	}
 	r.Recent = append(r.Recent, recentToken{Asked: sessionID, Bearer: k.bearer, Resource: k.resource, KeyScope: k.scope,
 		Value: tr.AccessToken, Type: tr.TokenType, SessionID: tr.SessionID, Scope: tr.Scope,
-		Issued: now, Lifetime: int64(tr.expiresIn / time.Second)})
+		Issued: now, Lifetime: int64(tr.expiresIn / time.Second), Replaces: heldHash(held)})
 }
 
 func (r *accountRecord) expired(now time.Time) bool {
@@ -180,6 +203,13 @@ type SignInOptions struct {
 	Scopes []string
 	// Account labels the account; "" means DefaultAccount.
 	Account string
+	// Verify asks the Company, at the cost of one token request, before a
+	// Session already signed in for the scopes is reused: its Account
+	// Token is sent (spec 4.8) instead of trusting the local record, so
+	// that a User the Company disconnected since the Session's last token
+	// is asked to sign in now, not at the next API call. Without it,
+	// Reused is a local check (SignInResult.Reused).
+	Verify bool
 }
 
 func (o *SignInOptions) account() string {
@@ -205,9 +235,21 @@ type SignInResult struct {
 	// which may be fewer (spec 4.4).
 	Requested []string
 	Granted   []string
-	// Reused reports that a stored Account Token covered the scopes, so no
-	// sign-in was needed (spec 4.4, 4.8).
+	// Reused reports that no User was asked (spec 4.4, 4.8): the Session
+	// was already signed in to the account with the scopes and held a
+	// signed-in Session Token not yet due for renewal, or a stored Account
+	// Token covered the scopes and the Company accepted it.
+	//
+	// The first is a local check: nothing is sent, so a Company-side
+	// change since the Session's last token (the User disconnected the
+	// agent, the Company revoked the Account Token) is not seen until the
+	// next API call answers sign_in_required. Verified tells the two
+	// apart; SignInOptions.Verify makes every reuse ask the Company.
 	Reused bool
+	// Verified reports that the Company accepted the Account Token during
+	// this call (a token request was answered), rather than the Session's
+	// local record being trusted.
+	Verified bool
 }
 
 // Missing returns the requested scopes the User did not grant.
@@ -246,6 +288,35 @@ func covers(granted, need []string) bool {
 	return true
 }
 
+// signInResource is the resource whose token a sign-in's token request
+// gets: at a Company that lists resources (Resources), the first one
+// listed that is not an MCP server's url; "" otherwise. A sign-in's
+// request asks for a DPoP token, which never goes to an MCP server
+// (PA-4.3-19), so a lone MCP url is not named (a server that holds the
+// grant to it alone resolves a request naming none to it); of several
+// MCP urls, and nothing else, the first is, since such a server refuses a
+// request naming none of several.
+//
+// RFC 8707 lets an OAuth server refuse a token request that names several
+// resources, or none of several that the authorization named; oidc-provider
+// does by default (invalid_target), and has then used the code up. Every
+// token request therefore names exactly one resource once the
+// authorization named some: the sign-in's code exchange or device poll
+// names this one, and the token of every other resource is got by a
+// refresh that names it (spec 4.3 lets any token request name one, so a
+// Company that reads spec 4.3 alone accepts it as well).
+func (c *Company) signInResource() string {
+	c.Resources()
+	return c.signInRes
+}
+
+// signInKey is the key of the token a sign-in gets and UseAccountToken
+// renews: the Session's default token, or at a Company that lists
+// resources, the token of signInResource.
+func (s *Session) signInKey() tokenKey {
+	return tokenKey{resource: s.company.signInResource()}
+}
+
 // completeSignIn sends a sign-in grant for this Session to the token
 // endpoint: grant holds grant_type and the grant's own parameters (code,
 // redirect_uri and code_verifier for Direct Sign-In, device_code for Device
@@ -253,12 +324,17 @@ func covers(granted, need []string) bool {
 // success the Account Token is stored and the Session is signed in
 // (spec 4.4). On failure nothing changes (PA-4.4-10) and the Company's error
 // is returned as an *Error. It is the building block of package signin.
+//
+// The request names exactly one resource, signInResource, when the
+// Company lists any (RFC 8707 section 2.2), and the Session Token it gets
+// is kept as that resource's token.
 func (s *Session) completeSignIn(ctx context.Context, grant url.Values, opts *SignInOptions) (*SignInResult, error) {
 	if opts == nil || len(opts.Scopes) == 0 {
 		return nil, configError("completing a sign-in: no scopes")
 	}
 	a, c := s.agent, s.company
 	sessionID := s.ID()
+	k := s.signInKey()
 	body, err := a.postForm(ctx, c, c.meta.TokenEndpoint, s.key, func() (url.Values, error) {
 		f := url.Values{}
 		for k, v := range grant {
@@ -267,18 +343,30 @@ func (s *Session) completeSignIn(ctx context.Context, grant url.Values, opts *Si
 		if sessionID != "" {
 			f.Set("session_id", sessionID) // spec 4.5, 4.6
 		}
+		if k.resource != "" {
+			f.Set("resource", k.resource) // exactly one (RFC 8707 section 2.2)
+		}
 		return f, nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	return s.acceptSignIn(ctx, body, opts)
+	return s.acceptTokenResponse(ctx, body, opts, k)
 }
 
 // acceptSignIn adopts a sign-in's token response obtained by the caller,
 // such as Mediated Sign-In's "complete" (spec 4.7): it stores the Account
 // Token and signs the Session in with the Session Token.
+//
+// Its request named no resource, so the Session Token is kept as the
+// Session's default token.
 func (s *Session) acceptSignIn(ctx context.Context, tokenResponse []byte, opts *SignInOptions) (*SignInResult, error) {
+	return s.acceptTokenResponse(ctx, tokenResponse, opts, tokenKey{})
+}
+
+// acceptTokenResponse checks a sign-in's token response and adopts it,
+// keeping its Session Token for k.
+func (s *Session) acceptTokenResponse(ctx context.Context, tokenResponse []byte, opts *SignInOptions, k tokenKey) (*SignInResult, error) {
 	if opts == nil || len(opts.Scopes) == 0 {
 		return nil, configError("accepting a sign-in: no scopes")
 	}
@@ -292,13 +380,14 @@ func (s *Session) acceptSignIn(ctx context.Context, tokenResponse []byte, opts *
 	if !tr.SignedIn {
 		return nil, fmt.Errorf("%w: sign-in answer with signed_in false", ErrInvalidTokenResponse)
 	}
-	return s.adoptSignIn(ctx, tr, opts.account(), opts.Scopes)
+	return s.adoptSignIn(ctx, tr, opts.account(), opts.Scopes, k)
 }
 
 // adoptSignIn stores a sign-in's Account Token, then makes its Session Token
 // the Session's (PA-4.5-10, PA-4.6-08, PA-4.7-07). The token replaced for
-// the same account is revoked, best effort (PA-4.4-09).
-func (s *Session) adoptSignIn(ctx context.Context, tr *tokenResponse, account string, requested []string) (*SignInResult, error) {
+// the same account is revoked, best effort (PA-4.4-09). k is the key of the
+// Session Token tr carries.
+func (s *Session) adoptSignIn(ctx context.Context, tr *tokenResponse, account string, requested []string, k tokenKey) (*SignInResult, error) {
 	a := s.agent
 	now := a.clock.Now()
 	granted := strings.Join(requested, " ")
@@ -330,7 +419,7 @@ func (s *Session) adoptSignIn(ctx context.Context, tr *tokenResponse, account st
 			rec = sessionRecord{}
 		}
 		rec.Tokens = nil // tokens issued before the sign-in no longer apply
-		s.recordToken(&rec, tr, tokenKey{}, account)
+		s.recordToken(&rec, tr, k, account)
 		return json.Marshal(&rec)
 	})
 	if err != nil {
@@ -350,7 +439,10 @@ func (s *Session) adoptSignIn(ctx context.Context, tr *tokenResponse, account st
 // sign-in; spec 4.8). It reports false, and changes nothing, when there is
 // none. A Session already signed in to that account for those scopes, with
 // a signed-in Session Token that is not yet due for renewal, is reused as
-// it is: the result has Reused set and nothing is sent.
+// it is: the result has Reused set and nothing is sent, unless opts.Verify
+// asks the Company. An Account Token the Company refuses is deleted and
+// the Session signed out (PA-4.8-06): it reports false, and a sign-in
+// asks the User.
 func (s *Session) UseAccountToken(ctx context.Context, opts *SignInOptions) (*SignInResult, bool, error) {
 	return s.useAccountToken(ctx, opts, true)
 }
@@ -379,14 +471,21 @@ func (s *Session) useAccountToken(ctx context.Context, opts *SignInOptions, reus
 	if signedInElsewhere {
 		return nil, false, fmt.Errorf("%w: the Session is signed in to another account; use a Session per account", ErrAccountMismatch)
 	}
-	if reuse {
+	if reuse && (opts == nil || !opts.Verify) {
 		if res, err := s.reusable(ctx, account, need); res != nil || err != nil {
 			return res, res != nil, err
 		}
 	}
-	tr, err := s.refresh(ctx, s.ID(), account, tokenKey{}, "")
+	k := s.signInKey()
+	held := ""
+	s.mu.Lock()
+	if t := s.tokens[k]; t != nil {
+		held = t.value
+	}
+	s.mu.Unlock()
+	tr, err := s.refresh(ctx, s.ID(), account, k, "", held)
 	if errors.Is(err, ErrAccountMismatch) || errors.Is(err, ErrInvalidSession) {
-		tr, err = s.refresh(ctx, "", account, tokenKey{}, "") // a new signed-in Session
+		tr, err = s.refresh(ctx, "", account, k, "", "") // a new signed-in Session
 	}
 	if errors.Is(err, ErrNoAccountToken) {
 		// Refused or expired, and deleted by refresh: a Session signed in
@@ -396,12 +495,12 @@ func (s *Session) useAccountToken(ctx context.Context, opts *SignInOptions, reus
 	if err != nil {
 		return nil, false, err
 	}
-	tok, err := s.storeRenewal(ctx, tr, tokenKey{}, account)
+	tok, err := s.storeRenewal(ctx, tr, k, account)
 	if err != nil {
 		return nil, false, err
 	}
 	return &SignInResult{User: s.user, SessionName: s.name, Account: account, SessionID: tok.SessionID,
-		Requested: slices.Clone(need), Granted: slices.Clone(tok.Scopes), Reused: true}, true, nil
+		Requested: slices.Clone(need), Granted: slices.Clone(tok.Scopes), Reused: true, Verified: !tr.adopted}, true, nil
 }
 
 // reusable returns the result of a sign-in for need at account when the
@@ -416,7 +515,7 @@ func (s *Session) reusable(ctx context.Context, account string, need []string) (
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	granted := strings.Fields(s.rec.Scope)
-	t := s.tokens[tokenKey{}]
+	t := s.tokens[s.signInKey()]
 	if !s.rec.SignedIn || s.rec.Account != account || !covers(granted, need) ||
 		t == nil || !t.SignedIn || t.SessionID != s.rec.SessionID || !now.Before(t.renewAt) {
 		return nil, nil
@@ -487,29 +586,31 @@ func (s *Session) markSignedOut(ctx context.Context, account string) error {
 // find the old token. The refresh therefore also keeps the Session Token it
 // got in the Account Token's record (accountRecord.Recent), and a refresh
 // for the same Session and token key that finds one there still before its
-// renewal point, and not stale, adopts it and sends nothing.
+// renewal point, and not stale, adopts it and sends nothing, if it was
+// got in place of held, the token the caller holds for k: only a caller
+// that raced with that refresh adopts its token.
 //
 // A rotated Account Token is stored whatever else is wrong with the
 // response that carried it: the Company has consumed the old one
 // (RFC 6749 section 6, PA-4.8-04).
-func (s *Session) refresh(ctx context.Context, sessionID, account string, k tokenKey, stale string) (*tokenResponse, error) {
+func (s *Session) refresh(ctx context.Context, sessionID, account string, k tokenKey, stale, held string) (*tokenResponse, error) {
 	a, c := s.agent, s.company
 	var tr *tokenResponse
 	var grantErr error
-	var held string
+	var heldAccount string // the Account Token, kept out of URLs (transport.go)
 	err := a.store.Update(ctx, s.accountKey(account), func(cur []byte) ([]byte, error) {
 		var ar accountRecord
 		if cur == nil || json.Unmarshal(cur, &ar) != nil || ar.Token == "" {
 			grantErr = ErrNoAccountToken
 			return cur, nil
 		}
-		defer func() { held = ar.Token }()
+		defer func() { heldAccount = ar.Token }()
 		now := a.clock.Now()
 		if ar.expired(now) {
 			grantErr = fmt.Errorf("%w: it has expired", ErrNoAccountToken) // PA-4.4-12
 			return nil, nil
 		}
-		if tr = ar.recent(sessionID, k, stale, now); tr != nil {
+		if tr = ar.recent(sessionID, k, stale, held, now); tr != nil {
 			return cur, nil // PA-4.8-05: another replica refreshed while we waited
 		}
 		key := s.key
@@ -539,6 +640,13 @@ func (s *Session) refresh(ctx context.Context, sessionID, account string, k toke
 		}
 		if err != nil {
 			grantErr = err
+			if len(ar.Recent) > 0 {
+				// The Company may have rotated the token without the
+				// answer reaching us: nothing may stand in for the next
+				// refresh, which must ask it (issue 21 item 2).
+				ar.Recent = nil
+				return json.Marshal(&ar)
+			}
 			return cur, nil
 		}
 		now = a.clock.Now()
@@ -555,19 +663,19 @@ func (s *Session) refresh(ctx context.Context, sessionID, account string, k toke
 		if grantErr != nil {
 			tr = nil
 			if rotated {
-				ar.remember(sessionID, k, &tokenResponse{}, now) // drops entries of the old token's Session Tokens that are due
+				ar.Recent = nil // the old token's Session Tokens stand in for nothing
 				return json.Marshal(&ar)
 			}
 			return cur, nil
 		}
 		tr.issued = now
-		ar.remember(sessionID, k, tr, now)
+		ar.remember(sessionID, k, tr, held, now)
 		return json.Marshal(&ar)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("poppy: Account Token: %w", err)
 	}
-	s.holdAccountToken(held) // never in a URL (transport.go)
+	s.holdAccountToken(heldAccount) // never in a URL (transport.go)
 	return tr, grantErr
 }
 
@@ -597,9 +705,13 @@ func rotatedToken(body []byte) (string, int64) {
 // marked signed out and ErrNoAccountToken returned, for the caller to renew
 // it signed out (PA-4.8-06).
 func (s *Session) renewSignedIn(ctx context.Context, k tokenKey, snap *sessionRecord, stale string) (*Token, error) {
-	tr, err := s.refresh(ctx, snap.SessionID, snap.Account, k, stale)
+	held := ""
+	if st := snap.token(k); st != nil {
+		held = st.Value
+	}
+	tr, err := s.refresh(ctx, snap.SessionID, snap.Account, k, stale, held)
 	if errors.Is(err, ErrAccountMismatch) || errors.Is(err, ErrInvalidSession) {
-		tr, err = s.refresh(ctx, "", snap.Account, k, "")
+		tr, err = s.refresh(ctx, "", snap.Account, k, "", "")
 	}
 	if errors.Is(err, ErrNoAccountToken) {
 		if merr := s.markSignedOut(ctx, snap.Account); merr != nil {

@@ -2,9 +2,12 @@ package poppy_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -609,5 +612,107 @@ func TestInsufficientScopeNamesScopesAndTypes(t *testing.T) {
 	}
 	if n := len(sdkRequests(e.srv, poppytest.EndpointAPI)); n != 1 {
 		t.Fatalf("%d API requests, want 1", n)
+	}
+}
+
+// accountRecordOf reads the raw Account Token record of alice's default
+// account.
+func accountRecordOf(t *testing.T, e *env) (keystore.Key, map[string]any) {
+	t.Helper()
+	k := keystore.Key{Kind: keystore.KindAccountToken, User: "alice", Issuer: e.company("example.test").Issuer(), ID: poppy.DefaultAccount}
+	b, err := e.store.Get(ctx, k)
+	if errors.Is(err, keystore.ErrNotFound) {
+		return k, nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	return k, m
+}
+
+// Issue 21 item 2 (PA-4.9-02, PA-4.8-06): an Account Token record restored
+// from before SignOut, with the Session Tokens its refreshes got (Recent),
+// never signs a Session in without asking the Company: the refresh is
+// sent, refused, and the Session stays signed out.
+func TestRestoredAccountRecordAfterSignOutSignsNothingIn(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	s := signedIn(t, e, "default")
+	if _, err := s.Token(ctx, &poppy.TokenOptions{Renew: true}); err != nil {
+		t.Fatal(err)
+	}
+	k, rec := accountRecordOf(t, e)
+	if rec["recent"] == nil {
+		t.Fatalf("the refresh left no Recent entry to test with: %v", rec)
+	}
+	snapshot, err := e.store.Get(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SignOut(ctx, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.store.Update(ctx, k, func([]byte) ([]byte, error) { return snapshot, nil }); err != nil {
+		t.Fatal(err)
+	}
+	before := len(grantsOf(e, "refresh_token"))
+	res, ok, err := s.UseAccountToken(ctx, &poppy.SignInOptions{Scopes: []string{"poppy:read"}})
+	if ok || s.SignedIn() {
+		t.Fatalf("UseAccountToken with a restored, revoked record: ok %v, result %+v, err %v, signed in %v", ok, res, err, s.SignedIn())
+	}
+	if len(grantsOf(e, "refresh_token")) != before+1 {
+		t.Fatal("no refresh was sent: the restored record stood in for the Company's answer")
+	}
+	if st, _ := e.get(s, "/orders"); st == 200 {
+		t.Fatal("GET /orders ran as the account after sign-out")
+	}
+}
+
+// Issue 21 item 2 (PA-4.8-04): a refresh whose answer never arrived may
+// have rotated the Account Token at the Company; the record then keeps no
+// Session Token that could stand in for the next refresh.
+func TestLostRotationClearsRecent(t *testing.T) {
+	e, h := hostileEnv(t, &poppytest.Options{RotateAccountTokens: true}, nil)
+	s := signedIn(t, e, "default")
+	if _, err := s.Token(ctx, &poppy.TokenOptions{Renew: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, rec := accountRecordOf(t, e); rec["recent"] == nil {
+		t.Fatalf("the refresh left no Recent entry to test with: %v", rec)
+	}
+	h.On(tokenPath, func(req *http.Request, next http.RoundTripper) (*http.Response, error) {
+		b, _ := req.GetBody()
+		form, _ := io.ReadAll(b)
+		resp, err := next.RoundTrip(req)
+		if err == nil && strings.Contains(string(form), "grant_type=refresh_token") {
+			resp.Body.Close()
+			return nil, errors.New("connection reset after the Company answered")
+		}
+		return resp, err
+	})
+	if _, err := s.Token(ctx, &poppy.TokenOptions{Scopes: []string{"poppy:read"}}); err == nil {
+		t.Fatal("the refresh whose answer was lost succeeded")
+	}
+	if _, rec := accountRecordOf(t, e); rec == nil || rec["recent"] != nil {
+		t.Fatalf("after a lost rotation the record is %v, want it kept without recent", rec)
+	}
+}
+
+// Issue 21 item 9: a Company that sends scopes with a signed-out token
+// (signed_in false): Token.Scopes and Session.Scopes are none, as
+// documented, not the Company's list.
+func TestSignedOutTokenHasNoScopes(t *testing.T) {
+	e, h := hostileEnv(t, nil, nil)
+	h.OnJSON(tokenPath, func(m map[string]any) { m["scope"] = "poppy:read poppy:write" })
+	s := e.session("alice")
+	tok, err := s.Token(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok.SignedIn || len(tok.Scopes) != 0 || len(s.Scopes()) != 0 {
+		t.Fatalf("signed-out token: signed in %v, Token.Scopes %q, Session.Scopes %q", tok.SignedIn, tok.Scopes, s.Scopes())
 	}
 }

@@ -189,6 +189,10 @@ type Company struct {
 	endpointsOnce sync.Once
 	eps           []endpoint
 	anyResource   bool // some listed entry has a resource (set with eps)
+
+	resourcesOnce sync.Once
+	resources     []string // Resources
+	signInRes     string   // signInResource
 }
 
 // Domain returns the domain the Company was resolved from, as given to

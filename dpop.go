@@ -190,43 +190,101 @@ const (
 	maxScopeBytes = 128
 )
 
-// dpopChallenge returns the error and scope of the first DPoP or Bearer
-// challenge in WWW-Authenticate that has an error attribute (RFC 9110
+// maxChallenges bounds how many DPoP and Bearer challenges are kept from
+// one response.
+const maxChallenges = 16
+
+// challenge is one DPoP or Bearer challenge of WWW-Authenticate (RFC 9110
 // section 11.6.1, RFC 6750 section 3, RFC 9449 section 7.1).
+type challenge struct {
+	scheme string // "DPoP" or "Bearer"
+	code   string // the error attribute; "" when absent
+	scope  []string
+	// algs are the DPoP challenge's algs attribute (RFC 9449 section
+	// 7.1): the proof algorithms the Company accepts; nil when absent.
+	algs []string
+}
+
+// parseChallenges returns every DPoP and Bearer challenge in
+// WWW-Authenticate, in order, at most maxChallenges of them (PA-6-04):
+// several challenges in one header value or in several, quoted values,
+// algs.
 //
 // It is one pass over at most maxChallengeBytes bytes, allocating only the
-// two values it returns: a header of a million "a," costs no more than a
-// short one. The grammar is read leniently: a scheme, then comma-separated
-// name=token or name="quoted" attributes, until the next scheme.
-func dpopChallenge(h http.Header) (code string, scope []string, ok bool) {
+// values it returns: a header of a million "a," costs no more than a short
+// one. The grammar is read leniently: a scheme, then comma-separated
+// name=token or name="quoted" attributes, until the next scheme. Other
+// schemes (Basic, ...) are skipped.
+func parseChallenges(h http.Header) []challenge {
+	var out []challenge
 	budget := maxChallengeBytes
 	for _, line := range h.Values("WWW-Authenticate") {
-		if budget <= 0 {
+		if budget <= 0 || len(out) >= maxChallenges {
 			break
 		}
 		if len(line) > budget {
 			line = line[:budget]
 		}
 		budget -= len(line)
-		if code, scope, ok = scanChallenges(line); ok {
-			return code, scope, true
-		}
+		out = scanChallenges(line, out)
 	}
-	return "", nil, false
+	return out
 }
 
-// scanChallenges is dpopChallenge for one header value.
-func scanChallenges(s string) (code string, scope []string, ok bool) {
-	wanted := false // inside a DPoP or Bearer challenge
-	var errVal, scopeVal string
-	var haveErr bool
-	finish := func() bool {
-		if wanted && haveErr && errVal != "" {
-			code, scope, ok = errVal, boundedScopes(scopeVal), true
-			return true
+// pick returns the challenge with an error attribute of scheme, the one the
+// token sent names (DPoP for the Session's DPoP token, Bearer for MCP), or
+// else the first of any scheme that has one: a Company may answer a DPoP
+// token with a Bearer challenge. ok is false when no challenge has an
+// error.
+func pick(cs []challenge, scheme string) (c challenge, ok bool) {
+	for _, c := range cs {
+		if c.code != "" && strings.EqualFold(c.scheme, scheme) {
+			return c, true
 		}
-		return false
 	}
+	for _, c := range cs {
+		if c.code != "" {
+			return c, true
+		}
+	}
+	return challenge{}, false
+}
+
+// dpopChallenge returns the error and scope of the challenge that answers
+// a request sent with a DPoP token or proof: the DPoP challenge with an
+// error, or else the first Bearer one (pick).
+func dpopChallenge(h http.Header) (code string, scope []string, ok bool) {
+	c, ok := pick(parseChallenges(h), "DPoP")
+	return c.code, c.scope, ok
+}
+
+// requestScheme is the scheme of the token a request carried: "Bearer" for
+// a Bearer token (MCP), "DPoP" otherwise.
+func requestScheme(req *http.Request) string {
+	if req != nil {
+		if a := req.Header.Get("Authorization"); len(a) > 7 && strings.EqualFold(a[:7], "bearer ") {
+			return "Bearer"
+		}
+	}
+	return "DPoP"
+}
+
+// dpopAlgs returns the algs of the DPoP challenge in cs, nil when none
+// names any.
+func dpopAlgs(cs []challenge) []string {
+	for _, c := range cs {
+		if c.scheme == "DPoP" && c.algs != nil {
+			return c.algs
+		}
+	}
+	return nil
+}
+
+// scanChallenges appends the DPoP and Bearer challenges of one header value
+// to out, up to maxChallenges in all.
+func scanChallenges(s string, out []challenge) []challenge {
+	var cur *challenge // the DPoP or Bearer challenge being read
+	var haveErr, haveScope, haveAlgs bool
 	i := 0
 	for i < len(s) {
 		// Skip separators.
@@ -254,7 +312,7 @@ func scanChallenges(s string) (code string, scope []string, ok bool) {
 			}
 			var val string
 			if k < len(s) && s[k] == '"' {
-				val, k = quoted(s, k, wanted)
+				val, k = quoted(s, k, cur != nil)
 			} else {
 				e := k
 				for e < len(s) && s[e] != ',' && s[e] != ' ' && s[e] != '\t' {
@@ -262,12 +320,14 @@ func scanChallenges(s string) (code string, scope []string, ok bool) {
 				}
 				val, k = s[k:e], e
 			}
-			if wanted {
+			if cur != nil {
 				switch {
 				case strings.EqualFold(tok, "error") && !haveErr:
-					errVal, haveErr = val, true
-				case strings.EqualFold(tok, "scope") && scopeVal == "":
-					scopeVal = val
+					cur.code, haveErr = val, true
+				case strings.EqualFold(tok, "scope") && !haveScope:
+					cur.scope, haveScope = boundedScopes(val), true
+				case strings.EqualFold(tok, "algs") && !haveAlgs && cur.scheme == "DPoP":
+					cur.algs, haveAlgs = boundedAlgs(val), true
 				}
 			}
 			i = k
@@ -278,16 +338,41 @@ func scanChallenges(s string) (code string, scope []string, ok bool) {
 			i = j + 1
 			continue
 		}
-		// A new challenge begins: settle the previous one.
-		if finish() {
-			return code, scope, ok
+		// A new challenge begins.
+		cur, haveErr, haveScope, haveAlgs = nil, false, false, false
+		if len(out) >= maxChallenges {
+			break
 		}
-		wanted = strings.EqualFold(tok, "dpop") || strings.EqualFold(tok, "bearer")
-		errVal, scopeVal, haveErr = "", "", false
+		switch {
+		case strings.EqualFold(tok, "dpop"):
+			out = append(out, challenge{scheme: "DPoP"})
+			cur = &out[len(out)-1]
+		case strings.EqualFold(tok, "bearer"):
+			out = append(out, challenge{scheme: "Bearer"})
+			cur = &out[len(out)-1]
+		}
 		i = j
 	}
-	finish()
-	return code, scope, ok
+	return out
+}
+
+// maxAlgs bounds the algorithms kept from an algs attribute.
+const maxAlgs = 16
+
+// boundedAlgs splits an algs attribute (space-separated JWS algorithm
+// names) into at most maxAlgs names of at most 32 bytes; an empty list is
+// non-nil, so that "algs present but naming none" is told from absent.
+func boundedAlgs(v string) []string {
+	out := []string{}
+	for _, a := range strings.Fields(v) {
+		if len(out) == maxAlgs {
+			break
+		}
+		if len(a) <= 32 && validNonce(a) {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // quoted reads the quoted-string starting at s[k] == '"' and returns its

@@ -127,9 +127,25 @@ func FuzzParseChallenges(f *testing.F) {
 	f.Add(`Bearer realm="x", error=invalid_token,`)
 	f.Add(`DPoP error="\`)
 	f.Add(`=,=,"`)
+	f.Add(`Bearer error="invalid_token", DPoP error="use_dpop_nonce", algs="ES256"`)
+	f.Add(`DPoP algs="RS256 PS256", error=invalid_dpop_proof, Basic realm=x, Bearer scope=""`)
 	f.Fuzz(func(t *testing.T, v string) {
 		h := http.Header{}
 		h.Set("WWW-Authenticate", v)
+		cs := parseChallenges(h) // must not panic
+		if len(cs) > maxChallenges {
+			t.Fatalf("%d challenges", len(cs))
+		}
+		for _, c := range cs {
+			if (c.scheme != "DPoP" && c.scheme != "Bearer") || len(c.scope) > maxScopes || len(c.algs) > maxAlgs || (c.algs != nil && c.scheme != "DPoP") {
+				t.Fatalf("challenge %+v", c)
+			}
+			for _, a := range c.algs {
+				if a == "" || len(a) > 32 || !validNonce(a) {
+					t.Fatalf("alg %q", a)
+				}
+			}
+		}
 		code, scope, _ := dpopChallenge(h) // must not panic
 		// Bounded output (issue 8): at most what was read, 64 scopes of
 		// at most 128 bytes.

@@ -22,10 +22,15 @@ package poppy
 //     error; at most 30 days.
 //   - refresh_token_expires_in: non-positive or absent means the Company
 //     gave no expiry; at most 10 years.
-//   - device interval: absent or non-positive means 5 s (RFC 8628 section
-//     3.2); at least 1 s, at most 10 minutes.
-//   - device expires_in: required (RFC 8628 section 3.2) and positive, else
-//     an invalid response; at most 1 hour.
+//   - device interval and expires_in are honoured as the Company sends them
+//     (PA-4.6-04, A-14), bounded only by what is absurd. expires_in is
+//     required (RFC 8628 section 3.2) and positive, else an invalid
+//     response; one over 30 days is read as 30 days (the caller's context
+//     bounds the wait in any case). interval is absent, or not a count of
+//     at least one second (0, negative, 1e-9, a string), means 5 s
+//     (RFC 8628 section 3.2): one rule for every value that can't be
+//     waited as sent. An interval longer than expires_in is the Company's
+//     error, and the response is refused.
 //   - Retry-After: delta-seconds at most 30 days (a longer value, whatever
 //     its digits, is "longer than MaxRetryWait", PA-4.3-27); an HTTP-date
 //     is clamped the same way.
@@ -45,8 +50,8 @@ type durationRange struct{ min, max time.Duration }
 var (
 	rangeTokenLifetime   = durationRange{time.Second, 30 * 24 * time.Hour}
 	rangeAccountLifetime = durationRange{time.Second, 10 * 365 * 24 * time.Hour}
-	rangeDeviceInterval  = durationRange{time.Second, 10 * time.Minute}
-	rangeDeviceExpiry    = durationRange{time.Second, time.Hour}
+	rangeDeviceInterval  = durationRange{time.Second, 30 * 24 * time.Hour}
+	rangeDeviceExpiry    = durationRange{time.Second, 30 * 24 * time.Hour}
 	rangeRetryAfter      = durationRange{0, 30 * 24 * time.Hour}
 	rangeMaxAge          = durationRange{0, 24 * time.Hour}
 )
@@ -165,15 +170,20 @@ const deviceDefaultInterval = 5 * time.Second
 
 // deviceDurations reads a device authorization response's interval and
 // expires_in (RFC 8628 section 3.2), given as the raw JSON values ("" when
-// absent); package signin calls it through internal/sdk.
+// absent); package signin calls it through internal/sdk. Both are taken as
+// sent (PA-4.6-04); an interval that is not a count of at least one second
+// is absent (5 s, PA-4.6-05), and one longer than expires_in is refused.
 func deviceDurations(interval, expiresIn string) (time.Duration, time.Duration, error) {
-	iv, positive, ok := companySeconds(interval, rangeDeviceInterval)
-	if !ok || !positive {
-		iv = deviceDefaultInterval // PA-4.6-05
-	}
 	exp, positive, ok := companySeconds(expiresIn, rangeDeviceExpiry)
 	if !ok || !positive {
 		return 0, 0, errors.New("signin: device authorization response without a positive expires_in (RFC 8628 section 3.2)")
+	}
+	iv := deviceDefaultInterval // PA-4.6-05
+	if f, ok := parseSeconds(interval); ok && f >= 1 {
+		iv = clampSeconds(f, rangeDeviceInterval)
+		if iv > exp {
+			return 0, 0, errors.New("signin: invalid device authorization response: interval is longer than expires_in")
+		}
 	}
 	return iv, exp, nil
 }

@@ -3,6 +3,7 @@ package poppy
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 	"unicode"
@@ -45,6 +46,11 @@ var (
 	// ErrTokenInURL: a request's URL carries a token the Session holds
 	// (spec 4.3: never in a URL); nothing was sent.
 	ErrTokenInURL = errors.New("poppy: refusing to send a request whose URL carries a token (spec 4.3)")
+	// ErrUnsupportedDPoPAlgorithm: the Company's DPoP challenge lists the
+	// proof algorithms it accepts (algs, RFC 9449 section 7.1), and ES256,
+	// the one the SDK signs with, is not among them: no retry can
+	// help (PA-6-04). Error.Algs holds what it accepts.
+	ErrUnsupportedDPoPAlgorithm = errors.New("poppy: the Company accepts no DPoP proof algorithm the SDK signs with (ES256)")
 )
 
 // codeSentinels maps protocol error codes to their sentinels.
@@ -89,6 +95,16 @@ type Error struct {
 	// what a sign_in_required or insufficient_scope refusal asks for
 	// (spec 4.4), in the order "direct", "device", "mediated".
 	SignInTypes []string
+	// Algs are the DPoP proof algorithms the Company's DPoP challenge says
+	// it accepts (algs, RFC 9449 section 7.1), when it names them. Without
+	// "ES256" among them the Error matches ErrUnsupportedDPoPAlgorithm.
+	Algs []string
+}
+
+// excludesES256 reports whether the Company named its DPoP algorithms and
+// ES256 is not one of them.
+func (e *Error) excludesES256() bool {
+	return e.Algs != nil && !slices.Contains(e.Algs, "ES256")
 }
 
 // Error returns a one-line description.
@@ -119,6 +135,9 @@ func (e *Error) Error() string {
 	if e.RetryAfter > 0 {
 		fmt.Fprintf(&b, " retry after %s", e.RetryAfter)
 	}
+	if e.excludesES256() {
+		fmt.Fprintf(&b, " (DPoP algs %q: not ES256, the SDK's)", strings.Join(e.Algs, " "))
+	}
 	if e.Description != "" {
 		b.WriteString(": ")
 		b.WriteString(e.Description)
@@ -128,6 +147,9 @@ func (e *Error) Error() string {
 
 // Is reports whether target is the sentinel for e's Code.
 func (e *Error) Is(target error) bool {
+	if target == ErrUnsupportedDPoPAlgorithm {
+		return e.excludesES256()
+	}
 	s, ok := codeSentinels[e.Code]
 	return ok && s == target
 }

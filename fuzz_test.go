@@ -87,7 +87,9 @@ func FuzzDeviceDurations(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if iv < time.Second || iv > 10*time.Minute || exp < time.Second || exp > time.Hour {
+		// PA-4.6-04: as sent, bounded only by the absurd; an interval
+		// longer than expires_in was refused (unless it is the default).
+		if iv < time.Second || exp < time.Second || exp > rangeDeviceExpiry.max || (iv > exp && iv != deviceDefaultInterval) {
 			t.Fatalf("interval %q → %v, expires_in %q → %v", interval, iv, expiresIn, exp)
 		}
 	})

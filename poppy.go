@@ -62,12 +62,22 @@
 //     in again (sign_in_required), never stuck.
 //   - Resources at sign-in (RFC 8707): Direct and Device Sign-In name every
 //     resource the Company lists (Company.Resources: each "resource", and
-//     each MCP url) in the authorization request. Spec 4.3 lets any token
-//     request name a resource, which a Company reading it alone accepts;
-//     an OAuth server that holds a refresh token to the resources named at
-//     authorization (RFC 8707 section 2.2) would otherwise refuse the
-//     others at refresh with invalid_target. Mediated Sign-In's request
-//     has no such member and names none.
+//     each MCP url) in the authorization request, and every token request
+//     after it names exactly one: the code exchange and the device poll
+//     name the first listed resource that is not an MCP server's (whose
+//     token the sign-in gets), and the token of each other resource comes
+//     from a refresh that names it. An OAuth server that holds the Account
+//     Token to the resources named at authorization (RFC 8707 section 2.2)
+//     may refuse a token request that names several, or none of several,
+//     and oidc-provider does by default (invalid_target, after using the
+//     code up); a Company that reads spec 4.3 alone accepts a request that
+//     names one. Naming none at the exchange is what only the second
+//     reading accepts, so it is never done. A Session's default token
+//     (Session.Token with no Resource, for services without a "resource")
+//     is asked for without one; such a server issues it while the sign-in
+//     named one resource, and a Company that names several lists a
+//     resource for every service. Mediated Sign-In's request has no such
+//     member and names none.
 //   - A-11 (token_type): compared case-insensitively; DPoP is required for a
 //     request sent with a proof, Bearer for one sent without.
 //   - A-16 (rotation): refreshes of one Account Token are serialised across
@@ -84,7 +94,9 @@
 //   - A-45 (invalid_grant on a refresh): the Account Token is deleted and
 //     the Session carries on signed out.
 //   - A-44 (User ID format): "usr_" followed by 128 random bits, base64url.
-//   - A-46 (algorithms): every signature the SDK makes is ES256.
+//   - A-46 (algorithms): every signature the SDK makes is ES256. A DPoP
+//     challenge whose algs attribute leaves ES256 out is an *Error that
+//     matches ErrUnsupportedDPoPAlgorithm (PA-6-04): no retry can help.
 //   - DPoP proofs carry a 128-bit jti, like assertions (RFC 9449 allows
 //     96 bits; some Companies demand 128).
 //   - Durations a Company sends are clamped (durations.go): expires_in to

@@ -46,7 +46,10 @@ type Token struct {
 	Type string
 	// Expiry is when the token expires, by the Agent's clock.
 	Expiry time.Time
-	// Scopes are the account scopes the token carries; none when signed out.
+	// Scopes are the account scopes the token carries; none when signed
+	// out: scopes a Company sends with a signed-out token (signed_in
+	// false) are dropped, since a signed-out Session has no account for
+	// them to grant anything in (spec 4.4).
 	Scopes []string
 	// Resource is the RFC 8707 resource the token was issued for, if any.
 	Resource string
@@ -197,7 +200,7 @@ func (c *Company) Session(ctx context.Context, user string, opts *SessionOptions
 	s := c.st.sessions[[2]string{user, name}]
 	c.st.mu.Unlock()
 	if s != nil {
-		if _, err := s.Token(ctx, nil); err != nil {
+		if _, err := s.token(ctx, s.checkKey(), ""); err != nil {
 			return nil, err
 		}
 		return s, nil
@@ -237,10 +240,25 @@ func (c *Company) Session(ctx context.Context, user string, opts *SessionOptions
 	c.st.mu.Unlock()
 	// Start the Session now (or check the resumed one), so that errors such
 	// as invalid_client surface here.
-	if _, err := s.Token(ctx, nil); err != nil {
+	if _, err := s.token(ctx, s.checkKey(), ""); err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// checkKey is the token Company.Session gets to start or check the
+// Session: the default token of a signed-out Session, the sign-in's
+// (signInKey) of a signed-in one, which an OAuth server that holds the
+// Account Token to several resources issues, as it may not a token for
+// none of them (RFC 8707 section 2.2).
+func (s *Session) checkKey() tokenKey {
+	s.mu.Lock()
+	signedIn := s.rec.SignedIn
+	s.mu.Unlock()
+	if signedIn {
+		return s.signInKey()
+	}
+	return tokenKey{}
 }
 
 // ID returns the Company's session_id.
@@ -268,7 +286,8 @@ func (s *Session) Account() string {
 	return s.rec.Account
 }
 
-// Scopes returns the account scopes of the Session; none when signed out.
+// Scopes returns the account scopes of the Session; none when signed out,
+// whatever scopes the Company sent with a signed-out token.
 func (s *Session) Scopes() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -542,9 +561,13 @@ func (s *Session) recordToken(rec *sessionRecord, tr *tokenResponse, k tokenKey,
 	}
 	rec.SessionID = tr.SessionID
 	granted := ""
-	if tr.Scope != nil {
+	switch {
+	case !tr.SignedIn:
+		// No account scopes when signed out, whatever the Company sent
+		// (Token.Scopes, Session.Scopes).
+	case tr.Scope != nil:
 		granted = *tr.Scope
-	} else if k.scope != "" {
+	case k.scope != "":
 		granted = k.scope // RFC 6749: omitted scope = requested scope
 	}
 	if tr.SignedIn && !rec.SignedIn || !tr.SignedIn && rec.SignedIn {
@@ -554,7 +577,7 @@ func (s *Session) recordToken(rec *sessionRecord, tr *tokenResponse, k tokenKey,
 	if tr.SignedIn {
 		rec.Account = account
 	}
-	if k == (tokenKey{}) {
+	if k == (tokenKey{}) || k == s.signInKey() {
 		rec.Scope = granted
 	}
 	rec.setToken(k, storedToken{Value: tr.AccessToken, Granted: granted,

@@ -245,9 +245,11 @@ func (a *Agent) rateWait(retryAfter time.Duration, attempt int) (time.Duration, 
 // body if there is one, the WWW-Authenticate challenge, Retry-After.
 func (a *Agent) responseError(u *url.URL, resp *http.Response, body []byte) *Error {
 	e := &Error{Endpoint: endpointOf(u), Status: resp.StatusCode}
-	if code, scope, ok := dpopChallenge(resp.Header); ok {
-		e.Code, e.Scope = code, scope
+	cs := parseChallenges(resp.Header)
+	if c, ok := pick(cs, "DPoP"); ok { // PA-6-04: the token endpoint takes DPoP proofs
+		e.Code, e.Scope = c.code, c.scope
 	}
+	e.Algs = dpopAlgs(cs)
 	var oe oauthError
 	if len(body) > 0 && json.Unmarshal(body, &oe) == nil {
 		if oe.Error != "" {

@@ -278,8 +278,12 @@ func (t *sessionTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 const maxErrorBody = 64 << 10
 
 // ResponseError returns the Company's error in resp as an *Error, or nil
-// when resp's status is below 400. It reads the WWW-Authenticate challenge
-// (DPoP or Bearer: error, scope), Retry-After, and an OAuth or protocol JSON
+// when resp's status is below 400. It reads every WWW-Authenticate
+// challenge and takes the error and scope of the one of the scheme the
+// request's token used (Bearer for a Bearer token, as MCP sends, DPoP
+// otherwise; else any challenge with an error), and the DPoP challenge's
+// algs (Error.Algs: without ES256 the Error matches
+// ErrUnsupportedDPoPAlgorithm), Retry-After, and an OAuth or protocol JSON
 // body ({"error", "error_description", "extension"}); the Error matches its
 // sentinel with errors.Is (ErrSignInRequired, ErrInsufficientScope,
 // ErrExtensionRequired, ErrRateLimited, ...). Every status of 400 and above
@@ -305,9 +309,13 @@ func ResponseError(resp *http.Response) error {
 	} else {
 		now = time.Now()
 	}
-	if code, scope, ok := dpopChallenge(resp.Header); ok {
-		e.Code, e.Scope = code, scope
+	// PA-6-04: every challenge is read; the one of the scheme the request's
+	// token used answers it (DPoP, or Bearer for MCP).
+	cs := parseChallenges(resp.Header)
+	if c, ok := pick(cs, requestScheme(resp.Request)); ok {
+		e.Code, e.Scope = c.code, c.scope
 	}
+	e.Algs = dpopAlgs(cs)
 	if resp.Body != nil && resp.Body != http.NoBody && isJSON(resp.Header.Get("Content-Type")) {
 		head, err := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
 		rest := resp.Body
@@ -638,7 +646,7 @@ func (s *Session) signInForRetry(ctx context.Context, used *Token) (bool, error)
 			return false, err
 		}
 		s.mu.Lock()
-		t := s.tokens[tokenKey{}]
+		t := s.tokens[s.signInKey()]
 		s.mu.Unlock()
 		if t != nil && t.SignedIn && t.value != used.value && s.agent.clock.Now().Before(t.renewAt) {
 			return true, nil

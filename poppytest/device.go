@@ -30,6 +30,7 @@ type deviceRequest struct {
 	deviceCode, userCode          string
 	clientID, clientName, logoURI string
 	scopes                        []string
+	resources                     []string // RFC 8707, as named
 	expires                       time.Time
 	interval                      time.Duration
 	lastPoll                      time.Time
@@ -116,7 +117,7 @@ func (s *Server) serveDeviceAuthorization(w http.ResponseWriter, r *http.Request
 	logo, _ := str(client.metadata, "logo_uri")
 	now := s.clock.Now()
 	d := &deviceRequest{deviceCode: newID("", 32), clientID: client.id, clientName: name, logoURI: logo,
-		scopes: scopes, expires: now.Add(s.opts.DeviceCodeTTL), interval: s.opts.DeviceInterval}
+		scopes: scopes, resources: slices.Clone(x.form["resource"]), expires: now.Add(s.opts.DeviceCodeTTL), interval: s.opts.DeviceInterval}
 	s.mu.Lock()
 	for d.userCode == "" || s.signin.userCodes[d.userCode] != nil {
 		d.userCode = newUserCode()
@@ -311,6 +312,11 @@ func (s *Server) grantDeviceCode(g *grantRequest) (map[string]any, *protoError) 
 			return "", nil, perr
 		}
 		d.state = deviceExchanged
+		// StrictResourceIndicators: checked after the device code is
+		// used up, as oidc-provider does.
+		if perr := s.holdToGranted(spec, g, d.resources, true); perr != nil {
+			return "", nil, perr
+		}
 		return "", spec, nil
 	}()
 	if violation != "" {

@@ -39,6 +39,7 @@ type authzRequest struct {
 	clientID, clientName, logoURI string
 	redirectURI, state, challenge string
 	scopes                        []string
+	resources                     []string // RFC 8707, as named
 	expires                       time.Time
 	done                          bool
 }
@@ -48,6 +49,7 @@ type authCode struct {
 	clientID, redirectURI, challenge string
 	account                          string
 	scopes                           []string
+	resources                        []string // named at authorization
 	expires                          time.Time
 	used                             bool
 	family                           string // the Account Token its exchange issued
@@ -193,7 +195,7 @@ func (s *Server) authorizeRequest(w http.ResponseWriter, r *http.Request) {
 	logo, _ := str(ci.metadata, "logo_uri")
 	req := &authzRequest{id: newID("azr_", 12), clientID: clientID, clientName: name, logoURI: logo,
 		redirectURI: redirect, state: state, challenge: challenge, scopes: scopes,
-		expires: s.clock.Now().Add(authzRequestTTL)}
+		resources: slices.Clone(q["resource"]), expires: s.clock.Now().Add(authzRequestTTL)}
 	s.mu.Lock()
 	s.signin.authzReqs[req.id] = req
 	s.mu.Unlock()
@@ -261,7 +263,7 @@ func (s *Server) authorizeDecision(w http.ResponseWriter, r *http.Request) {
 	if decision == "approve" && len(approved) > 0 {
 		code = newID("", 24)
 		s.signin.codes[code] = &authCode{clientID: rq.clientID, redirectURI: rq.redirectURI, challenge: rq.challenge,
-			account: account, scopes: approved, expires: now.Add(authCodeTTL)}
+			account: account, scopes: approved, resources: rq.resources, expires: now.Add(authCodeTTL)}
 	}
 	s.mu.Unlock()
 	if code == "" {
@@ -444,6 +446,11 @@ func (s *Server) grantAuthorizationCode(g *grantRequest) (map[string]any, *proto
 	}
 	if !spend() {
 		return invalid("invalid_grant", "the code was already used")
+	}
+	// StrictResourceIndicators: checked after the code is spent, as
+	// oidc-provider does.
+	if perr := s.holdToGranted(spec, g, cc.resources, true); perr != nil {
+		return nil, perr
 	}
 	if mcpFlow {
 		s.mu.Lock()

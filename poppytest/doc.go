@@ -322,6 +322,10 @@
 //     requests may name resources (resource repeated); each must be a
 //     known resource, else invalid_target. They don't restrict
 //     the Account Token: spec 4.3 lets any token request name a resource.
+//     With StrictResourceIndicators they do, as oidc-provider's default
+//     does (RFC 8707 section 2.2): every token request of the sign-in's
+//     grant must name exactly one of them (none is enough when only one
+//     was named), else invalid_target, after the grant was used.
 //   - renewing a signed-in Session with the JWT bearer assertion is
 //     refused with invalid_grant and recorded as a PA-4.2-15 violation; a
 //     signed-in Session is renewed with its Account Token. Once a refresh

@@ -91,6 +91,14 @@ func (s *Server) grantRefreshToken(g *grantRequest) (map[string]any, *protoError
 			s.addAccountTokenLocked(f)
 		}
 	}
+	// StrictResourceIndicators: checked after the rotation, as
+	// oidc-provider does, so a refused refresh has used the value up.
+	if f.kind != "mediated" {
+		if perr := s.holdToGranted(spec, g, f.resources, false); perr != nil {
+			s.mu.Unlock()
+			return nil, perr
+		}
+	}
 	if sess == nil {
 		sess = &session{id: newID("ses_", 12), clientID: f.clientID, sub: f.sub, created: now}
 		s.sessions[sess.id] = sess

@@ -177,6 +177,21 @@ type Options struct {
 	// without rotating again.
 	RotateAccountTokens bool
 	RotationGrace       time.Duration
+	// StrictResourceIndicators makes the Company hold each Account Token
+	// to the resources its authorization request (Direct) or device
+	// authorization request (Device) named, as an OAuth server does that
+	// reads RFC 8707 section 2.2 strictly; oidc-provider does by default.
+	// Every token request of that sign-in (the code exchange, the device
+	// poll, every refresh with the Account Token) may then name only one
+	// of them: one that names several, or none when several were named,
+	// or one that was not named, is refused with invalid_target; one that
+	// names none when exactly one was named gets that resource's token.
+	// Like oidc-provider, the refusal comes after the grant was used: the
+	// authorization or device code is used up, and with
+	// RotateAccountTokens the Account Token sent has been rotated away
+	// without the new value reaching the client. Mediated Sign-In names no
+	// resource and is not held to any.
+	StrictResourceIndicators bool
 	// DeviceCodeTTL is expires_in of Device Sign-In requests. Default
 	// 10 min. DeviceInterval is their interval. Default 5 s; OmitInterval
 	// leaves interval out of the response, and the fake then expects the

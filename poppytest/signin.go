@@ -108,8 +108,11 @@ type acctFamily struct {
 	clientID, sub, account string
 	kind                   string // "direct", "device" or "mediated"
 	scopes                 []string
-	issued, expires        time.Time // expires zero: no lifetime
-	revoked                bool
+	// resources are those the sign-in's authorization named, which
+	// StrictResourceIndicators holds the Account Token to.
+	resources       []string
+	issued, expires time.Time // expires zero: no lifetime
+	revoked         bool
 	// refused: a refresh with one of its values was refused, so the
 	// client knows it has no usable value (A-10: renewing the Session it
 	// signed in with the assertion is then no PA-4.2-15 violation).
@@ -379,6 +382,7 @@ func (s *Server) completeSignIn(g *grantRequest, sess *session, kind, account st
 		return nil, nil, accountMismatch()
 	}
 	fam := s.newFamilyLocked(sess.clientID, sess.sub, account, kind, scopes, now)
+	fam.resources = slices.Clone(spec.authorized)
 	sess.signedIn, sess.account, sess.scopes, sess.family = true, account, slices.Clone(scopes), fam.id
 	value, expires := fam.current, fam.expires
 	s.mu.Unlock()

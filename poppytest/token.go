@@ -370,6 +370,9 @@ type issueSpecT struct {
 	resource string
 	scopes   []string // nil: all the Session has
 	narrowed bool
+	// authorized are the resources the sign-in's authorization named, for
+	// the Account Token a sign-in grant issues (StrictResourceIndicators).
+	authorized []string
 }
 
 // issueSpec validates scope, resource and the token type of a grant

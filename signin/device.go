@@ -29,7 +29,6 @@ import (
 
 const (
 	slowDownStep    = 5 * time.Second
-	maxInterval     = 10 * time.Minute // as sdk.DeviceDurations clamps interval
 	grantDeviceCode = "urn:ietf:params:oauth:grant-type:device_code"
 	// maxRestarts bounds how many times one sign-in starts a new Session
 	// because the Company answered invalid_session.
@@ -55,9 +54,10 @@ const maxUserCode = 64
 // UnsafeAllowLoopbackHTTP), since the User opens them; the user_code the
 // User sees is short and holds no control characters, so it can't drive a
 // terminal; interval and expires_in go through the SDK's one duration
-// clamp, so a huge interval can't overflow into a busy loop and a missing
-// expires_in, which RFC 8628 requires, can't make the agent poll until ctx
-// ends.
+// rule (sdk.DeviceDurations): both are honoured as sent, a huge value
+// can't overflow into a busy loop, an interval longer than expires_in is
+// refused, and a missing expires_in, which RFC 8628 requires, can't make
+// the agent poll until ctx ends.
 func parseDeviceAuthorization(a *poppy.Agent, body []byte) (*deviceAuthorization, time.Duration, time.Duration, error) {
 	var da deviceAuthorization
 	if err := json.Unmarshal(body, &da); err != nil || da.DeviceCode == "" || da.UserCode == "" || da.VerificationURI == "" {
@@ -150,7 +150,7 @@ func Device(ctx context.Context, sess *poppy.Session, opts *poppy.SignInOptions,
 			}
 		case "authorization_pending": // PA-4.6-06
 		case "slow_down": // PA-4.6-07
-			interval = min(interval+slowDownStep, maxInterval)
+			interval += slowDownStep // the loop stops at expires_in
 		case "access_denied": // PA-4.6-09
 			return nil, because(ErrAccessDenied, err)
 		case "expired_token": // PA-4.6-10

@@ -13,7 +13,11 @@ package signin
 // and the domain as given to Agent.Company, port and www. included, so the
 // replica that exchanges the code resolves the same Company. A failure is
 // recorded with its outcome code and, in words, why (never a secret: the
-// SDK's errors hold none), for Wait's error and the callback page.
+// SDK's errors hold none), for Wait's error and the callback page, with
+// what lets Wait in any process return an error of the same kind: the
+// Company's error as a *poppy.Error (code, HTTP status, description) and
+// the SDK's sentinels it matched (kinds), so that errors.Is and errors.As
+// find in the waiter what they find in the process that exchanged it.
 
 import (
 	"context"
@@ -60,8 +64,91 @@ type pending struct {
 	Status string              `json:"status"`           // "pending", "exchanging", "done", "failed"
 	Error  string              `json:"error,omitempty"`  // outcome code
 	Reason string              `json:"reason,omitempty"` // why it failed, in words
+	Kinds  []string            `json:"kinds,omitempty"`  // the sentinels of kinds the failure matched
+	Cause  *companyError       `json:"cause,omitempty"`  // the Company's error, if it was one
 	Result *poppy.SignInResult `json:"result,omitempty"`
 }
+
+// companyError is a *poppy.Error as the pending record keeps it. It holds
+// no secret: the SDK's errors never do.
+type companyError struct {
+	Endpoint    string   `json:"endpoint,omitempty"`
+	Status      int      `json:"status,omitempty"`
+	Code        string   `json:"code,omitempty"`
+	Description string   `json:"description,omitempty"`
+	Scope       []string `json:"scope,omitempty"`
+	Extension   string   `json:"extension,omitempty"`
+}
+
+// fail records outcome, the error that ended the sign-in, in p.
+func (p *pending) fail(outcome error) {
+	p.Status, p.Error, p.Reason = "failed", codeOf(outcome), reasonOf(outcome)
+	p.Kinds, p.Cause = nil, nil
+	for _, k := range kindNames {
+		if errors.Is(outcome, kinds[k]) {
+			p.Kinds = append(p.Kinds, k)
+		}
+	}
+	var pe *poppy.Error
+	if errors.As(outcome, &pe) {
+		p.Cause = &companyError{Endpoint: pe.Endpoint, Status: pe.Status, Code: pe.Code,
+			Description: truncate(pe.Description, maxReason), Scope: pe.Scope, Extension: pe.Extension}
+	}
+}
+
+// outcome is the error Wait returns for a failed sign-in p: the outcome's
+// sentinel with the reason, wrapping the sentinels of kinds and the
+// Company's error it was recorded with.
+func (p *pending) outcome() error {
+	err := outcomeError(p.Error, p.Reason)
+	var also []error
+	for _, k := range p.Kinds {
+		if e := kinds[k]; e != nil && !errors.Is(err, e) {
+			also = append(also, e)
+		}
+	}
+	if c := p.Cause; c != nil {
+		also = append(also, &poppy.Error{Endpoint: c.Endpoint, Status: c.Status, Code: c.Code,
+			Description: c.Description, Scope: c.Scope, Extension: c.Extension})
+	}
+	if len(also) == 0 {
+		return err
+	}
+	return &recordedError{msg: err.Error(), errs: append([]error{err}, also...)}
+}
+
+// recordedError is a failure read back from a pending record: its text,
+// and the errors it matches.
+type recordedError struct {
+	msg  string
+	errs []error
+}
+
+func (e *recordedError) Error() string   { return e.msg }
+func (e *recordedError) Unwrap() []error { return e.errs }
+
+// kinds are the SDK's sentinels a failed exchange may match besides its
+// outcome code, by the name the pending record keeps them under.
+var kinds = map[string]error{
+	"invalid_token_response": poppy.ErrInvalidTokenResponse,
+	"unexpected_token_type":  poppy.ErrUnexpectedTokenType,
+	"response_too_large":     poppy.ErrResponseTooLarge,
+	"insecure_url":           poppy.ErrInsecureURL,
+	"foreign_host":           poppy.ErrForeignHost,
+	"no_auth":                poppy.ErrNoAuth,
+	"rate_limited":           poppy.ErrRateLimited,
+	"invalid_client":         poppy.ErrInvalidClient,
+	"invalid_target":         poppy.ErrInvalidTarget,
+	"account_mismatch":       poppy.ErrAccountMismatch,
+	"session_ended":          ErrSessionEnded,
+	"deadline_exceeded":      context.DeadlineExceeded,
+	"canceled":               context.Canceled,
+}
+
+// kindNames are the names of kinds, in a fixed order.
+var kindNames = []string{"invalid_token_response", "unexpected_token_type", "response_too_large", "insecure_url",
+	"foreign_host", "no_auth", "rate_limited", "invalid_client", "invalid_target", "account_mismatch", "session_ended",
+	"deadline_exceeded", "canceled"}
 
 // DirectOptions configures Direct Sign-In.
 type DirectOptions struct {
@@ -286,7 +373,7 @@ func (d *Direct) wait(ctx context.Context, state string, ch <-chan struct{}) (*p
 			return p.Result, nil
 		case "failed":
 			d.forget(ctx, state)
-			return nil, outcomeError(p.Error, p.Reason)
+			return nil, p.outcome()
 		}
 		if !d.agent.Clock().Now().Before(p.Expires) {
 			d.forget(ctx, state)
@@ -403,14 +490,14 @@ func (d *Direct) Complete(ctx context.Context, callback string) (*poppy.SignInRe
 			res = p.Result
 			return cur, nil
 		case "failed":
-			outcome = outcomeError(p.Error, p.Reason)
+			outcome = p.outcome()
 			return cur, nil
 		case "exchanging":
 			outcome = ErrSignInInProgress
 			return cur, nil
 		}
 		if code, outcome = d.check(&p, q); outcome != nil {
-			p.Status, p.Error, p.Reason = "failed", codeOf(outcome), reasonOf(outcome)
+			p.fail(outcome)
 		} else {
 			p.Status = "exchanging"
 			claimed = &p
@@ -426,7 +513,7 @@ func (d *Direct) Complete(ctx context.Context, callback string) (*poppy.SignInRe
 	}
 	res, outcome = d.redeem(ctx, claimed, code)
 	if outcome != nil {
-		claimed.Status, claimed.Error, claimed.Reason = "failed", codeOf(outcome), reasonOf(outcome)
+		claimed.fail(outcome)
 	} else {
 		claimed.Status, claimed.Result = "done", res
 	}
@@ -516,10 +603,15 @@ func reasonOf(err error) string {
 			return ""
 		}
 	}
-	if len(msg) > maxReason {
-		msg = strings.ToValidUTF8(msg[:maxReason], "") + "…"
+	return truncate(msg, maxReason)
+}
+
+// truncate cuts s to at most n bytes of valid UTF-8, marking the cut.
+func truncate(s string, n int) string {
+	if len(s) > n {
+		s = strings.ToValidUTF8(s[:n], "") + "…"
 	}
-	return msg
+	return s
 }
 
 // codeOf names an outcome for the pending record.

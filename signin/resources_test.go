@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/poppyproto/poppy"
+	"github.com/poppyproto/poppy/api"
 	"github.com/poppyproto/poppy/poppytest"
 	"github.com/poppyproto/poppy/signin"
 )
@@ -41,4 +43,39 @@ func sorted(s []string) []string {
 	s = slices.Clone(s)
 	slices.Sort(s)
 	return s
+}
+
+// Issue 21 item 4: Company.Resources and api.List apply one URL rule, the
+// module's (sdk.ParseURL): with UnsafeAllowLoopbackHTTP, a loopback
+// http:// API entry is listed by api.List, its resource is one of
+// Resources, and sign-in names it; without the option neither lists it.
+func TestResourcesOneURLRule(t *testing.T) {
+	const local = "http://127.0.0.1:8080/api"
+	for _, allow := range []bool{false, true} {
+		e, h := hostileEnv(t, &poppytest.Options{APIResource: "https://api.example.test/v1"}, &poppy.AgentOptions{UnsafeAllowLoopbackHTTP: allow})
+		h.OnJSON("/.well-known/poppy.json", func(m map[string]any) {
+			apis := m["apis"].([]any)
+			m["apis"] = append(apis, map[string]any{"type": "openapi", "url": local + "/openapi.json", "resource": local, "description": "Local API."})
+		})
+		c := e.Company("example.test")
+		inList := false
+		for _, a := range api.List(c) {
+			inList = inList || a.Resource == local
+		}
+		inResources := slices.Contains(c.Resources(), local)
+		if inList != allow || inResources != allow {
+			t.Fatalf("UnsafeAllowLoopbackHTTP %v: api.List lists it %v, Resources names it %v", allow, inList, inResources)
+		}
+		if !allow {
+			continue
+		}
+		// (The fake knows no such resource, so the sign-in stops here.)
+		st, err := e.direct.Start(ctx, e.Session("alice"), scopes("poppy:read"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := query(t, st.URL)["resource"]; !slices.Contains(got, local) {
+			t.Fatalf("authorization request resources %v, want %s among them", got, local)
+		}
+	}
 }

@@ -21,7 +21,12 @@
 //
 // A sign-in for scopes the Session already holds, signed in to that
 // account with a Session Token not yet due for renewal, returns at once
-// with Reused set and sends nothing.
+// with Reused set and sends nothing. That is a local check: right after
+// the Company disconnected the User, it still reports Reused, and the
+// next API call answers sign_in_required. A caller that must know asks
+// the Company with [poppy.SignInOptions.Verify], at the cost of one token
+// request: the Account Token is sent, and if the Company refuses it the
+// User is asked to sign in at once.
 //
 // # Sessions the Company has ended
 //
@@ -53,13 +58,15 @@
 //     from a Direct Sign-In is stored for the User whose Session started it.
 //   - a redirect without iss is refused (ErrIssuerMissing), before
 //     access_denied is even looked at: RFC 9207 is what stops a mix-up.
-//   - interval defaults to 5 s (also for a non-positive one) and is
-//     clamped to [1 s, 10 min]; slow_down adds 5 s to every later poll;
-//     polling stops at expires_in even if the Company never answers
-//     expired_token. expires_in is required (RFC 8628 section 3.2): a
-//     device authorization response without a positive one is refused
-//     before the User sees a code, and a longer one than an hour is taken
-//     as an hour.
+//   - interval and expires_in are honoured as the Company sends them
+//     (PA-4.6-04): polls are at least interval apart, however long, and
+//     stop at expires_in even if the Company never answers expired_token,
+//     or when the caller's context ends. An interval that is not a count
+//     of at least one second (absent, 0, negative, 1e-9) means 5 s; one
+//     longer than expires_in, and a response without a positive
+//     expires_in (RFC 8628 section 3.2), are refused before the User sees
+//     a code; an expires_in over 30 days is read as 30 days. slow_down
+//     adds 5 s to every later poll.
 //   - a Mediated Sign-In error other than the four statuses is read as
 //     an OAuth error body ({"error": …}) whatever its HTTP status.
 package signin

@@ -89,9 +89,10 @@ func ParseURL(a *poppy.Agent, raw string) (*url.URL, error) {
 
 // DeviceDurations reads a device authorization response's interval and
 // expires_in (RFC 8628 section 3.2; the JSON values as they came, "" when
-// absent) through the SDK's one duration clamp: interval defaults to 5 s
-// when absent or not positive and lies in [1 s, 10 min]; expires_in is
-// required and positive, else an error, and is at most 1 hour.
+// absent) through the SDK's one duration rule: both are honoured as sent
+// (PA-4.6-04); expires_in is required and positive, else an error, and is
+// read as at most 30 days; an interval that is not a count of at least one
+// second is absent and means 5 s; one longer than expires_in is an error.
 func DeviceDurations(interval, expiresIn string) (time.Duration, time.Duration, error) {
 	return hooks.DeviceDurations(interval, expiresIn)
 }

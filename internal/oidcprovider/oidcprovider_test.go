@@ -1,0 +1,415 @@
+package oidcprovider_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/poppyproto/poppy"
+	"github.com/poppyproto/poppy/internal/realtest"
+	"github.com/poppyproto/poppy/keystore"
+	"github.com/poppyproto/poppy/signin"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(realtest.Main(m)) // one line per missing real component
+}
+
+const (
+	domain   = "example.test"
+	issuer   = "https://auth.example.test"
+	clientID = "https://agent.test/agent.json"
+	redirect = "https://agent.test/oauth/callback"
+	res1     = "https://api.example.test/v1"
+	res2     = "https://api2.example.test/v1"
+)
+
+// company is oidc-provider run as a Poppy Company (testdata/provider.mjs),
+// and an HTTP client that reaches every one of its hosts on loopback over
+// TLS, trusting the test's own CA.
+type company struct {
+	client *http.Client
+	port   int
+}
+
+// startCompany starts node testdata/provider.mjs for id, or skips (fails
+// under POPPY_TEST_REAL=1) when node or the npm package is missing.
+func startCompany(t *testing.T, id *poppy.Identity) *company {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	if err != nil {
+		realtest.Missing(t, "oidc-provider", "no node on PATH (install Node 20 and run npm ci in internal/oidcprovider/testdata, as .ci/run does)")
+	}
+	if _, err := os.Stat(filepath.Join("testdata", "node_modules", "oidc-provider", "package.json")); err != nil {
+		realtest.Missing(t, "oidc-provider", "the npm package is not installed (run npm ci in internal/oidcprovider/testdata, as .ci/run does)")
+	}
+	dir := t.TempDir()
+	pool := writeTLS(t, dir, domain, "auth."+domain, "api."+domain, "api2."+domain)
+	var jwks json.RawMessage = id.JWKS()
+	cfg, _ := json.Marshal(map[string]any{
+		"issuer": issuer, "domain": domain, "resources": []string{res1, res2},
+		"tls_cert": filepath.Join(dir, "cert.pem"), "tls_key": filepath.Join(dir, "key.pem"),
+		"client": map[string]any{"client_id": id.ClientID(), "jwks": jwks, "redirect_uris": id.RedirectURIs()},
+	})
+	cfgPath := filepath.Join(dir, "config.json")
+	if err := os.WriteFile(cfgPath, cfg, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(node, "provider.mjs", cfgPath)
+	cmd.Dir = "testdata"
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if t.Failed() && stderr.Len() > 0 {
+			t.Logf("oidc-provider's stderr:\n%s", stderr.String())
+		}
+	})
+	line := make(chan string, 1)
+	go func() {
+		s := bufio.NewScanner(stdout)
+		if s.Scan() {
+			line <- s.Text()
+		}
+		close(line)
+		_, _ = io.Copy(io.Discard, stdout)
+	}()
+	var ready struct{ Port int }
+	select {
+	case l := <-line:
+		if err := json.Unmarshal([]byte(l), &ready); err != nil || ready.Port == 0 {
+			t.Fatalf("oidc-provider did not start: %q\n%s", l, stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("oidc-provider did not start in 30 s\n%s", stderr.String())
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", ready.Port)
+	tr := &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: pool},
+		DialContext: func(ctx context.Context, network, a string) (net.Conn, error) {
+			host, _, _ := net.SplitHostPort(a)
+			if host != domain && !strings.HasSuffix(host, "."+domain) {
+				return nil, fmt.Errorf("no route to %s in this test", a)
+			}
+			return (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+		},
+		ForceAttemptHTTP2: true,
+	}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &company{client: &http.Client{Transport: tr, Timeout: 30 * time.Second}, port: ready.Port}
+}
+
+// writeTLS writes a test CA's leaf certificate for hosts to dir/cert.pem
+// and dir/key.pem, and returns a pool that trusts the CA.
+func writeTLS(t *testing.T, dir string, hosts ...string) *x509.CertPool {
+	t.Helper()
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "poppy oidc-provider test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caCert, _ := x509.ParseCertificate(caDER)
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	leaf := &x509.Certificate{
+		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: hosts[0]}, DNSNames: hosts,
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, leaf, caCert, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, _ := x509.MarshalECPrivateKey(key)
+	if err := os.WriteFile(filepath.Join(dir, "cert.pem"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "key.pem"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(caCert)
+	return pool
+}
+
+// introspection is what the glue's introspection says of a token.
+type introspection struct {
+	Active    bool   `json:"active"`
+	Scope     string `json:"scope"`
+	Aud       any    `json:"aud"`
+	JKT       string `json:"jkt"`
+	Account   string `json:"account"`
+	SessionID string `json:"session_id"`
+}
+
+func (c *company) introspect(t *testing.T, tok *poppy.Token) introspection {
+	t.Helper()
+	resp, err := c.client.PostForm(issuer+"/poppy-test/introspect", url.Values{"token": {tok.Value()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var in introspection
+	if err := json.NewDecoder(resp.Body).Decode(&in); err != nil {
+		t.Fatal(err)
+	}
+	return in
+}
+
+// browser is the User's browser: it keeps oidc-provider's cookies and
+// follows its redirects, stopping at the agent's redirect URI.
+func (c *company) browser() *http.Client {
+	jar, _ := cookiejar.New(nil)
+	return &http.Client{Transport: c.client.Transport, Jar: jar, Timeout: 30 * time.Second,
+		CheckRedirect: func(req *http.Request, via []*http.Request) error {
+			if req.URL.Host == "agent.test" || len(via) > 10 {
+				return http.ErrUseLastResponse
+			}
+			return nil
+		}}
+}
+
+// directSignIn opens the authorization URL as the User (the glue logs in
+// and consents) and returns the redirect to the agent.
+func (c *company) directSignIn(t *testing.T, authz string) string {
+	t.Helper()
+	resp, err := c.browser().Get(authz)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	loc := resp.Header.Get("Location")
+	if !strings.HasPrefix(loc, redirect) {
+		t.Fatalf("authorization ended at %d %s, not at the redirect URI: %s", resp.StatusCode, resp.Request.URL, body)
+	}
+	return loc
+}
+
+var (
+	formRE   = regexp.MustCompile(`<form[^>]*action="([^"]+)"`)
+	hiddenRE = regexp.MustCompile(`<input type="hidden" name="([^"]+)" value="([^"]*)"`)
+)
+
+// approveDevice opens verification_uri_complete as the User and submits
+// oidc-provider's pages as a browser would (the code's form, then the
+// confirmation; the glue logs in and consents in between) until one has
+// no form left: the success page.
+func (c *company) approveDevice(ctx context.Context, p *signin.CodePrompt) error {
+	b := c.browser()
+	resp, err := b.Get(p.VerificationURIComplete)
+	for step := 0; ; step++ {
+		if err != nil {
+			return err
+		}
+		page, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		m := formRE.FindSubmatch(page)
+		if m == nil {
+			if resp.StatusCode != 200 {
+				return fmt.Errorf("device approval ended at %d: %s", resp.StatusCode, page)
+			}
+			return nil
+		}
+		if step == 5 {
+			return fmt.Errorf("device approval: still a form after %d pages: %s", step, page)
+		}
+		form := url.Values{}
+		for _, h := range hiddenRE.FindAllSubmatch(page, -1) {
+			form.Set(string(h[1]), string(h[2]))
+		}
+		action, perr := resp.Request.URL.Parse(string(m[1]))
+		if perr != nil {
+			return perr
+		}
+		resp, err = b.PostForm(action.String(), form)
+	}
+}
+
+// Issue 21 item 10: the SDK against an OAuth server the project did not
+// write. oidc-provider 9.x, made a Poppy Company with the least glue
+// (testdata/provider.mjs: poppy.json and poppy_domains, session_id in
+// token responses, the jwt-bearer Session grant, two listed resources),
+// with its own defaults for RFC 8707 (a token request must name one of
+// several granted resources), DPoP with nonces, RFC 9207 iss, rotation and
+// revocation. Session start and renewal, Direct and Device sign-in,
+// refresh with rotation, the second resource and revocation all go
+// through the SDK.
+func TestOIDCProviderCompany(t *testing.T) {
+	key, err := poppy.GenerateSigningKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := poppy.NewIdentity(poppy.IdentityConfig{ClientID: clientID, ClientName: "Example Agent",
+		JWKSURI: "https://agent.test/jwks.json", RedirectURIs: []string{redirect}, Keys: []*poppy.SigningKey{key}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := startCompany(t, id)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	agent, err := poppy.NewAgent(id, &poppy.AgentOptions{Store: keystore.NewMemory(), HTTPClient: c.client})
+	if err != nil {
+		t.Fatal(err)
+	}
+	co, err := agent.Company(ctx, domain)
+	if err != nil {
+		t.Fatalf("discovery: %v", err)
+	}
+	if got := co.Resources(); !slices.Equal(got, []string{res1, res2}) {
+		t.Fatalf("Resources() = %v", got)
+	}
+
+	// Session start and renewal (spec 4.2), signed out, with DPoP nonces.
+	sess, err := co.Session(ctx, "alice", nil)
+	if err != nil {
+		t.Fatalf("Session start: %v", err)
+	}
+	t0, err := sess.Token(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in := c.introspect(t, t0); !in.Active || in.SessionID != sess.ID() || in.JKT != sess.Thumbprint() {
+		t.Fatalf("signed-out token: %+v (Session %s)", in, sess.ID())
+	}
+	t1, err := sess.Token(ctx, &poppy.TokenOptions{Renew: true})
+	if err != nil {
+		t.Fatalf("renewal: %v", err)
+	}
+	if t1.Value() == t0.Value() || t1.SessionID != sess.ID() || !c.introspect(t, t1).Active {
+		t.Fatalf("renewal gave %v", t1)
+	}
+	if rt, err := sess.Token(ctx, &poppy.TokenOptions{Resource: res2}); err != nil || c.introspect(t, rt).Aud != res2 {
+		t.Fatalf("signed-out token for the second resource: %v", err)
+	}
+
+	// Direct Sign-In (spec 4.5): PKCE, iss, one resource per token request.
+	direct, err := signin.NewDirect(agent, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := &poppy.SignInOptions{Scopes: []string{"poppy:read"}}
+	st, err := direct.Start(ctx, sess, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := direct.Complete(ctx, c.directSignIn(t, st.URL))
+	if err != nil {
+		t.Fatalf("Direct Sign-In: %v", err)
+	}
+	if !slices.Contains(res.Granted, "poppy:read") || !sess.SignedIn() {
+		t.Fatalf("Direct Sign-In result %+v, signed in %v", res, sess.SignedIn())
+	}
+	// Each resource's signed-in token, then refreshes with rotation: a
+	// lost rotated token would make the next refresh "already used",
+	// which revokes the grant.
+	var signedIn []*poppy.Token
+	for round := range 3 {
+		for _, r := range []string{res1, res2} {
+			tok, err := sess.Token(ctx, &poppy.TokenOptions{Resource: r, Renew: round > 0})
+			if err != nil {
+				t.Fatalf("round %d, %s: %v", round, r, err)
+			}
+			in := c.introspect(t, tok)
+			if !in.Active || in.Aud != r || in.Account != "acct_1" || !strings.Contains(in.Scope, "poppy:read") {
+				t.Fatalf("round %d, signed-in token for %s: %+v", round, r, in)
+			}
+			signedIn = append(signedIn, tok)
+		}
+	}
+	// Another process resumes the signed-in Session.
+	agent2, err := poppy.NewAgent(id, &poppy.AgentOptions{Store: agentStore(agent), HTTPClient: c.client})
+	if err != nil {
+		t.Fatal(err)
+	}
+	co2, err := agent2.Company(ctx, domain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s2, err := co2.Session(ctx, "alice", nil); err != nil || !s2.SignedIn() {
+		t.Fatalf("resuming the signed-in Session: %v", err)
+	}
+
+	// Device Sign-In (spec 4.6) for another User.
+	bob, err := co.Session(ctx, "bob", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dres, err := signin.Device(ctx, bob, opts, signin.PrompterFuncs{ShowCodeFunc: c.approveDevice})
+	if err != nil {
+		t.Fatalf("Device Sign-In: %v", err)
+	}
+	if !slices.Contains(dres.Granted, "poppy:read") || !bob.SignedIn() {
+		t.Fatalf("Device Sign-In result %+v", dres)
+	}
+	for _, r := range []string{res2, res1} {
+		tok, err := bob.Token(ctx, &poppy.TokenOptions{Resource: r, Renew: true})
+		if err != nil {
+			t.Fatalf("bob's token for %s: %v", r, err)
+		}
+		if in := c.introspect(t, tok); !in.Active || in.Aud != r {
+			t.Fatalf("bob's token for %s: %+v", r, in)
+		}
+	}
+
+	// Revocation (spec 4.9): the Account Token is revoked, oidc-provider
+	// revokes its grant, and the Session Tokens it issued go inactive.
+	if err := sess.SignOut(ctx, ""); err != nil {
+		t.Fatalf("SignOut: %v", err)
+	}
+	if sess.SignedIn() {
+		t.Fatal("still signed in after SignOut")
+	}
+	for _, tok := range signedIn[len(signedIn)-2:] {
+		if in := c.introspect(t, tok); in.Active {
+			t.Fatalf("a signed-in token still active after SignOut: %+v", in)
+		}
+	}
+	if _, err := sess.AccountToken(ctx, ""); !errors.Is(err, poppy.ErrNoAccountToken) {
+		t.Fatalf("Account Token kept after SignOut: %v", err)
+	}
+	// The Session carries on signed out.
+	if tok, err := sess.Token(ctx, &poppy.TokenOptions{Renew: true}); err != nil || tok.SignedIn {
+		t.Fatalf("signed-out renewal after SignOut: %v %v", tok, err)
+	}
+}
+
+// agentStore returns the keystore a's Sessions live in.
+func agentStore(a *poppy.Agent) keystore.Store { return a.Store() }

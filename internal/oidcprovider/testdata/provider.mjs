@@ -1,0 +1,231 @@
+// oidc-provider (9.x, unmodified, with its defaults wherever the protocol
+// allows them) made into a Poppy Company with the least glue it needs, for
+// the SDK's interoperability test (oidcprovider_test.go). Each piece of
+// glue below says what it stands in for. Everything else a Personal Agent
+// meets here is oidc-provider's own: the authorization, device, token,
+// revocation and introspection endpoints, PKCE, DPoP (with nonces), RFC
+// 9207 iss, RFC 8707 resource indicators with their default rules, refresh
+// token rotation and grant revocation.
+//
+// Usage: node provider.mjs CONFIG.json. The config names the TLS files,
+// the agent's client (client_id, JWKS, redirect_uris) and the resources.
+// It listens on 127.0.0.1 (an ephemeral port), prints {"port": N} on one
+// line, and serves every host of the Company on that port; the test
+// routes the names to it.
+
+import { readFileSync } from 'node:fs';
+import https from 'node:https';
+import { randomBytes, randomUUID } from 'node:crypto';
+import querystring from 'node:querystring';
+
+import Provider, { errors } from 'oidc-provider';
+import { createLocalJWKSet, jwtVerify } from 'jose';
+// The DPoP proof check oidc-provider runs for its own grants, reused for
+// the Session grant below so that its proofs are held to the same rules.
+import validateDpop from 'oidc-provider/lib/helpers/validate_dpop.js';
+
+const config = JSON.parse(readFileSync(process.argv[2], 'utf8'));
+const { issuer, domain, resources, client } = config;
+const JWT_BEARER = 'urn:ietf:params:oauth:grant-type:jwt-bearer';
+const SCOPES = ['poppy:read', 'poppy:write'];
+const ACCOUNT = 'acct_1';
+
+// Glue: poppy.json (spec 3) on the Company's domain. It stands in for the
+// Company's own discovery document: two APIs, each with a resource.
+const poppyJSON = JSON.stringify({
+  protocol_version: '0.1',
+  organization: { name: 'oidc-provider Company', domain },
+  apis: resources.map((r, i) => ({
+    type: 'openapi', url: new URL('/openapi.json', r).href, resource: r, description: `API ${i + 1}`,
+  })),
+  auth: { issuer, direct: { scopes: SCOPES }, device: { scopes: SCOPES } },
+});
+
+// Glue: Poppy Sessions (spec 4.2). oidc-provider has no notion of them:
+// this map is the Company's record of each Session, by session_id.
+const sessions = new Map();
+// ... and the Session each token was issued to (the session_id the
+// Company answered with), for the test's introspection.
+const tokenSessions = new Map();
+
+const provider = new Provider(issuer, {
+  // Glue: the agent's client, registered statically. It stands in for
+  // fetching the client metadata document at client_id (spec 4.1).
+  clients: [{
+    client_id: client.client_id,
+    jwks: client.jwks,
+    redirect_uris: client.redirect_uris,
+    response_types: ['code'],
+    grant_types: ['authorization_code', 'refresh_token', 'urn:ietf:params:oauth:grant-type:device_code', JWT_BEARER],
+    token_endpoint_auth_method: 'private_key_jwt',
+    token_endpoint_auth_signing_alg: 'ES256',
+  }],
+  scopes: SCOPES,
+  cookies: { keys: [randomBytes(32).toString('hex')] },
+  // Glue: poppy_domains in the metadata (spec 3.2).
+  discovery: { poppy_domains: [domain] },
+  features: {
+    devInteractions: { enabled: false }, // the User is played below
+    deviceFlow: { enabled: true },
+    revocation: { enabled: true },
+    introspection: { enabled: true },
+    // DPoP with nonces: every token request must carry the current one.
+    dPoP: { enabled: true, nonceSecret: randomBytes(32), requireNonce: () => true },
+    resourceIndicators: {
+      enabled: true,
+      // Glue: the Company's resource servers (required by oidc-provider;
+      // its defaults for defaultResource and useGrantedResource are kept,
+      // so a token request must name one resource of several granted).
+      getResourceServerInfo(ctx, indicator) {
+        if (!resources.includes(indicator)) throw new errors.InvalidTarget();
+        return { scope: SCOPES.join(' '), audience: indicator, accessTokenFormat: 'opaque', accessTokenTTL: 600 };
+      },
+    },
+  },
+  // Glue: every sign-in issues an Account Token (spec 4.4), which lives
+  // on its own, not with a browser session; it rotates on every use
+  // (spec 4.8 allows it; the SDK must keep each new value).
+  issueRefreshToken: () => true,
+  rotateRefreshToken: true,
+  expiresWithSession: () => false,
+  ttl: { AccessToken: 600, RefreshToken: 24 * 3600, Grant: 24 * 3600 },
+  pkce: { required: () => true },
+  findAccount: (ctx, id) => ({ accountId: id, claims: () => ({ sub: id }) }),
+  interactions: { url: (ctx, interaction) => `/interaction/${interaction.uid}` },
+});
+
+// Glue: the Session grant (spec 4.2): a Session assertion signed with the
+// agent's key starts a signed-out Session, or renews one with session_id.
+// The token is oidc-provider's client-credentials token, bound to the
+// proof's key, for the resource asked for, if any.
+const agentKeys = createLocalJWKSet(client.jwks);
+provider.registerGrantType(JWT_BEARER, async (ctx) => {
+  const params = ctx.oidc.params;
+  let sub;
+  try {
+    const { payload } = await jwtVerify(params.assertion, agentKeys, {
+      issuer: client.client_id, audience: `${issuer}/token`, algorithms: ['ES256'], maxTokenAge: '5m',
+    });
+    sub = payload.sub;
+  } catch (err) {
+    throw new errors.InvalidGrant(`Session assertion: ${err.message}`);
+  }
+  const dPoP = await validateDpop(provider, ctx);
+  let sid = ctx.oidc.body.session_id;
+  if (sid) {
+    const s = sessions.get(sid);
+    if (!s || s.sub !== sub) throw new errors.CustomOIDCProviderError('invalid_session', 'unknown Session');
+    if (s.signedIn) throw new errors.InvalidGrant('a signed-in Session is renewed with its Account Token'); // A-10
+  } else {
+    sid = `ses_${randomUUID()}`;
+    sessions.set(sid, { sub, signedIn: false });
+  }
+  const resource = params.resource;
+  if (resource !== undefined && !resources.includes(resource)) throw new errors.InvalidTarget();
+  const token = new provider.ClientCredentials({ client: ctx.oidc.client, scope: '' });
+  if (dPoP) token.setThumbprint('jkt', dPoP.thumbprint);
+  if (resource) {
+    token.resourceServer = new provider.ResourceServer(resource, { scope: '', audience: resource, accessTokenFormat: 'opaque' });
+  }
+  const value = await token.save();
+  tokenSessions.set(value, sid);
+  ctx.body = {
+    access_token: value, token_type: dPoP ? 'DPoP' : 'Bearer', expires_in: token.expiration,
+    scope: '', session_id: sid, signed_in: false,
+  };
+}, ['assertion', 'resource'], ['resource']);
+
+// Glue: session_id and signed_in in the sign-in and refresh responses
+// (spec 4.4, 4.8). oidc-provider's own grants ran; this only signs the
+// named Session in (or starts one, for a refresh without session_id) and
+// says so in the answer.
+provider.use(async (ctx, next) => {
+  await next();
+  const gt = ctx.oidc?.body?.grant_type;
+  if (ctx.path !== '/token' || ctx.status !== 200 || !ctx.body?.access_token || gt === JWT_BEARER) return;
+  let sid = ctx.oidc.body.session_id;
+  if (!sid || !sessions.has(sid)) {
+    sid = `ses_${randomUUID()}`;
+  }
+  sessions.set(sid, { sub: sessions.get(sid)?.sub, signedIn: true, account: ACCOUNT });
+  tokenSessions.set(ctx.body.access_token, sid);
+  ctx.body = { ...ctx.body, session_id: sid, signed_in: true };
+});
+
+const callback = provider.callback();
+
+// Glue: the User. Opening an interaction page logs the User in as the one
+// account and approves what the agent asked for (scopes, and the resources
+// named), as a User clicking "Allow" would.
+async function interaction(req, res) {
+  const details = await provider.interactionDetails(req, res);
+  if (details.prompt.name === 'login') {
+    await provider.interactionFinished(req, res, { login: { accountId: ACCOUNT } }, { mergeWithLastSubmission: false });
+    return;
+  }
+  const grant = details.grantId
+    ? await provider.Grant.find(details.grantId)
+    : new provider.Grant({ accountId: details.session.accountId, clientId: details.params.client_id });
+  const scope = details.params.scope || SCOPES.join(' ');
+  grant.addOIDCScope(scope);
+  const named = details.params.resource;
+  for (const r of Array.isArray(named) ? named : named ? [named] : []) grant.addResourceScope(r, scope);
+  const grantId = await grant.save();
+  await provider.interactionFinished(req, res, { consent: { grantId } }, { mergeWithLastSubmission: true });
+}
+
+// Glue for the test alone: introspection without client authentication
+// (RFC 7662 stands in: it is what the resource servers would ask), on
+// loopback only, so the test can see what each token is worth.
+async function introspect(value) {
+  for (const model of [provider.AccessToken, provider.ClientCredentials]) {
+    const t = await model.find(value);
+    if (t && !t.isExpired) {
+      return {
+        active: true, scope: t.scope, aud: t.aud ?? t.resourceServer?.audience, jkt: t['x5t#S256'] ?? t.jkt,
+        account: t.accountId, session_id: tokenSessions.get(value),
+      };
+    }
+  }
+  return { active: false };
+}
+
+const server = https.createServer({
+  cert: readFileSync(config.tls_cert), key: readFileSync(config.tls_key),
+}, (req, res) => {
+  const u = new URL(req.url, 'https://localhost');
+  const host = (req.headers.host || '').split(':')[0];
+  if (host === domain && u.pathname === '/.well-known/poppy.json') {
+    res.writeHead(200, { 'content-type': 'application/json', 'cache-control': 'max-age=300' });
+    res.end(poppyJSON);
+    return;
+  }
+  // Glue: the RFC 8414 metadata location of the issuer (spec 3.2); it
+  // stands in for a route alias: the document is oidc-provider's.
+  if (u.pathname === '/.well-known/oauth-authorization-server') {
+    req.url = '/.well-known/openid-configuration';
+  }
+  if (u.pathname.startsWith('/interaction/')) {
+    interaction(req, res).catch((err) => {
+      res.writeHead(500);
+      res.end(String(err));
+    });
+    return;
+  }
+  if (u.pathname === '/poppy-test/introspect' && req.method === 'POST') {
+    let body = '';
+    req.on('data', (c) => { body += c; });
+    req.on('end', () => {
+      introspect(querystring.parse(body).token).then((r) => {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end(JSON.stringify(r));
+      });
+    });
+    return;
+  }
+  callback(req, res);
+});
+
+server.listen(0, '127.0.0.1', () => {
+  process.stdout.write(`${JSON.stringify({ port: server.address().port })}\n`);
+});
