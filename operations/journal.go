@@ -6,18 +6,35 @@ package operations
 // latest view of the operation, the action and proposing request, and the
 // approved confirm (revision, approved_by) from before the first confirm
 // request until the operation is final.
+//
+// A proposing request has a record of its own before it is sent, under a
+// hash of its proposal key: the key and the Idempotency-Key it is sent
+// with. The record goes once the answer is journalled (the operation's
+// record then holds the same Idempotency-Key), or once the Company answered
+// without an operation or refused. A record left behind (no answer, a 5xx,
+// a crash between the request and the journal) makes the same request,
+// sent again in any process sharing the keystore, carry the same
+// Idempotency-Key (see doc.go, A-38).
 
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
+	"mime"
 	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/poppyproto/poppy/keystore"
 )
@@ -26,21 +43,40 @@ type journalConfirm struct {
 	Revision   int        `json:"revision"`
 	ApprovedBy ApprovedBy `json:"approved_by"`
 	Permission string     `json:"permission,omitempty"`
-	At         time.Time  `json:"at"`
+	// Via is "website" for a confirm on the Company's website
+	// (ConfirmOnWebsite), "" for the operations endpoint. Recover sends
+	// either at the endpoint when the operation is still proposed.
+	Via string    `json:"via,omitempty"`
+	At  time.Time `json:"at"`
+}
+
+// journalProposing is a proposing request sent, or about to be sent, whose
+// answer is not journalled yet.
+type journalProposing struct {
+	Key            string    `json:"key"`
+	IdempotencyKey string    `json:"idempotency_key"`
+	Action         Action    `json:"action"`
+	At             time.Time `json:"at"`
 }
 
 type journalRecord struct {
-	OperationID string          `json:"operation_id"`
-	Endpoint    string          `json:"endpoint"`
-	Operation   *Operation      `json:"operation"`
-	Action      Action          `json:"action"`
-	Proposal    string          `json:"proposal,omitempty"`
-	Session     string          `json:"session"`
-	Account     string          `json:"account,omitempty"`
-	Confirm     *journalConfirm `json:"confirm,omitempty"`
-	Withdrawn   bool            `json:"withdrawn,omitempty"`
-	Final       bool            `json:"final,omitempty"`
-	Updated     time.Time       `json:"updated"`
+	OperationID string     `json:"operation_id"`
+	Endpoint    string     `json:"endpoint"`
+	Operation   *Operation `json:"operation"`
+	Action      Action     `json:"action"`
+	Proposal    string     `json:"proposal,omitempty"`
+	// IdempotencyKey is the Idempotency-Key of the request that proposed
+	// the operation, "" if unknown.
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
+	// Proposing is set (and OperationID empty) in the record of a
+	// proposing request whose answer is not journalled.
+	Proposing *journalProposing `json:"proposing,omitempty"`
+	Session   string            `json:"session"`
+	Account   string            `json:"account,omitempty"`
+	Confirm   *journalConfirm   `json:"confirm,omitempty"`
+	Withdrawn bool              `json:"withdrawn,omitempty"`
+	Final     bool              `json:"final,omitempty"`
+	Updated   time.Time         `json:"updated"`
 }
 
 // keepFinal is how long a final operation's record stays in the journal.
@@ -78,11 +114,89 @@ func (c *Client) journalUpdate(ctx context.Context, id string, create bool, fn f
 	return nil
 }
 
-func (c *Client) journalProposal(ctx context.Context, op *Operation, action Action, key string) error {
+func (c *Client) journalProposal(ctx context.Context, op *Operation, action Action, key, idem string) error {
 	return c.journalUpdate(ctx, op.ID, true, func(r *journalRecord) {
 		r.Operation, r.Action, r.Proposal = op, action, key
+		if idem != "" {
+			r.IdempotencyKey = idem
+		}
 		r.Final = op.State.Final()
 	})
+}
+
+// proposingKey is the keystore key of the record of a proposing request.
+func (c *Client) proposingKey(key string) keystore.Key {
+	h := sha256.Sum256([]byte(c.endpoint + "\x01" + key))
+	return keystore.Key{Kind: keystore.KindOperation, User: c.sess.User(), Issuer: c.sess.Company().Issuer(),
+		ID: "px_" + base64.RawURLEncoding.EncodeToString(h[:18])}
+}
+
+// journalProposing records, before a proposing request is sent, that it
+// is being sent, and returns the Idempotency-Key to send it with: the one
+// already journalled for the same request when its answer never came (in
+// this process or another one sharing the keystore: the read and the write
+// are one atomic update), else the caller's own (callerIdem, the header
+// the request carries), else a new one.
+func (c *Client) journalProposing(ctx context.Context, key string, action Action, callerIdem string) (string, error) {
+	var idem string
+	err := c.store().Update(ctx, c.proposingKey(key), func(cur []byte) ([]byte, error) {
+		var rec journalRecord
+		if cur != nil && json.Unmarshal(cur, &rec) == nil && rec.Proposing != nil && rec.Proposing.Key == key &&
+			rec.Endpoint == c.endpoint && rec.Proposing.IdempotencyKey != "" && !c.answered(rec.Proposing.IdempotencyKey) &&
+			(callerIdem == "" || callerIdem == rec.Proposing.IdempotencyKey) {
+			idem = rec.Proposing.IdempotencyKey
+			return cur, nil
+		}
+		idem = callerIdem
+		if idem == "" {
+			idem = newIdempotencyKey()
+		}
+		rec = journalRecord{Endpoint: c.endpoint, Session: c.sess.Name(), Updated: c.clock.Now(),
+			Proposing: &journalProposing{Key: key, IdempotencyKey: idem, Action: action, At: c.clock.Now()}}
+		if c.sess.SignedIn() {
+			rec.Account = c.sess.Account()
+		}
+		return json.Marshal(&rec)
+	})
+	if err != nil {
+		return "", fmt.Errorf("operations: writing the journal: %w", err)
+	}
+	return idem, nil
+}
+
+// clearProposing removes the record of a proposing request once its answer
+// is journalled (or needs none).
+func (c *Client) clearProposing(ctx context.Context, key, idem string) error {
+	return c.store().Update(ctx, c.proposingKey(key), func(cur []byte) ([]byte, error) {
+		var rec journalRecord
+		if cur == nil || json.Unmarshal(cur, &rec) != nil || rec.Proposing == nil || rec.Proposing.IdempotencyKey == idem {
+			return nil, nil
+		}
+		return cur, nil // another request's record: leave it
+	})
+}
+
+// answered reports whether an operation the Client knows was proposed by
+// the request sent with idem: its record is then stale.
+func (c *Client) answered(idem string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, e := range c.ops {
+		if e.idem == idem {
+			return true
+		}
+	}
+	return false
+}
+
+// newIdempotencyKey returns a fresh Idempotency-Key value: 128 random bits
+// as a Structured Field string, as draft-ietf-httpapi-idempotency-key-header
+// defines it ("…"); a server that reads the header as an opaque string
+// gets a constant string too.
+func newIdempotencyKey() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return `"` + base64.RawURLEncoding.EncodeToString(b) + `"`
 }
 
 // journalIntent records the approved confirm before it is sent.
@@ -115,62 +229,97 @@ func (c *Client) journalDelete(ctx context.Context, id string) error {
 	return c.store().Update(ctx, c.journalKey(id), func([]byte) ([]byte, error) { return nil, nil })
 }
 
-// records returns the journal records this Client may act on: those of its
-// endpoint and Session name, or of the account it is signed in to
+// records returns the operation records this Client may act on: those of
+// its endpoint and Session name, or of the account it is signed in to
 // (OPS 3.2).
 func (c *Client) records(ctx context.Context) ([]journalRecord, error) {
+	recs, _, err := c.scan(ctx)
+	return recs, err
+}
+
+// scan reads the journal: the operation records and the records of
+// proposing requests this Client may act on. It deletes records past
+// keeping: final operations after keepFinal, proposals abandoned keepFinal
+// after they expired, proposing requests keepFinal after they were sent.
+func (c *Client) scan(ctx context.Context) (ops, proposing []journalRecord, err error) {
 	st := c.store()
 	keys, err := st.List(ctx, keystore.KindOperation, c.sess.User(), c.sess.Company().Issuer())
 	if err != nil {
-		return nil, fmt.Errorf("operations: listing the journal: %w", err)
+		return nil, nil, fmt.Errorf("operations: listing the journal: %w", err)
 	}
 	account := c.sess.Account()
-	var out []journalRecord
+	now := c.clock.Now()
 	for _, k := range keys {
 		b, err := st.Get(ctx, k)
 		if errors.Is(err, keystore.ErrNotFound) {
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("operations: reading the journal: %w", err)
+			return nil, nil, fmt.Errorf("operations: reading the journal: %w", err)
 		}
 		var rec journalRecord
-		if json.Unmarshal(b, &rec) != nil || rec.Operation == nil || rec.Endpoint != c.endpoint {
+		if json.Unmarshal(b, &rec) != nil || rec.Endpoint != c.endpoint {
 			continue
 		}
 		if rec.Session != c.sess.Name() && (rec.Account == "" || rec.Account != account) {
 			continue
 		}
-		abandoned := rec.Confirm == nil && !rec.Operation.ExpiresAt.IsZero() && c.clock.Now().Sub(rec.Operation.ExpiresAt) > keepFinal
-		if rec.Final && c.clock.Now().Sub(rec.Updated) > keepFinal || abandoned {
+		if rec.Proposing != nil && rec.OperationID == "" {
+			if now.Sub(rec.Updated) > keepFinal {
+				_ = st.Update(ctx, k, func([]byte) ([]byte, error) { return nil, nil })
+				continue
+			}
+			proposing = append(proposing, rec)
+			continue
+		}
+		if rec.Operation == nil {
+			continue
+		}
+		abandoned := rec.Confirm == nil && !rec.Operation.ExpiresAt.IsZero() && now.Sub(rec.Operation.ExpiresAt) > keepFinal
+		if rec.Final && now.Sub(rec.Updated) > keepFinal || abandoned {
 			_ = st.Update(ctx, k, func([]byte) ([]byte, error) { return nil, nil })
 			continue
 		}
-		out = append(out, rec)
+		ops = append(ops, rec)
 	}
-	return out, nil
+	return ops, proposing, nil
 }
 
-// load puts the journal's operations into the Client's view, once.
+// load puts the journal's operations into the Client's view, once, and
+// drops the records of proposing requests whose answer an operation record
+// already holds (a crash between the two writes).
 func (c *Client) load(ctx context.Context) error {
 	c.loadMu.Lock()
 	defer c.loadMu.Unlock()
 	if c.loaded {
 		return nil
 	}
-	recs, err := c.records(ctx)
+	recs, proposing, err := c.scan(ctx)
 	if err != nil {
 		return err
 	}
 	c.mu.Lock()
 	for _, r := range recs {
 		if e := c.ops[r.OperationID]; e == nil {
-			c.ops[r.OperationID] = &entry{op: r.Operation, action: r.Action, proposal: r.Proposal, finalSeen: r.Final}
-		} else if e.proposal == "" {
-			e.proposal = r.Proposal
+			c.ops[r.OperationID] = &entry{op: r.Operation, action: r.Action, proposal: r.Proposal, idem: r.IdempotencyKey, finalSeen: r.Final}
+		} else {
+			if e.proposal == "" {
+				e.proposal = r.Proposal
+			}
+			if e.idem == "" {
+				e.idem = r.IdempotencyKey
+			}
+		}
+		if !r.Final && legacyKey(r.Proposal) {
+			c.legacy = true
 		}
 	}
 	c.mu.Unlock()
+	for _, p := range proposing {
+		if c.answered(p.Proposing.IdempotencyKey) {
+			_ = c.clearProposing(ctx, p.Proposing.Key, p.Proposing.IdempotencyKey)
+		}
+	}
 	c.loaded = true
 	return nil
 }
@@ -252,46 +401,258 @@ func (c *Client) recoverOne(ctx context.Context, r journalRecord) (*Operation, e
 	return c.Confirm(ctx, a)
 }
 
-// maxKeyedBody bounds a replayable request body proposalKey hashes.
-const maxKeyedBody = 64 << 20
+// maxKeyedBody bounds a replayable request body proposalKeys hashes;
+// maxCanonicalBody bounds the JSON body it reads into memory to key it as
+// canonical JSON (a larger one is keyed byte for byte).
+const (
+	maxKeyedBody     = 64 << 20
+	maxCanonicalBody = 8 << 20
+)
 
-// proposalKey identifies a proposing request: method, URL and body
-// (A-38). It leaves req's body readable.
-func proposalKey(req *http.Request) (string, error) {
-	h := sha256.New()
-	fmt.Fprintf(h, "%s %s\n", req.Method, req.URL.String())
-	if req.GetBody != nil && req.Body != nil && req.Body != http.NoBody {
-		// A body that can be read again (bytes, strings) is hashed from a
-		// copy, streamed, and left as it is.
-		rc, err := req.GetBody()
-		if err != nil {
-			return "", fmt.Errorf("operations: reading the request body: %w", err)
-		}
-		n, err := io.Copy(h, io.LimitReader(rc, maxKeyedBody+1))
-		rc.Close()
-		if err != nil {
-			return "", fmt.Errorf("operations: reading the request body: %w", err)
+// keyPrefix starts every proposal key of a request (A-38): a key without
+// it (and without the "mcp-" of ToolCallKey) is a legacy key.
+const keyPrefix = "r2-"
+
+// legacyKey reports whether a journalled proposal key is of the legacy
+// form: the exact bytes of method, URL and body.
+func legacyKey(k string) bool {
+	return k != "" && !strings.HasPrefix(k, keyPrefix) && !strings.HasPrefix(k, "mcp-")
+}
+
+// proposalKeys identifies a proposing request, "the same action" (A-38):
+// the method; the URL with its host in lower case, without a default port
+// or fragment, and its query parameters sorted by name (the values of one
+// name keep their order); and the body: canonical JSON (members sorted by
+// name, no insignificant space, strings and numbers as JSON reads them)
+// when the Content-Type is JSON and the body is valid UTF-8 JSON of at
+// most 8 MiB without a repeated member name, otherwise its bytes. So
+// reordered JSON members or query parameters are the same request; any
+// other difference is another one.
+//
+// With legacy, it also returns the key the SDK computed before these keys
+// existed (method, URL and body byte for byte), to match proposals
+// journalled under it. It leaves req's body readable.
+func proposalKeys(req *http.Request, legacy bool) (key, old string, err error) {
+	body, err := keyBody(req)
+	if err != nil {
+		return "", "", err
+	}
+	hk := sha256.New()
+	fmt.Fprintf(hk, "%s %s\n", req.Method, canonicalURL(req.URL))
+	var ho hash.Hash
+	w := io.Writer(hk)
+	if legacy {
+		ho = sha256.New()
+		fmt.Fprintf(ho, "%s %s\n", req.Method, req.URL.String())
+		w = io.MultiWriter(hk, ho)
+	}
+	if body != nil {
+		defer body.Close()
+		lr := io.LimitReader(body, maxKeyedBody+1)
+		var n int64
+		if isJSON(req.Header.Get("Content-Type")) {
+			head, err := io.ReadAll(io.LimitReader(lr, maxCanonicalBody+1))
+			if err != nil {
+				return "", "", fmt.Errorf("operations: reading the request body: %w", err)
+			}
+			n = int64(len(head))
+			if ho != nil {
+				ho.Write(head)
+			}
+			if canon, ok := canonicalJSONUpTo(head, n); ok {
+				hk.Write([]byte("c\n")) // canonical JSON
+				hk.Write(canon)
+			} else {
+				hk.Write([]byte("r\n")) // raw bytes
+				hk.Write(head)
+				m, err := io.Copy(w, lr)
+				if err != nil {
+					return "", "", fmt.Errorf("operations: reading the request body: %w", err)
+				}
+				n += m
+			}
+		} else {
+			hk.Write([]byte("r\n"))
+			if n, err = io.Copy(w, lr); err != nil {
+				return "", "", fmt.Errorf("operations: reading the request body: %w", err)
+			}
 		}
 		if n > maxKeyedBody {
-			return "", errors.New("operations: request body too large")
+			return "", "", errors.New("operations: request body too large")
 		}
-		return base64.RawURLEncoding.EncodeToString(h.Sum(nil)), nil
 	}
-	if req.Body != nil && req.Body != http.NoBody {
-		b, err := io.ReadAll(io.LimitReader(req.Body, maxBody+1))
-		req.Body.Close()
+	key = keyPrefix + base64.RawURLEncoding.EncodeToString(hk.Sum(nil))
+	if ho != nil {
+		old = base64.RawURLEncoding.EncodeToString(ho.Sum(nil))
+	}
+	return key, old, nil
+}
+
+// keyBody returns a reader over a copy of req's body, nil for none. A body
+// that can be read again (bytes, strings) is read from a copy, streamed; any
+// other is read into memory (at most maxBody) and put back.
+func keyBody(req *http.Request) (io.ReadCloser, error) {
+	if req.Body == nil || req.Body == http.NoBody {
+		return nil, nil
+	}
+	if req.GetBody != nil {
+		rc, err := req.GetBody()
 		if err != nil {
-			return "", fmt.Errorf("operations: reading the request body: %w", err)
+			return nil, fmt.Errorf("operations: reading the request body: %w", err)
 		}
-		if len(b) > maxBody {
-			return "", errors.New("operations: request body too large")
-		}
-		h.Write(b)
-		req.Body = io.NopCloser(bytes.NewReader(b))
-		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
-		req.ContentLength = int64(len(b))
+		return rc, nil
 	}
-	return base64.RawURLEncoding.EncodeToString(h.Sum(nil)), nil
+	b, err := io.ReadAll(io.LimitReader(req.Body, maxBody+1))
+	req.Body.Close()
+	if err != nil {
+		return nil, fmt.Errorf("operations: reading the request body: %w", err)
+	}
+	if len(b) > maxBody {
+		return nil, errors.New("operations: request body too large")
+	}
+	req.Body = io.NopCloser(bytes.NewReader(b))
+	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
+	req.ContentLength = int64(len(b))
+	return io.NopCloser(bytes.NewReader(b)), nil
+}
+
+// canonicalURL is u as proposalKeys keys it.
+func canonicalURL(u *url.URL) string {
+	c := *u
+	c.User = nil
+	c.Scheme = strings.ToLower(c.Scheme)
+	c.Host = strings.ToLower(c.Host)
+	if c.Scheme == "https" {
+		c.Host = strings.TrimSuffix(c.Host, ":443")
+	}
+	c.Fragment, c.RawFragment, c.ForceQuery = "", "", false
+	if q, err := url.ParseQuery(c.RawQuery); err == nil {
+		c.RawQuery = q.Encode() // sorted by name; one name's values in order
+	}
+	return c.String()
+}
+
+// isJSON reports whether a Content-Type is JSON: application/json or a
+// +json suffix.
+func isJSON(ct string) bool {
+	mt, _, err := mime.ParseMediaType(ct)
+	return err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json"))
+}
+
+func canonicalJSONUpTo(b []byte, n int64) ([]byte, bool) {
+	if n > maxCanonicalBody {
+		return nil, false
+	}
+	return canonicalJSON(b)
+}
+
+// canonicalJSON returns b as canonical JSON: one value, object members
+// sorted by name, no insignificant space, strings re-encoded as
+// encoding/json writes them, numbers as written. It reports false for
+// anything that isn't exactly one valid JSON value in valid UTF-8, and for
+// an object that repeats a member name (readers differ on which one
+// counts, so such a body is keyed byte for byte).
+func canonicalJSON(b []byte) ([]byte, bool) {
+	if !utf8.Valid(b) {
+		return nil, false
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var out bytes.Buffer
+	if err := writeCanonical(dec, &out, 0); err != nil {
+		return nil, false
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, false // trailing data
+	}
+	return out.Bytes(), true
+}
+
+// maxCanonicalDepth bounds the nesting canonicalJSON follows.
+const maxCanonicalDepth = 256
+
+var errNotCanonical = errors.New("not canonicalizable")
+
+func writeCanonical(dec *json.Decoder, out *bytes.Buffer, depth int) error {
+	if depth > maxCanonicalDepth {
+		return errNotCanonical
+	}
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	switch t := tok.(type) {
+	case json.Delim:
+		switch t {
+		case '{':
+			type member struct {
+				name string
+				val  []byte
+			}
+			var ms []member
+			for dec.More() {
+				nt, err := dec.Token()
+				if err != nil {
+					return err
+				}
+				name, ok := nt.(string)
+				if !ok {
+					return errNotCanonical
+				}
+				var v bytes.Buffer
+				if err := writeCanonical(dec, &v, depth+1); err != nil {
+					return err
+				}
+				ms = append(ms, member{name, v.Bytes()})
+			}
+			if _, err := dec.Token(); err != nil { // '}'
+				return err
+			}
+			slices.SortFunc(ms, func(a, b member) int { return strings.Compare(a.name, b.name) })
+			out.WriteByte('{')
+			for i, m := range ms {
+				if i > 0 {
+					if ms[i-1].name == m.name {
+						return errNotCanonical
+					}
+					out.WriteByte(',')
+				}
+				n, _ := json.Marshal(m.name)
+				out.Write(n)
+				out.WriteByte(':')
+				out.Write(m.val)
+			}
+			out.WriteByte('}')
+		case '[':
+			out.WriteByte('[')
+			for i := 0; dec.More(); i++ {
+				if i > 0 {
+					out.WriteByte(',')
+				}
+				if err := writeCanonical(dec, out, depth+1); err != nil {
+					return err
+				}
+			}
+			if _, err := dec.Token(); err != nil { // ']'
+				return err
+			}
+			out.WriteByte(']')
+		default:
+			return errNotCanonical
+		}
+	case string:
+		b, _ := json.Marshal(t)
+		out.Write(b)
+	case json.Number:
+		out.WriteString(t.String())
+	case bool:
+		out.WriteString(strconv.FormatBool(t))
+	case nil:
+		out.WriteString("null")
+	default:
+		return errNotCanonical
+	}
+	return nil
 }
 
 // stillPermitted checks that the standing permission of a journalled

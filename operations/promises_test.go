@@ -1,0 +1,332 @@
+package operations_test
+
+// What the package doc promises about proposals and approvals: a lost
+// proposal answer proposes nothing twice (OPS 6, A-38), the same action is
+// the same request in any order of JSON members and query parameters, and
+// an operation that is no longer proposed is a typed error.
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/poppyproto/poppy/keystore"
+	"github.com/poppyproto/poppy/operations"
+	"github.com/poppyproto/poppy/poppytest"
+)
+
+// PA-OPS6-04 with lost answers: 20 exchanges, the first answer of 10 of
+// them lost after the Company proposed (connection closed instead of the
+// 202, or a 500), each sent again by the caller. Against a Company that
+// proposes anew for every request it doesn't recognise as a retry
+// (ProposeAgain), there is one operation per item: the request sent again
+// carries the Idempotency-Key journalled before the first one was sent.
+func TestPA_OPS6_04_LostProposalAnswer(t *testing.T) {
+	const items = 20
+	lose := func(i int) poppytest.OperationFault {
+		switch {
+		case i%2 == 0:
+			return poppytest.FaultLoseResponse
+		case i%5 == 0:
+			return poppytest.Fault5xxAfter
+		}
+		return poppytest.FaultNone
+	}
+	e := newEnv(t, &poppytest.Options{Operations: poppytest.OperationsOptions{ProposeAgain: true,
+		ProposeFaults: func(r poppytest.OperationRequest) poppytest.OperationFault {
+			var i int
+			fmt.Sscanf(r.Action, "ord_7Hk2 itm_%d", &i)
+			if r.Attempt == 1 {
+				return lose(i)
+			}
+			return poppytest.FaultNone
+		}}}, nil)
+	lost, got := 0, map[string]string{}
+	for i := range items {
+		item := fmt.Sprintf("itm_%02d", i)
+		op, _, err := e.c.Propose(ctx, e.exchangeRequest(item), exchangeAction)
+		if lose(i) != poppytest.FaultNone {
+			if err == nil {
+				t.Fatalf("%s: the lost answer was not an error: %v", item, op)
+			}
+			lost++
+			op, _, err = e.c.Propose(ctx, e.exchangeRequest(item), exchangeAction) // the caller sends it again
+		}
+		if err != nil || op == nil {
+			t.Fatalf("%s: %v %v", item, op, err)
+		}
+		got[item] = op.ID
+	}
+	all := e.Srv.Operations()
+	if len(all) != items {
+		t.Fatalf("PA-OPS6-04: %d operations proposed for %d items (%d answers lost)", len(all), items, lost)
+	}
+	for _, o := range all {
+		// One proposal; a retry carries the same key as the request it repeats.
+		if o.Proposals < 1 || o.IdempotencyKeys[0] == "" {
+			t.Errorf("%s: proposals %d, keys %q", o.ID, o.Proposals, o.IdempotencyKeys)
+		}
+		for _, k := range o.IdempotencyKeys {
+			if k != o.IdempotencyKeys[0] {
+				t.Errorf("%s: sent with keys %q", o.ID, o.IdempotencyKeys)
+			}
+		}
+	}
+	if n := len(e.Requests(poppytest.EndpointAPI)); n != items+lost {
+		t.Errorf("%d proposing requests, want %d", n, items+lost)
+	}
+	// Each item's operation is open: calling again sends nothing.
+	before := len(e.Requests(poppytest.EndpointAPI))
+	for item, id := range got {
+		if op, _, err := e.c.Propose(ctx, e.exchangeRequest(item), exchangeAction); !errors.Is(err, operations.ErrOperationPending) || op.ID != id {
+			t.Errorf("%s again: %v %v", item, op, err)
+		}
+	}
+	if n := len(e.Requests(poppytest.EndpointAPI)) - before; n != 0 {
+		t.Errorf("%d requests while the operations are open", n)
+	}
+	// Nothing is left of the proposing requests in the journal: one
+	// record per operation.
+	if keys, _ := e.Store.List(ctx, keystore.KindOperation, "local-user", e.Srv.Issuer()); len(keys) != items {
+		t.Errorf("%d journal records for %d operations", len(keys), items)
+	}
+}
+
+// A lost answer is ErrProposalUnanswered, with what went wrong inside; a
+// refusal is not kept: the same request after it gets a new key.
+func TestProposalUnansweredError(t *testing.T) {
+	e := newEnv(t, &poppytest.Options{Operations: poppytest.OperationsOptions{ProposeAgain: true,
+		ProposeFaults: func(r poppytest.OperationRequest) poppytest.OperationFault {
+			if r.Attempt == 1 && r.Action == "ord_7Hk2 itm_4Qa" {
+				return poppytest.FaultCut
+			}
+			return poppytest.FaultNone
+		}}}, nil)
+	_, _, err := e.c.Propose(ctx, e.exchangeRequest("itm_4Qa"), exchangeAction)
+	if !errors.Is(err, operations.ErrProposalUnanswered) || !strings.HasPrefix(err.Error(), "operations: ") {
+		t.Fatalf("cut: %v", err)
+	}
+	// A refusal (403 insufficient_scope) forgets the request: nothing is open.
+	e.Srv.ForceError(poppytest.EndpointAPI, poppytest.Fault{Code: "insufficient_scope"})
+	if _, _, err := e.c.Propose(ctx, e.exchangeRequest("itm_5Qa"), exchangeAction); err == nil || errors.Is(err, operations.ErrProposalUnanswered) {
+		t.Fatalf("refused: %v", err)
+	}
+	op, _, err := e.c.Propose(ctx, e.exchangeRequest("itm_5Qa"), exchangeAction)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs := e.Requests(poppytest.EndpointAPI)
+	k1, k2 := reqs[len(reqs)-2].Header.Get("Idempotency-Key"), reqs[len(reqs)-1].Header.Get("Idempotency-Key")
+	if k1 == "" || k1 == k2 || info(t, e.Srv, op.ID).Proposals != 1 {
+		t.Errorf("keys after a refusal: %q %q", k1, k2)
+	}
+}
+
+// OPS 6 across a restart: a process killed after it sent a proposing
+// request, before it could journal the answer, leaves the request in the
+// journal; the restarted process sends the same request with the same
+// Idempotency-Key and gets the operation the Company proposed for the
+// first one. One operation, against a Company that proposes anew for
+// every request it doesn't recognise as a retry; and a third process
+// sends nothing while it is open (PA-OPS6-04).
+func TestPA_OPS6_04_CrashBetweenProposalAndJournal(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts child processes")
+	}
+	killed := make(chan struct{})
+	var first atomic.Pointer[childProc]
+	hook := func(r poppytest.OperationRequest) poppytest.OperationFault {
+		if r.Attempt == 1 {
+			// The child sent the request and waits for the answer: kill it
+			// now, then let the Company propose.
+			first.Load().kill()
+			<-killed
+		}
+		return poppytest.FaultNone
+	}
+	srv := poppytest.NewServer(t, &poppytest.Options{Operations: poppytest.OperationsOptions{ProposeAgain: true, ProposeFaults: hook}})
+	ce := newCrashEnv(t, srv)
+	p := ce.start("propose", "itm_4Qa")
+	first.Store(p)
+	p.wait()
+	close(killed)
+	if p.exitCode() == 0 {
+		t.Fatalf("the first child was not killed: %s", p.out())
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for len(srv.Operations()) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the Company proposed nothing")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	second := ce.run("propose", "itm_4Qa")
+	all := srv.Operations()
+	if len(all) != 1 {
+		t.Fatalf("PA-OPS6-04: %d operations after the restart, want 1 (second child: %s)", len(all), second)
+	}
+	if want := "proposed " + all[0].ID; strings.TrimSpace(second) != want {
+		t.Errorf("second child: %q, want %q", second, want)
+	}
+	if k := all[0].IdempotencyKeys; len(k) != 2 || k[0] == "" || k[0] != k[1] {
+		t.Errorf("Idempotency-Keys %q", k)
+	}
+	third := ce.run("propose", "itm_4Qa")
+	if want := "pending " + all[0].ID; strings.TrimSpace(third) != want {
+		t.Errorf("third child: %q, want %q", third, want)
+	}
+	if n := len(ce.env.Requests(poppytest.EndpointAPI)); n != 2 {
+		t.Errorf("%d proposing requests, want 2", n)
+	}
+}
+
+// OPS 6, A-38: the same action is the same request whatever the order of
+// its JSON members or query parameters, and whatever the spacing of the
+// JSON, so none of these proposes again (PA-OPS6-04). Another value is
+// another request.
+func TestPA_OPS6_04_SameActionInAnyOrder(t *testing.T) {
+	e := newEnv(t, &poppytest.Options{Operations: poppytest.OperationsOptions{ProposeAgain: true}}, nil)
+	base := e.Srv.APIURL() + "/orders/ord_7Hk2/exchanges"
+	req := func(query, body string) *http.Request {
+		r, err := http.NewRequest("POST", base+query, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Header.Set("Content-Type", "application/json; charset=utf-8")
+		return r
+	}
+	first, _, err := e.c.Propose(ctx, req("?lang=en&channel=app&tag=a&tag=b", `{"item_id":"itm_4Qa","replacement_sku":"stormline-insulated-m","note":{"x":1,"y":[1,2]}}`), exchangeAction)
+	if err != nil {
+		t.Fatal(err)
+	}
+	same := []struct{ query, body string }{
+		{"?channel=app&lang=en&tag=a&tag=b", `{"item_id":"itm_4Qa","replacement_sku":"stormline-insulated-m","note":{"x":1,"y":[1,2]}}`},
+		{"?lang=en&channel=app&tag=a&tag=b", `{"replacement_sku":"stormline-insulated-m","note":{"y":[1,2],"x":1},"item_id":"itm_4Qa"}`},
+		{"?tag=a&channel=app&tag=b&lang=en", " {\n  \"note\": {\"x\": 1, \"y\": [1, 2]},\n  \"item_id\": \"itm_\\u0034Qa\",\n  \"replacement_sku\": \"stormline-insulated-m\"\n}\n"},
+	}
+	for _, s := range same {
+		op, _, err := e.c.Propose(ctx, req(s.query, s.body), exchangeAction)
+		if !errors.Is(err, operations.ErrOperationPending) || op == nil || op.ID != first.ID {
+			t.Errorf("PA-OPS6-04: %s %s proposed again: %v %v", s.query, s.body, op, err)
+		}
+	}
+	if n := len(e.Requests(poppytest.EndpointAPI)); n != 1 {
+		t.Errorf("%d proposing requests, want 1", n)
+	}
+	// Other values, other order of one parameter's values, a number
+	// written otherwise, a repeated member: other requests.
+	other := []struct{ query, body string }{
+		{"?lang=de&channel=app&tag=a&tag=b", `{"item_id":"itm_4Qa","replacement_sku":"stormline-insulated-m","note":{"x":1,"y":[1,2]}}`},
+		{"?lang=en&channel=app&tag=b&tag=a", `{"item_id":"itm_4Qa","replacement_sku":"stormline-insulated-m","note":{"x":1,"y":[1,2]}}`},
+		{"?lang=en&channel=app&tag=a&tag=b", `{"item_id":"itm_4Qa","replacement_sku":"stormline-insulated-m","note":{"x":1,"y":[2,1]}}`},
+		{"?lang=en&channel=app&tag=a&tag=b", `{"item_id":"itm_4Qa","replacement_sku":"stormline-insulated-m","note":{"x":1.0,"y":[1,2]}}`},
+		{"?lang=en&channel=app&tag=a&tag=b", `{"item_id":"itm_4Qa","item_id":"itm_4Qa","replacement_sku":"stormline-insulated-m","note":{"x":1,"y":[1,2]}}`},
+	}
+	for i, o := range other {
+		op, _, err := e.c.Propose(ctx, req(o.query, o.body), exchangeAction)
+		if err != nil || op == nil || op.ID == first.ID {
+			t.Errorf("other request %d: %v %v", i, op, err)
+		}
+	}
+}
+
+// legacyKey is a proposal key as the SDK computed it before keys were
+// canonical: method, URL and body, byte for byte.
+func legacyKey(method, u, body string) string {
+	h := sha256.Sum256([]byte(method + " " + u + "\n" + body))
+	return base64.RawURLEncoding.EncodeToString(h[:])
+}
+
+// A-38 across an upgrade: a proposal an earlier version journalled under
+// the exact-bytes key still holds back the same request (byte for byte)
+// while its operation is open (PA-OPS6-04).
+func TestPA_OPS6_04_LegacyProposalKeys(t *testing.T) {
+	e := newEnv(t, &poppytest.Options{Operations: poppytest.OperationsOptions{ProposeAgain: true}}, nil)
+	op := e.propose("itm_4Qa")
+	// Rewrite the journal as the earlier version wrote it.
+	body := `{"item_id":"itm_4Qa","replacement_sku":"stormline-insulated-m"}`
+	keys, err := e.Store.List(ctx, keystore.KindOperation, "local-user", e.Srv.Issuer())
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("journal: %v %v", keys, err)
+	}
+	err = e.Store.Update(ctx, keys[0], func(cur []byte) ([]byte, error) {
+		var rec map[string]any
+		if err := json.Unmarshal(cur, &rec); err != nil || rec["operation_id"] != op.ID {
+			return nil, fmt.Errorf("record %s: %v", cur, err)
+		}
+		rec["proposal"] = legacyKey("POST", e.Srv.APIURL()+"/orders/ord_7Hk2/exchanges", body)
+		delete(rec, "idempotency_key")
+		return json.Marshal(rec)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A new process with the upgraded SDK.
+	c2, err := operations.New(e.sess, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := c2.Propose(ctx, e.exchangeRequest("itm_4Qa"), exchangeAction)
+	if !errors.Is(err, operations.ErrOperationPending) || got == nil || got.ID != op.ID {
+		t.Fatalf("PA-OPS6-04: the legacy-keyed proposal was not found: %v %v", got, err)
+	}
+	if n := len(e.Requests(poppytest.EndpointAPI)); n != 1 {
+		t.Errorf("%d proposing requests, want 1", n)
+	}
+}
+
+// An Approve of an operation another process has already confirmed is a
+// *StateError with the state, matching ErrNotProposed; of an expired one,
+// ErrOperationExpired too. Nothing is asked and nothing is sent.
+func TestNotProposedStateError(t *testing.T) {
+	e := newEnv(t, &poppytest.Options{Operations: poppytest.OperationsOptions{TTL: time.Minute}}, nil)
+	op := e.propose("itm_4Qa")
+	other, err := operations.New(e.sess, &operations.Options{Approver: e.ap})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, _ := other.Get(ctx, op.ID)
+	a, err := other.Approve(ctx, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if done, err := other.Confirm(ctx, a); err != nil || done.State != operations.StateSucceeded {
+		t.Fatalf("the other process: %v %v", done, err)
+	}
+	cur, err := e.c.Get(ctx, op.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	asked, confirms := len(e.ap.asked()), len(e.confirms())
+	_, err = e.c.Approve(ctx, cur)
+	var se *operations.StateError
+	if !errors.As(err, &se) || se.State != operations.StateSucceeded || se.Operation == nil || se.Operation.ID != op.ID ||
+		!errors.Is(err, operations.ErrNotProposed) || errors.Is(err, operations.ErrOperationExpired) {
+		t.Fatalf("Approve of a succeeded operation: %v", err)
+	}
+	if !strings.HasPrefix(err.Error(), "operations: ") || len(e.ap.asked()) != asked || len(e.confirms()) != confirms {
+		t.Errorf("%q; asked %d, confirms %d", err, len(e.ap.asked())-asked, len(e.confirms())-confirms)
+	}
+	// Handle takes it as it is.
+	if got, err := e.c.Handle(ctx, cur); err != nil || got.State != operations.StateSucceeded {
+		t.Errorf("Handle: %v %v", got, err)
+	}
+
+	late := e.propose("itm_5Qa")
+	e.Srv.Clock().Advance(2 * time.Minute)
+	exp, err := e.c.Get(ctx, late.ID)
+	if err != nil || exp.State != operations.StateExpired {
+		t.Fatalf("%v %v", exp, err)
+	}
+	_, err = e.c.Approve(ctx, exp)
+	if !errors.As(err, &se) || se.State != operations.StateExpired || !errors.Is(err, operations.ErrNotProposed) || !errors.Is(err, operations.ErrOperationExpired) {
+		t.Errorf("Approve of an expired operation: %v", err)
+	}
+}
