@@ -54,13 +54,13 @@ func TestPA_OPS6_04_LostProposalAnswer(t *testing.T) {
 		op, _, err := e.c.Propose(ctx, e.exchangeRequest(item), exchangeAction)
 		if lose(i) != poppytest.FaultNone {
 			if err == nil {
-				t.Fatalf("%s: the lost answer was not an error: %v", item, op)
+				t.Fatalf("%s: the lost answer was not an error: %s", item, brief(op))
 			}
 			lost++
 			op, _, err = e.c.Propose(ctx, e.exchangeRequest(item), exchangeAction) // the caller sends it again
 		}
 		if err != nil || op == nil {
-			t.Fatalf("%s: %v %v", item, op, err)
+			t.Fatalf("%s: %s %v", item, brief(op), err)
 		}
 		got[item] = op.ID
 	}
@@ -86,7 +86,7 @@ func TestPA_OPS6_04_LostProposalAnswer(t *testing.T) {
 	before := len(e.Requests(poppytest.EndpointAPI))
 	for item, id := range got {
 		if op, _, err := e.c.Propose(ctx, e.exchangeRequest(item), exchangeAction); !errors.Is(err, operations.ErrOperationPending) || op.ID != id {
-			t.Errorf("%s again: %v %v", item, op, err)
+			t.Errorf("%s again: %s %v", item, brief(op), err)
 		}
 	}
 	if n := len(e.Requests(poppytest.EndpointAPI)) - before; n != 0 {
@@ -214,7 +214,7 @@ func TestPA_OPS6_04_SameActionInAnyOrder(t *testing.T) {
 	for _, s := range same {
 		op, _, err := e.c.Propose(ctx, req(s.query, s.body), exchangeAction)
 		if !errors.Is(err, operations.ErrOperationPending) || op == nil || op.ID != first.ID {
-			t.Errorf("PA-OPS6-04: %s %s proposed again: %v %v", s.query, s.body, op, err)
+			t.Errorf("PA-OPS6-04: %s %q proposed again: %s %v", s.query, s.body, brief(op), err)
 		}
 	}
 	if n := len(e.Requests(poppytest.EndpointAPI)); n != 1 {
@@ -232,7 +232,7 @@ func TestPA_OPS6_04_SameActionInAnyOrder(t *testing.T) {
 	for i, o := range other {
 		op, _, err := e.c.Propose(ctx, req(o.query, o.body), exchangeAction)
 		if err != nil || op == nil || op.ID == first.ID {
-			t.Errorf("other request %d: %v %v", i, op, err)
+			t.Errorf("other request %d: %s %v", i, brief(op), err)
 		}
 	}
 }
@@ -275,7 +275,7 @@ func TestPA_OPS6_04_LegacyProposalKeys(t *testing.T) {
 	}
 	got, _, err := c2.Propose(ctx, e.exchangeRequest("itm_4Qa"), exchangeAction)
 	if !errors.Is(err, operations.ErrOperationPending) || got == nil || got.ID != op.ID {
-		t.Fatalf("PA-OPS6-04: the legacy-keyed proposal was not found: %v %v", got, err)
+		t.Fatalf("PA-OPS6-04: the legacy-keyed proposal was not found: %s %v", brief(got), err)
 	}
 	if n := len(e.Requests(poppytest.EndpointAPI)); n != 1 {
 		t.Errorf("%d proposing requests, want 1", n)
@@ -298,7 +298,7 @@ func TestNotProposedStateError(t *testing.T) {
 		t.Fatal(err)
 	}
 	if done, err := other.Confirm(ctx, a); err != nil || done.State != operations.StateSucceeded {
-		t.Fatalf("the other process: %v %v", done, err)
+		t.Fatalf("the other process: %s %v", brief(done), err)
 	}
 	cur, err := e.c.Get(ctx, op.ID)
 	if err != nil {
@@ -316,14 +316,14 @@ func TestNotProposedStateError(t *testing.T) {
 	}
 	// Handle takes it as it is.
 	if got, err := e.c.Handle(ctx, cur); err != nil || got.State != operations.StateSucceeded {
-		t.Errorf("Handle: %v %v", got, err)
+		t.Errorf("Handle: %s %v", brief(got), err)
 	}
 
 	late := e.propose("itm_5Qa")
 	e.Srv.Clock().Advance(2 * time.Minute)
 	exp, err := e.c.Get(ctx, late.ID)
 	if err != nil || exp.State != operations.StateExpired {
-		t.Fatalf("%v %v", exp, err)
+		t.Fatalf("%s %v", brief(exp), err)
 	}
 	_, err = e.c.Approve(ctx, exp)
 	if !errors.As(err, &se) || se.State != operations.StateExpired || !errors.Is(err, operations.ErrNotProposed) || !errors.Is(err, operations.ErrOperationExpired) {
