@@ -12,8 +12,12 @@ package operations
 // as it is, so a repeated confirm performs nothing twice. A crash leaves the
 // journal entry behind, and Recover picks it up: it reads the operation,
 // confirms again only if it is still proposed at the approved revision, and
-// tracks it until final. Propose keys each proposal by its request and
-// returns the open operation instead of proposing again.
+// tracks it until final. Propose keys each proposal by its request
+// (canonical JSON, sorted query) and returns the open operation instead of
+// proposing again; it journals the request before sending it, with
+// its Idempotency-Key, so that a request whose answer was lost is sent
+// again with the same key, never as a new proposal. One proposing request
+// per key is in flight in a Client at a time.
 
 import (
 	"bytes"
