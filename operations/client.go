@@ -261,9 +261,16 @@ func (c *Client) entryOf(id string) (Action, string) {
 // knows (PA-OPS9-01).
 func (c *Client) forget(ctx context.Context, id string) {
 	c.mu.Lock()
+	var key string
+	if e := c.ops[id]; e != nil {
+		key = e.proposal
+	}
 	delete(c.ops, id)
 	c.mu.Unlock()
 	_ = c.journalDelete(ctx, id)
+	if key != "" {
+		_ = c.clearAnswered(ctx, key, id)
+	}
 }
 
 // Get reads the operation once at the operations endpoint (OPS 6,
@@ -688,10 +695,26 @@ func (c *Client) ProposeVia(ctx context.Context, hc *http.Client, req *http.Requ
 	}
 	defer unlock()
 	if open := c.openProposal(ctx, key, old); open != nil {
-		return open, nil, &PendingError{Operation: open} // PA-OPS6-04
+		// Another process may have finished it since: the journal says.
+		if _, err := c.loadRecord(ctx, open.ID); err != nil {
+			return nil, nil, err
+		}
+		if open := c.openProposal(ctx, key, old); open != nil {
+			return open, nil, &PendingError{Operation: open} // PA-OPS6-04
+		}
 	}
 	// OPS 6: journalled before it is sent, with the key it is sent with.
-	idem, err := c.journalProposing(ctx, key, action, req.Header.Get("Idempotency-Key"))
+	idem, openID, err := c.journalProposing(ctx, key, action, req.Header.Get("Idempotency-Key"), "")
+	if err == nil && openID != "" {
+		// Another process proposed it since this Client read the journal.
+		if _, err := c.loadRecord(ctx, openID); err != nil {
+			return nil, nil, err
+		}
+		if open := c.openProposal(ctx, key, old); open != nil {
+			return open, nil, &PendingError{Operation: open} // PA-OPS6-04
+		}
+		idem, _, err = c.journalProposing(ctx, key, action, req.Header.Get("Idempotency-Key"), openID)
+	}
 	if err != nil {
 		return nil, nil, err
 	}
@@ -730,7 +753,11 @@ func (c *Client) ProposeVia(ctx context.Context, hc *http.Client, req *http.Requ
 	if err := c.journalProposal(ctx, v, action, key, idem); err != nil {
 		return v, nil, err
 	}
-	_ = c.clearProposing(ctx, key, idem)
+	if v.State.Final() {
+		_ = c.clearProposing(ctx, key, idem)
+	} else {
+		_ = c.markAnswered(ctx, key, idem, v.ID)
+	}
 	return v, nil, nil
 }
 

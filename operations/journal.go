@@ -9,12 +9,13 @@ package operations
 //
 // A proposing request has a record of its own before it is sent, under a
 // hash of its proposal key: the key and the Idempotency-Key it is sent
-// with. The record goes once the answer is journalled (the operation's
-// record then holds the same Idempotency-Key), or once the Company answered
-// without an operation or refused. A record left behind (no answer, a 5xx,
-// a crash between the request and the journal) makes the same request,
-// sent again in any process sharing the keystore, carry the same
-// Idempotency-Key (see doc.go, A-38).
+// with. Once the answer's operation is journalled, the record names it, so
+// that any process sharing the keystore finds the open operation of a
+// request in one read, even one whose view was loaded before; it goes when
+// the operation is final, or at once when the Company answered without an
+// operation or refused. A record without an operation (no answer, a 5xx, a
+// crash between the request and the journal) makes the same request, sent
+// again in any process, carry the same Idempotency-Key (see doc.go, A-38).
 
 import (
 	"bytes"
@@ -57,6 +58,8 @@ type journalProposing struct {
 	IdempotencyKey string    `json:"idempotency_key"`
 	Action         Action    `json:"action"`
 	At             time.Time `json:"at"`
+	// OperationID is the operation the answer carried, once journalled.
+	OperationID string `json:"operation_id,omitempty"`
 }
 
 type journalRecord struct {
@@ -136,16 +139,25 @@ func (c *Client) proposingKey(key string) keystore.Key {
 // already journalled for the same request when its answer never came (in
 // this process or another one sharing the keystore: the read and the write
 // are one atomic update), else the caller's own (callerIdem, the header
-// the request carries), else a new one.
-func (c *Client) journalProposing(ctx context.Context, key string, action Action, callerIdem string) (string, error) {
-	var idem string
-	err := c.store().Update(ctx, c.proposingKey(key), func(cur []byte) ([]byte, error) {
+// the request carries), else a new one. When the record names the
+// operation an earlier answer carried (and that isn't stale), it returns
+// that operation's ID instead and writes nothing; stale names it to
+// replace, once the caller found that operation final or gone.
+func (c *Client) journalProposing(ctx context.Context, key string, action Action, callerIdem, stale string) (idem, open string, err error) {
+	err = c.store().Update(ctx, c.proposingKey(key), func(cur []byte) ([]byte, error) {
+		idem, open = "", ""
 		var rec journalRecord
 		if cur != nil && json.Unmarshal(cur, &rec) == nil && rec.Proposing != nil && rec.Proposing.Key == key &&
-			rec.Endpoint == c.endpoint && rec.Proposing.IdempotencyKey != "" && !c.answered(rec.Proposing.IdempotencyKey) &&
-			(callerIdem == "" || callerIdem == rec.Proposing.IdempotencyKey) {
-			idem = rec.Proposing.IdempotencyKey
-			return cur, nil
+			rec.Endpoint == c.endpoint && rec.Proposing.IdempotencyKey != "" {
+			p := rec.Proposing
+			switch {
+			case p.OperationID != "" && p.OperationID != stale:
+				open = p.OperationID
+				return cur, nil
+			case p.OperationID == "" && !c.answered(p.IdempotencyKey) && (callerIdem == "" || callerIdem == p.IdempotencyKey):
+				idem = p.IdempotencyKey // the same request again: the same key
+				return cur, nil
+			}
 		}
 		idem = callerIdem
 		if idem == "" {
@@ -159,21 +171,84 @@ func (c *Client) journalProposing(ctx context.Context, key string, action Action
 		return json.Marshal(&rec)
 	})
 	if err != nil {
-		return "", fmt.Errorf("operations: writing the journal: %w", err)
+		return "", "", fmt.Errorf("operations: writing the journal: %w", err)
 	}
-	return idem, nil
+	return idem, open, nil
 }
 
-// clearProposing removes the record of a proposing request once its answer
-// is journalled (or needs none).
+// markAnswered names, in the record of the request sent with idem, the
+// operation its answer carried (journalled already).
+func (c *Client) markAnswered(ctx context.Context, key, idem, id string) error {
+	return c.store().Update(ctx, c.proposingKey(key), func(cur []byte) ([]byte, error) {
+		var rec journalRecord
+		if cur == nil || json.Unmarshal(cur, &rec) != nil || rec.Proposing == nil || rec.Proposing.IdempotencyKey != idem {
+			return cur, nil // another request's record: leave it
+		}
+		rec.Proposing.OperationID, rec.Updated = id, c.clock.Now()
+		return json.Marshal(&rec)
+	})
+}
+
+// clearProposing removes the record of the request sent with idem, which
+// needs none any more: the Company answered without an operation, or
+// refused.
 func (c *Client) clearProposing(ctx context.Context, key, idem string) error {
 	return c.store().Update(ctx, c.proposingKey(key), func(cur []byte) ([]byte, error) {
 		var rec journalRecord
 		if cur == nil || json.Unmarshal(cur, &rec) != nil || rec.Proposing == nil || rec.Proposing.IdempotencyKey == idem {
 			return nil, nil
 		}
-		return cur, nil // another request's record: leave it
+		return cur, nil
 	})
+}
+
+// clearAnswered removes the record of key when it names operation id,
+// which is final or unknown to the Company.
+func (c *Client) clearAnswered(ctx context.Context, key, id string) error {
+	return c.store().Update(ctx, c.proposingKey(key), func(cur []byte) ([]byte, error) {
+		var rec journalRecord
+		if cur == nil {
+			return nil, nil
+		}
+		if json.Unmarshal(cur, &rec) != nil || rec.Proposing == nil || rec.Proposing.OperationID == id {
+			return nil, nil
+		}
+		return cur, nil
+	})
+}
+
+// loadRecord puts the journal record of operation id, written by any
+// process, into the Client's view, and returns the view (nil when there is
+// no usable record).
+func (c *Client) loadRecord(ctx context.Context, id string) (*Operation, error) {
+	b, err := c.store().Get(ctx, c.journalKey(id))
+	if errors.Is(err, keystore.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("operations: reading the journal: %w", err)
+	}
+	var r journalRecord
+	if json.Unmarshal(b, &r) != nil || r.OperationID != id || r.Operation == nil || r.Endpoint != c.endpoint {
+		return nil, nil
+	}
+	c.mu.Lock()
+	e := c.ops[id]
+	if e == nil {
+		e = &entry{op: r.Operation, action: r.Action, finalSeen: r.Final}
+		c.ops[id] = e
+	} else if next, err := merge(e.op, r.Operation); err == nil {
+		e.op = next
+	}
+	if e.proposal == "" {
+		e.proposal = r.Proposal
+	}
+	if e.idem == "" {
+		e.idem = r.IdempotencyKey
+	}
+	view := e.op.Clone()
+	c.mu.Unlock()
+	return view, nil
 }
 
 // answered reports whether an operation the Client knows was proposed by
@@ -222,7 +297,17 @@ func (c *Client) journalWithdraw(ctx context.Context, id string) error {
 }
 
 func (c *Client) journalFinal(ctx context.Context, op *Operation) error {
-	return c.journalUpdate(ctx, op.ID, false, func(r *journalRecord) { r.Operation, r.Final = op, true })
+	var key string
+	err := c.journalUpdate(ctx, op.ID, false, func(r *journalRecord) {
+		r.Operation, r.Final, key = op, true, r.Proposal
+	})
+	if key == "" {
+		_, key = c.entryOf(op.ID)
+	}
+	if key != "" {
+		_ = c.clearAnswered(ctx, key, op.ID) // no longer open
+	}
+	return err
 }
 
 func (c *Client) journalDelete(ctx context.Context, id string) error {
@@ -316,7 +401,8 @@ func (c *Client) load(ctx context.Context) error {
 	}
 	c.mu.Unlock()
 	for _, p := range proposing {
-		if c.answered(p.Proposing.IdempotencyKey) {
+		// A crash between the operation's record and this one's.
+		if p.Proposing.OperationID == "" && c.answered(p.Proposing.IdempotencyKey) {
 			_ = c.clearProposing(ctx, p.Proposing.Key, p.Proposing.IdempotencyKey)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -92,10 +93,30 @@ func TestPA_OPS6_04_LostProposalAnswer(t *testing.T) {
 	if n := len(e.Requests(poppytest.EndpointAPI)) - before; n != 0 {
 		t.Errorf("%d requests while the operations are open", n)
 	}
-	// Nothing is left of the proposing requests in the journal: one
-	// record per operation.
-	if keys, _ := e.Store.List(ctx, keystore.KindOperation, "local-user", e.Srv.Issuer()); len(keys) != items {
-		t.Errorf("%d journal records for %d operations", len(keys), items)
+	// The journal: a record per operation, and one per proposing request
+	// naming the open operation it got; none without an operation.
+	keys, _ := e.Store.List(ctx, keystore.KindOperation, "local-user", e.Srv.Issuer())
+	ops, named := 0, map[string]bool{}
+	for _, k := range keys {
+		b, _ := e.Store.Get(ctx, k)
+		var rec struct {
+			OperationID string `json:"operation_id"`
+			Proposing   *struct {
+				OperationID string `json:"operation_id"`
+			} `json:"proposing"`
+		}
+		json.Unmarshal(b, &rec)
+		switch {
+		case rec.Proposing != nil && rec.Proposing.OperationID != "":
+			named[rec.Proposing.OperationID] = true
+		case rec.Proposing != nil:
+			t.Errorf("a proposing request without an operation is left: %s", b)
+		default:
+			ops++
+		}
+	}
+	if ops != items || len(named) != items {
+		t.Errorf("%d operation records and %d naming them, for %d operations", ops, len(named), items)
 	}
 }
 
@@ -253,20 +274,25 @@ func TestPA_OPS6_04_LegacyProposalKeys(t *testing.T) {
 	// Rewrite the journal as the earlier version wrote it.
 	body := `{"item_id":"itm_4Qa","replacement_sku":"stormline-insulated-m"}`
 	keys, err := e.Store.List(ctx, keystore.KindOperation, "local-user", e.Srv.Issuer())
-	if err != nil || len(keys) != 1 {
+	if err != nil || len(keys) != 2 {
 		t.Fatalf("journal: %v %v", keys, err)
 	}
-	err = e.Store.Update(ctx, keys[0], func(cur []byte) ([]byte, error) {
-		var rec map[string]any
-		if err := json.Unmarshal(cur, &rec); err != nil || rec["operation_id"] != op.ID {
-			return nil, fmt.Errorf("record %s: %v", cur, err)
+	for _, k := range keys {
+		err = e.Store.Update(ctx, k, func(cur []byte) ([]byte, error) {
+			var rec map[string]any
+			if err := json.Unmarshal(cur, &rec); err != nil {
+				return nil, err
+			}
+			if rec["operation_id"] != op.ID {
+				return nil, nil // the proposing request's record: the earlier version had none
+			}
+			rec["proposal"] = legacyKey("POST", e.Srv.APIURL()+"/orders/ord_7Hk2/exchanges", body)
+			delete(rec, "idempotency_key")
+			return json.Marshal(rec)
+		})
+		if err != nil {
+			t.Fatal(err)
 		}
-		rec["proposal"] = legacyKey("POST", e.Srv.APIURL()+"/orders/ord_7Hk2/exchanges", body)
-		delete(rec, "idempotency_key")
-		return json.Marshal(rec)
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 	// A new process with the upgraded SDK.
 	c2, err := operations.New(e.sess, nil)
@@ -328,5 +354,68 @@ func TestNotProposedStateError(t *testing.T) {
 	_, err = e.c.Approve(ctx, exp)
 	if !errors.As(err, &se) || se.State != operations.StateExpired || !errors.Is(err, operations.ErrNotProposed) || !errors.Is(err, operations.ErrOperationExpired) {
 		t.Errorf("Approve of an expired operation: %v", err)
+	}
+}
+
+// PA-OPS6-04 across processes sharing a keystore: two Clients that read
+// the journal before either proposed. The second sends nothing while the
+// first's operation is open (the record of the request names it), and
+// proposes anew once the first process cancelled it.
+func TestPA_OPS6_04_TwoProcessesOneProposal(t *testing.T) {
+	e := newEnv(t, &poppytest.Options{Operations: poppytest.OperationsOptions{ProposeAgain: true}}, nil)
+	c2, err := operations.New(e.sess, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c2.Recover(ctx); err != nil { // c2 has read the (empty) journal
+		t.Fatal(err)
+	}
+	op := e.propose("itm_4Qa")
+	got, _, err := c2.Propose(ctx, e.exchangeRequest("itm_4Qa"), exchangeAction)
+	if !errors.Is(err, operations.ErrOperationPending) || got == nil || got.ID != op.ID {
+		t.Fatalf("PA-OPS6-04: the second process: %s %v", brief(got), err)
+	}
+	if n := len(e.Requests(poppytest.EndpointAPI)); n != 1 {
+		t.Fatalf("PA-OPS6-04: %d proposing requests, want 1", n)
+	}
+	if _, err := e.c.Cancel(ctx, op.ID); err != nil {
+		t.Fatal(err)
+	}
+	next, _, err := c2.Propose(ctx, e.exchangeRequest("itm_4Qa"), exchangeAction)
+	if err != nil || next == nil || next.ID == op.ID {
+		t.Fatalf("after the first process cancelled it: %s %v", brief(next), err)
+	}
+}
+
+// PA-OPS6-04 within one Client: the same request from eight goroutines at
+// once is sent once; the others get its operation, open.
+func TestPA_OPS6_04_ConcurrentSameRequest(t *testing.T) {
+	e := newEnv(t, &poppytest.Options{Operations: poppytest.OperationsOptions{ProposeAgain: true}}, nil)
+	const n = 8
+	ids := make([]string, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			op, _, err := e.c.Propose(ctx, e.exchangeRequest("itm_4Qa"), exchangeAction)
+			ids[i], errs[i] = brief(op), err
+		}()
+	}
+	wg.Wait()
+	pending := 0
+	for i := range n {
+		if errors.Is(errs[i], operations.ErrOperationPending) {
+			pending++
+		} else if errs[i] != nil {
+			t.Errorf("goroutine %d: %v", i, errs[i])
+		}
+		if ids[i] != ids[0] {
+			t.Errorf("operations %s and %s", ids[0], ids[i])
+		}
+	}
+	if m := len(e.Requests(poppytest.EndpointAPI)); m != 1 || pending != n-1 || len(e.Srv.Operations()) != 1 {
+		t.Errorf("PA-OPS6-04: %d requests, %d pending, %d operations", m, pending, len(e.Srv.Operations()))
 	}
 }
