@@ -286,15 +286,3 @@ func TestConfirmOnWebsiteRecovered(t *testing.T) {
 		})
 	}
 }
-
-// brief describes an operation for a test message.
-func brief(op *operations.Operation) string {
-	if op == nil {
-		return "<nil>"
-	}
-	s := fmt.Sprintf("%s rev %d %s", op.ID, op.Revision, op.State)
-	if c := op.Confirmation; c != nil {
-		s += fmt.Sprintf(" (confirmed rev %d by %s)", c.Revision, c.ApprovedBy)
-	}
-	return s
-}
