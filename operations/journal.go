@@ -32,7 +32,6 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -633,112 +632,217 @@ func canonicalJSONUpTo(b []byte, n int64) ([]byte, bool) {
 }
 
 // canonicalJSON returns b as canonical JSON: one value, object members
-// sorted by name, no insignificant space, strings re-encoded as
-// encoding/json writes them, numbers as written. It reports false for
-// anything that isn't exactly one valid JSON value in valid UTF-8, and for
-// an object that repeats a member name (readers differ on which one
-// counts, so such a body is keyed byte for byte).
+// sorted by name (byte order of the decoded names), no insignificant
+// space, strings as encoding/json writes them, numbers as written. It
+// reports false for anything that isn't exactly one valid JSON value in
+// valid UTF-8, for nesting deeper than maxCanonicalDepth, and for an
+// object that repeats a member name (readers differ on which one counts,
+// so such a body is keyed byte for byte).
 func canonicalJSON(b []byte) ([]byte, bool) {
-	if !utf8.Valid(b) {
+	if !utf8.Valid(b) || !json.Valid(b) {
 		return nil, false
 	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	var out bytes.Buffer
-	if err := writeCanonical(dec, &out, 0); err != nil {
+	cj := canonicalizer{in: b, out: make([]byte, 0, len(b))}
+	cj.space()
+	if !cj.value(0) {
 		return nil, false
 	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, false // trailing data
-	}
-	return out.Bytes(), true
+	cj.space()
+	return cj.out, cj.pos == len(b)
 }
 
 // maxCanonicalDepth bounds the nesting canonicalJSON follows.
 const maxCanonicalDepth = 256
 
-var errNotCanonical = errors.New("not canonicalizable")
+// canonicalizer writes a document json.Valid accepted in canonical form.
+type canonicalizer struct {
+	in  []byte
+	pos int
+	out []byte
+}
 
-func writeCanonical(dec *json.Decoder, out *bytes.Buffer, depth int) error {
-	if depth > maxCanonicalDepth {
-		return errNotCanonical
-	}
-	tok, err := dec.Token()
-	if err != nil {
-		return err
-	}
-	switch t := tok.(type) {
-	case json.Delim:
-		switch t {
-		case '{':
-			type member struct {
-				name string
-				val  []byte
-			}
-			var ms []member
-			for dec.More() {
-				nt, err := dec.Token()
-				if err != nil {
-					return err
-				}
-				name, ok := nt.(string)
-				if !ok {
-					return errNotCanonical
-				}
-				var v bytes.Buffer
-				if err := writeCanonical(dec, &v, depth+1); err != nil {
-					return err
-				}
-				ms = append(ms, member{name, v.Bytes()})
-			}
-			if _, err := dec.Token(); err != nil { // '}'
-				return err
-			}
-			slices.SortFunc(ms, func(a, b member) int { return strings.Compare(a.name, b.name) })
-			out.WriteByte('{')
-			for i, m := range ms {
-				if i > 0 {
-					if ms[i-1].name == m.name {
-						return errNotCanonical
-					}
-					out.WriteByte(',')
-				}
-				n, _ := json.Marshal(m.name)
-				out.Write(n)
-				out.WriteByte(':')
-				out.Write(m.val)
-			}
-			out.WriteByte('}')
-		case '[':
-			out.WriteByte('[')
-			for i := 0; dec.More(); i++ {
-				if i > 0 {
-					out.WriteByte(',')
-				}
-				if err := writeCanonical(dec, out, depth+1); err != nil {
-					return err
-				}
-			}
-			if _, err := dec.Token(); err != nil { // ']'
-				return err
-			}
-			out.WriteByte(']')
+func (c *canonicalizer) space() {
+	for c.pos < len(c.in) {
+		switch c.in[c.pos] {
+		case ' ', '\t', '\n', '\r':
+			c.pos++
 		default:
-			return errNotCanonical
+			return
 		}
-	case string:
-		b, _ := json.Marshal(t)
-		out.Write(b)
-	case json.Number:
-		out.WriteString(t.String())
-	case bool:
-		out.WriteString(strconv.FormatBool(t))
-	case nil:
-		out.WriteString("null")
-	default:
-		return errNotCanonical
 	}
-	return nil
+}
+
+func (c *canonicalizer) value(depth int) bool {
+	if depth > maxCanonicalDepth || c.pos >= len(c.in) {
+		return false
+	}
+	switch ch := c.in[c.pos]; {
+	case ch == '{':
+		return c.object(depth)
+	case ch == '[':
+		c.pos++
+		c.out = append(c.out, '[')
+		c.space()
+		if c.pos < len(c.in) && c.in[c.pos] == ']' {
+			c.pos++
+			c.out = append(c.out, ']')
+			return true
+		}
+		for {
+			c.space()
+			if !c.value(depth + 1) {
+				return false
+			}
+			c.space()
+			if c.pos >= len(c.in) {
+				return false
+			}
+			if c.in[c.pos] == ']' {
+				c.pos++
+				c.out = append(c.out, ']')
+				return true
+			}
+			c.pos++ // ','
+			c.out = append(c.out, ',')
+		}
+	case ch == '"':
+		s, ok := c.str()
+		if ok {
+			c.out = append(c.out, s...)
+		}
+		return ok
+	default: // a number, true, false or null: as written
+		start := c.pos
+		for c.pos < len(c.in) && !strings.ContainsRune(",]} \t\n\r", rune(c.in[c.pos])) {
+			c.pos++
+		}
+		c.out = append(c.out, c.in[start:c.pos]...)
+		return c.pos > start
+	}
+}
+
+// str reads a string at pos and returns it in canonical form: as written
+// when encoding/json would write it so (no escape, none of <, >, &, U+2028,
+// U+2029), else decoded and encoded again.
+func (c *canonicalizer) str() ([]byte, bool) {
+	start := c.pos
+	c.pos++
+	plain := true
+	for c.pos < len(c.in) {
+		switch c.in[c.pos] {
+		case '\\':
+			plain = false
+			c.pos += 2
+			continue
+		case '"':
+			c.pos++
+			raw := c.in[start:c.pos]
+			if plain && !htmlOrLineSep(raw) {
+				return raw, true
+			}
+			var s string
+			if json.Unmarshal(raw, &s) != nil {
+				return nil, false
+			}
+			enc, _ := json.Marshal(s)
+			return enc, true
+		}
+		c.pos++
+	}
+	return nil, false
+}
+
+// htmlOrLineSep reports whether b holds a byte or rune encoding/json
+// escapes in a string although JSON needn't: <, >, &, U+2028, U+2029.
+func htmlOrLineSep(b []byte) bool {
+	for i, ch := range b {
+		switch ch {
+		case '<', '>', '&':
+			return true
+		case 0xE2: // U+2028 and U+2029 are E2 80 A8 and E2 80 A9
+			if i+2 < len(b) && b[i+1] == 0x80 && (b[i+2] == 0xA8 || b[i+2] == 0xA9) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func (c *canonicalizer) object(depth int) bool {
+	c.pos++ // '{'
+	// Members are written in the order they come, then reordered if they
+	// weren't sorted (the output of most encoders already is).
+	type member struct {
+		key        []byte // the decoded name, to sort by
+		start, end int    // name:value in out
+	}
+	var stack [8]member
+	ms := stack[:0]
+	c.out = append(c.out, '{')
+	base := len(c.out)
+	inOrder := true
+	for {
+		c.space()
+		if c.pos >= len(c.in) {
+			return false
+		}
+		if c.in[c.pos] == '}' {
+			c.pos++
+			break
+		}
+		if c.in[c.pos] == ',' {
+			c.pos++
+			c.space()
+			c.out = append(c.out, ',')
+		}
+		raw := c.pos
+		name, ok := c.str()
+		if !ok {
+			return false
+		}
+		key := c.in[raw+1 : c.pos-1]
+		if bytes.IndexByte(key, '\\') >= 0 {
+			var decoded string
+			if json.Unmarshal(c.in[raw:c.pos], &decoded) != nil {
+				return false
+			}
+			key = []byte(decoded)
+		}
+		if n := len(ms); n > 0 {
+			switch cmp := bytes.Compare(ms[n-1].key, key); {
+			case cmp == 0:
+				return false // a repeated name
+			case cmp > 0:
+				inOrder = false
+			}
+		}
+		start := len(c.out)
+		c.out = append(c.out, name...)
+		c.out = append(c.out, ':')
+		c.space()
+		c.pos++ // ':'
+		c.space()
+		if !c.value(depth + 1) {
+			return false
+		}
+		ms = append(ms, member{key: key, start: start, end: len(c.out)})
+	}
+	if !inOrder {
+		slices.SortFunc(ms, func(a, b member) int { return bytes.Compare(a.key, b.key) })
+		sorted := make([]byte, 0, len(c.out)-base)
+		for i, m := range ms {
+			if i > 0 {
+				if bytes.Equal(ms[i-1].key, m.key) {
+					return false
+				}
+				sorted = append(sorted, ',')
+			}
+			sorted = append(sorted, c.out[m.start:m.end]...)
+		}
+		c.out = append(c.out[:base], sorted...)
+	}
+	c.out = append(c.out, '}')
+	return true
 }
 
 // stillPermitted checks that the standing permission of a journalled
