@@ -161,3 +161,33 @@ func TestPA_OPS6_04_OpenAPIBodyInAnyOrder(t *testing.T) {
 		t.Fatalf("another item: %+v, %v", other, err)
 	}
 }
+
+// A proposing call whose answer is lost is an error matching
+// operations.ErrProposalUnanswered through package api too, and the same
+// call made again is sent with the same Idempotency-Key (OPS 6).
+func TestOpenAPIProposalUnanswered(t *testing.T) {
+	ctx := context.Background()
+	srv, sess, oc := setupProposals(t)
+	oa, err := api.LoadOpenAPI(ctx, sess, entry(t, sess.Company(), api.TypeOpenAPI), &api.OpenAPIOptions{Operations: oc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := &api.Args{Body: map[string]any{"item_id": "itm_4Qa", "replacement_sku": "stormline-insulated-m"}}
+	srv.ForceError(poppytest.EndpointAPI, poppytest.Fault{Status: 503})
+	if _, err := oa.CallPath(ctx, "POST", "/orders/ord_7Hk2/exchanges", args); !errors.Is(err, operations.ErrProposalUnanswered) {
+		t.Fatalf("a 503: %v", err)
+	}
+	r, err := oa.CallPath(ctx, "POST", "/orders/ord_7Hk2/exchanges", args)
+	if err != nil || r.Operation == nil {
+		t.Fatalf("again: %+v, %v", r, err)
+	}
+	var keys []string
+	for _, q := range srv.Requests() {
+		if q.Endpoint == poppytest.EndpointAPI && q.Method == "POST" {
+			keys = append(keys, q.Header.Get("Idempotency-Key"))
+		}
+	}
+	if len(keys) != 2 || keys[0] == "" || keys[0] != keys[1] {
+		t.Errorf("Idempotency-Keys %q", keys)
+	}
+}

@@ -722,6 +722,11 @@ func (c *Client) ProposeVia(ctx context.Context, hc *http.Client, req *http.Requ
 	out.Header.Set("Idempotency-Key", idem)
 	resp, err := hc.Do(out)
 	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // without the URL, which the caller has
+		}
+		c.log.DebugContext(ctx, "operations: a proposing request got no answer; it stays journalled", "error", err)
 		return nil, nil, &unansweredError{err: err} // the journal keeps the request
 	}
 	op, err := FromResponse(resp)

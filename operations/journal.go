@@ -417,7 +417,13 @@ func (c *Client) load(ctx context.Context) error {
 // and tracks it until final. It returns those operations, final unless ctx
 // ended; errors of single operations are joined. Operations the journal
 // holds only as proposals are loaded into the Client's view, so Propose
-// keeps returning them while they are open.
+// keeps returning them while they are open. A proposing request whose
+// answer never came stays journalled for the same request, which Propose
+// sends again with the same Idempotency-Key: request bodies are never
+// journalled, so Recover can't send it. A confirm journalled by
+// ConfirmOnWebsite is sent at the operations endpoint if the operation is
+// still proposed at the approved revision: the approval covers it however
+// it is confirmed.
 func (c *Client) Recover(ctx context.Context) ([]*Operation, error) {
 	if err := c.load(ctx); err != nil {
 		return nil, err
