@@ -150,61 +150,78 @@ func TestProposalUnansweredError(t *testing.T) {
 	}
 }
 
-// OPS 6 across a restart: a process killed after it sent a proposing
-// request, before it could journal the answer, leaves the request in the
+// OPS 6 across a restart: a process that dies after it sent a proposing
+// request, before it journalled the answer, leaves the request in the
 // journal; the restarted process sends the same request with the same
 // Idempotency-Key and gets the operation the Company proposed for the
-// first one. One operation, against a Company that proposes anew for
-// every request it doesn't recognise as a retry; and a third process
-// sends nothing while it is open (PA-OPS6-04).
+// first one. Six items, each dying one of two ways: killed (SIGKILL) while
+// the Company holds the request, or exiting as soon as the 202 arrived.
+// One operation per item, against a Company that proposes anew for every
+// request it doesn't recognise as a retry; and a later process sends
+// nothing while it is open (PA-OPS6-04).
 func TestPA_OPS6_04_CrashBetweenProposalAndJournal(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts child processes")
 	}
-	killed := make(chan struct{})
-	var first atomic.Pointer[childProc]
+	var held atomic.Pointer[childProc]
+	killed := make(chan struct{}, 1)
 	hook := func(r poppytest.OperationRequest) poppytest.OperationFault {
-		if r.Attempt == 1 {
+		if p := held.Load(); p != nil && r.Attempt == 1 {
 			// The child sent the request and waits for the answer: kill it
 			// now, then let the Company propose.
-			first.Load().kill()
+			p.kill()
 			<-killed
 		}
 		return poppytest.FaultNone
 	}
 	srv := poppytest.NewServer(t, &poppytest.Options{Operations: poppytest.OperationsOptions{ProposeAgain: true, ProposeFaults: hook}})
 	ce := newCrashEnv(t, srv)
-	p := ce.start("propose", "itm_4Qa")
-	first.Store(p)
-	p.wait()
-	close(killed)
-	if p.exitCode() == 0 {
-		t.Fatalf("the first child was not killed: %s", p.out())
-	}
-	deadline := time.Now().Add(60 * time.Second)
-	for len(srv.Operations()) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the Company proposed nothing")
+	const items = 6
+	for i := range items {
+		item := fmt.Sprintf("itm_%d", i)
+		if i%2 == 0 {
+			p := ce.start("propose", item)
+			held.Store(p)
+			p.wait()
+			held.Store(nil)
+			killed <- struct{}{}
+			if p.exitCode() == 0 {
+				t.Fatalf("%s: the child was not killed: %s", item, p.out())
+			}
+		} else {
+			p := ce.start("propose", item, childCrash+"=after-202")
+			p.wait()
+			if p.exitCode() != 9 {
+				t.Fatalf("%s: the child did not exit after the 202: %d %s", item, p.exitCode(), p.out())
+			}
 		}
-		time.Sleep(10 * time.Millisecond)
+		deadline := time.Now().Add(60 * time.Second)
+		for len(srv.Operations()) <= i {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the Company proposed nothing", item)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		out := ce.run("propose", item)
+		all := srv.Operations()
+		if len(all) != i+1 {
+			t.Fatalf("PA-OPS6-04: %d operations for %d items after the restarts (%s: %s)", len(all), i+1, item, out)
+		}
+		last := all[i]
+		if want := "proposed " + last.ID; strings.TrimSpace(out) != want {
+			t.Errorf("%s: the restarted child: %q, want %q", item, out, want)
+		}
+		if k := last.IdempotencyKeys; len(k) != 2 || k[0] == "" || k[0] != k[1] {
+			t.Errorf("%s: Idempotency-Keys %q", item, k)
+		}
 	}
-	second := ce.run("propose", "itm_4Qa")
 	all := srv.Operations()
-	if len(all) != 1 {
-		t.Fatalf("PA-OPS6-04: %d operations after the restart, want 1 (second child: %s)", len(all), second)
+	out := ce.run("propose", "itm_0")
+	if want := "pending " + all[0].ID; strings.TrimSpace(out) != want {
+		t.Errorf("a later child: %q, want %q", out, want)
 	}
-	if want := "proposed " + all[0].ID; strings.TrimSpace(second) != want {
-		t.Errorf("second child: %q, want %q", second, want)
-	}
-	if k := all[0].IdempotencyKeys; len(k) != 2 || k[0] == "" || k[0] != k[1] {
-		t.Errorf("Idempotency-Keys %q", k)
-	}
-	third := ce.run("propose", "itm_4Qa")
-	if want := "pending " + all[0].ID; strings.TrimSpace(third) != want {
-		t.Errorf("third child: %q, want %q", third, want)
-	}
-	if n := len(ce.env.Requests(poppytest.EndpointAPI)); n != 2 {
-		t.Errorf("%d proposing requests, want 2", n)
+	if n := len(ce.env.Requests(poppytest.EndpointAPI)); n != 2*items {
+		t.Errorf("%d proposing requests, want %d", n, 2*items)
 	}
 }
 

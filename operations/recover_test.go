@@ -32,7 +32,20 @@ const (
 	childKey   = "POPPY_OPERATIONS_KEY"
 	childOp    = "POPPY_OPERATIONS_OP"
 	childAPI   = "POPPY_OPERATIONS_API"
+	childCrash = "POPPY_OPERATIONS_CRASH" // "after-202": exit once a 202 arrived, before the SDK reads it
 )
+
+// exitAfter202 ends the process as soon as a proposing request's 202
+// arrived: the Company proposed, and the SDK never journals the answer.
+type exitAfter202 struct{ base http.RoundTripper }
+
+func (t exitAfter202) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := t.base.RoundTrip(r)
+	if err == nil && resp.StatusCode == http.StatusAccepted && strings.HasSuffix(r.URL.Path, "/exchanges") {
+		os.Exit(9)
+	}
+	return resp, err
+}
 
 func childMain() int {
 	if err := runChild(context.Background(), os.Getenv(childEnv)); err != nil {
@@ -55,6 +68,9 @@ func runChild(ctx context.Context, step string) error {
 	hc, err := poppytest.ClientFromEnv()
 	if err != nil {
 		return err
+	}
+	if os.Getenv(childCrash) == "after-202" {
+		hc.Transport = exitAfter202{hc.Transport}
 	}
 	st, err := sqlitestore.Open(os.Getenv(childStore), nil)
 	if err != nil {
@@ -254,11 +270,12 @@ func newCrashEnv(t *testing.T, srv *poppytest.Server) *crashEnv {
 	return &crashEnv{t: t, env: &env{Env: te, sess: sess, c: c}, path: path, jwk: jwk}
 }
 
-func (ce *crashEnv) cmd(step, arg string) *exec.Cmd {
+func (ce *crashEnv) cmd(step, arg string, env ...string) *exec.Cmd {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), ce.env.Srv.Env()...)
 	cmd.Env = append(cmd.Env, childEnv+"="+step, childStore+"="+ce.path, childKey+"="+string(ce.jwk), childOp+"="+arg,
 		childAPI+"="+ce.env.Srv.APIURL())
+	cmd.Env = append(cmd.Env, env...)
 	return cmd
 }
 
@@ -280,9 +297,9 @@ type childProc struct {
 	buf bytes.Buffer
 }
 
-func (ce *crashEnv) start(step, arg string) *childProc {
+func (ce *crashEnv) start(step, arg string, env ...string) *childProc {
 	ce.t.Helper()
-	p := &childProc{cmd: ce.cmd(step, arg)}
+	p := &childProc{cmd: ce.cmd(step, arg, env...)}
 	p.cmd.Stdout, p.cmd.Stderr = &p.buf, &p.buf
 	if err := p.cmd.Start(); err != nil {
 		ce.t.Fatal(err)
