@@ -51,7 +51,8 @@ type OpenAPIOptions struct {
 	MaxResponseBytes int64
 	// Operations, if set, sends every call but GET, HEAD and OPTIONS
 	// through its ProposeVia, so that while an operation the same request
-	// (method, URL and body) proposed is still open, nothing is sent and
+	// (method, URL and body; query parameters and JSON members in any
+	// order) proposed is still open, nothing is sent and
 	// the call returns that operation in a *operations.PendingError: the
 	// SDK never asks for a new proposal of an action whose operation isn't
 	// final, not even across restarts (OPS 6, PA-OPS6-04, A-38). It must

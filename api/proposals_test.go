@@ -114,3 +114,80 @@ func TestPA_OPS6_04_MCPToolCallsProposeOnce(t *testing.T) {
 		t.Fatalf("after cancelling: %+v, %v", r, err)
 	}
 }
+
+// A-38 for OpenAPI calls, as for MCP tools: the same call with its JSON
+// body's members in another order or spacing (a json.RawMessage the
+// caller wrote) sends nothing while the operation the first proposed is
+// open (PA-OPS6-04); another value is another call. The call carries the
+// Idempotency-Key the SDK journalled before sending it (OPS 6).
+func TestPA_OPS6_04_OpenAPIBodyInAnyOrder(t *testing.T) {
+	ctx := context.Background()
+	srv, sess, oc := setupProposals(t)
+	oa, err := api.LoadOpenAPI(ctx, sess, entry(t, sess.Company(), api.TypeOpenAPI), &api.OpenAPIOptions{Operations: oc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := oa.CallPath(ctx, "POST", "/orders/ord_7Hk2/exchanges",
+		&api.Args{Body: json.RawMessage(`{"item_id":"itm_4Qa","replacement_sku":"stormline-insulated-m"}`)})
+	if err != nil || first.Operation == nil {
+		t.Fatalf("first call: %+v, %v", first, err)
+	}
+	op, err := operations.Parse(first.Operation)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var key string
+	for _, r := range srv.Requests() {
+		if r.Endpoint == poppytest.EndpointAPI && r.Method == "POST" {
+			key = r.Header.Get("Idempotency-Key")
+		}
+	}
+	if key == "" {
+		t.Error("the proposing call carries no Idempotency-Key")
+	}
+	before := srv.Counts().Requests
+	_, err = oa.CallPath(ctx, "POST", "/orders/ord_7Hk2/exchanges",
+		&api.Args{Body: json.RawMessage("{ \"replacement_sku\": \"stormline-insulated-m\",\n \"item_id\": \"itm_4Qa\" }")})
+	var pend *operations.PendingError
+	if !errors.As(err, &pend) || pend.Operation.ID != op.ID {
+		t.Fatalf("PA-OPS6-04: the reordered call: %v, want the open operation %s", err, op.ID)
+	}
+	if n := srv.Counts().Requests - before; n != 0 {
+		t.Fatalf("PA-OPS6-04: %d requests for the reordered call, want none", n)
+	}
+	other, err := oa.CallPath(ctx, "POST", "/orders/ord_7Hk2/exchanges",
+		&api.Args{Body: json.RawMessage(`{"item_id":"itm_9Zz","replacement_sku":"stormline-insulated-m"}`)})
+	if err != nil || other.Operation == nil {
+		t.Fatalf("another item: %+v, %v", other, err)
+	}
+}
+
+// A proposing call whose answer is lost is an error matching
+// operations.ErrProposalUnanswered through package api too, and the same
+// call made again is sent with the same Idempotency-Key (OPS 6).
+func TestOpenAPIProposalUnanswered(t *testing.T) {
+	ctx := context.Background()
+	srv, sess, oc := setupProposals(t)
+	oa, err := api.LoadOpenAPI(ctx, sess, entry(t, sess.Company(), api.TypeOpenAPI), &api.OpenAPIOptions{Operations: oc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := &api.Args{Body: map[string]any{"item_id": "itm_4Qa", "replacement_sku": "stormline-insulated-m"}}
+	srv.ForceError(poppytest.EndpointAPI, poppytest.Fault{Status: 503})
+	if _, err := oa.CallPath(ctx, "POST", "/orders/ord_7Hk2/exchanges", args); !errors.Is(err, operations.ErrProposalUnanswered) {
+		t.Fatalf("a 503: %v", err)
+	}
+	r, err := oa.CallPath(ctx, "POST", "/orders/ord_7Hk2/exchanges", args)
+	if err != nil || r.Operation == nil {
+		t.Fatalf("again: %+v, %v", r, err)
+	}
+	var keys []string
+	for _, q := range srv.Requests() {
+		if q.Endpoint == poppytest.EndpointAPI && q.Method == "POST" {
+			keys = append(keys, q.Header.Get("Idempotency-Key"))
+		}
+	}
+	if len(keys) != 2 || keys[0] == "" || keys[0] != keys[1] {
+		t.Errorf("Idempotency-Keys %q", keys)
+	}
+}

@@ -12,8 +12,12 @@ package operations
 // as it is, so a repeated confirm performs nothing twice. A crash leaves the
 // journal entry behind, and Recover picks it up: it reads the operation,
 // confirms again only if it is still proposed at the approved revision, and
-// tracks it until final. Propose keys each proposal by its request and
-// returns the open operation instead of proposing again.
+// tracks it until final. Propose keys each proposal by its request
+// (canonical JSON, sorted query) and returns the open operation instead of
+// proposing again; it journals the request before sending it, with
+// its Idempotency-Key, so that a request whose answer was lost is sent
+// again with the same key, never as a new proposal. One proposing request
+// per key is in flight in a Client at a time.
 
 import (
 	"bytes"
@@ -77,12 +81,25 @@ type Client struct {
 
 	mu  sync.Mutex
 	ops map[string]*entry
+	// legacy is set when the journal holds an open operation whose
+	// proposal key is of the legacy form (see proposalKeys).
+	legacy bool
+
+	keyMu    sync.Mutex
+	keyLocks map[string]*keyLock
+}
+
+// keyLock lets one proposing request of a key be in flight in a Client.
+type keyLock struct {
+	ch chan struct{}
+	n  int
 }
 
 type entry struct {
 	op        *Operation
 	action    Action
 	proposal  string // key of the proposing request, "" if unknown
+	idem      string // Idempotency-Key of the proposing request, "" if unknown
 	finalSeen bool
 	// broken holds the protocol error of a Company that changed a
 	// revision it had issued: such an operation is never confirmed.
@@ -129,7 +146,7 @@ func New(sess *poppy.Session, opts *Options) (*Client, error) {
 	return &Client{
 		sess: sess, endpoint: strings.TrimSuffix(v.Endpoint, "/"), approver: o.Approver,
 		log: o.Logger, clock: c.Agent().Clock(), maxWait: o.MaxWait, onFinal: o.OnFinal,
-		origins: companyOrigins(c), ops: map[string]*entry{},
+		origins: companyOrigins(c), ops: map[string]*entry{}, keyLocks: map[string]*keyLock{},
 	}, nil
 }
 
@@ -150,6 +167,12 @@ func (c *Client) Observe(op *Operation, action Action) (*Operation, error) {
 }
 
 func (c *Client) observe(op *Operation, action *Action, proposal string) (*Operation, error) {
+	return c.observeProposed(op, action, proposal, "")
+}
+
+// observeProposed is observe for an operation a request with the
+// Idempotency-Key idem proposed.
+func (c *Client) observeProposed(op *Operation, action *Action, proposal, idem string) (*Operation, error) {
 	if op == nil {
 		return nil, ErrNoOperation
 	}
@@ -164,6 +187,9 @@ func (c *Client) observe(op *Operation, action *Action, proposal string) (*Opera
 	}
 	if proposal != "" {
 		e.proposal = proposal
+	}
+	if idem != "" {
+		e.idem = idem
 	}
 	in := op.Clone()
 	if in.URL != "" && !c.companyURL(in.URL) {
@@ -240,9 +266,16 @@ func (c *Client) entryOf(id string) (Action, string) {
 // knows (PA-OPS9-01).
 func (c *Client) forget(ctx context.Context, id string) {
 	c.mu.Lock()
+	var key string
+	if e := c.ops[id]; e != nil {
+		key = e.proposal
+	}
 	delete(c.ops, id)
 	c.mu.Unlock()
 	_ = c.journalDelete(ctx, id)
+	if key != "" {
+		_ = c.clearAnswered(ctx, key, id)
+	}
 }
 
 // Get reads the operation once at the operations endpoint (OPS 6,
@@ -319,7 +352,9 @@ func (c *Client) wait(retryAfter time.Duration, attempt int) time.Duration {
 // standing permission that covers it (never when user_approval_required is
 // set or terms are absent), or else from the User through the Approver
 // (OPS 5.1). It returns ErrDeclined when the User declines. op must be the
-// Client's operation (from Propose or Observe).
+// Client's operation (from Propose or Observe). An operation that is no
+// longer proposed (another process or channel confirmed, cancelled or
+// expired it) is a *StateError matching ErrNotProposed, with the state.
 func (c *Client) Approve(ctx context.Context, op *Operation) (*Approval, error) {
 	return c.approve(ctx, op, "", false)
 }
@@ -337,7 +372,8 @@ func (c *Client) approve(ctx context.Context, op *Operation, reason string, user
 	}
 	switch {
 	case cur.State != StateProposed:
-		return nil, fmt.Errorf("operations: operation %s is %s, not proposed: nothing to approve", cur.ID, cur.State)
+		// Another process or channel confirmed, cancelled or expired it.
+		return nil, &StateError{Operation: cur, State: cur.State}
 	case cur.Expired(c.clock.Now()):
 		return nil, fmt.Errorf("%w: %s revision %d", ErrOperationExpired, cur.ID, cur.Revision) // PA-OPS3-02
 	}
@@ -420,47 +456,12 @@ func (c *Client) Confirm(ctx context.Context, a *Approval) (*Operation, error) {
 // answered, which may be in_progress. Track it, or Recover it after a
 // restart.
 func (c *Client) Submit(ctx context.Context, a *Approval) (*Operation, error) {
-	if a == nil || a.c != c {
-		return nil, errors.New("operations: Confirm needs an Approval from this Client")
+	cur, stop, err := c.precheck(ctx, a)
+	if stop {
+		return cur, err
 	}
-	if err := c.load(ctx); err != nil {
-		return nil, err
-	}
-	cur := c.view(a.opID)
-	if cur == nil {
-		return nil, fmt.Errorf("operations: unknown operation %s", a.opID)
-	}
-	if err := c.brokenErr(cur.ID); err != nil {
-		return nil, err
-	}
-	switch {
-	case cur.State == StateInProgress:
-		return cur, nil
-	case cur.State == StateExpired:
-		return cur, fmt.Errorf("%w: %s", ErrOperationExpired, cur.ID) // PA-OPS3-07
-	case cur.State.Final():
-		return cur, nil
-	case a.revision != cur.Revision:
-		return nil, fmt.Errorf("%w: approved revision %d, latest %d", ErrApprovalMismatch, a.revision, cur.Revision)
-	case a.by == ApprovedByStandingPermission && cur.UserApprovalRequired:
-		return nil, fmt.Errorf("%w: the operation requires the User's own approval", ErrApprovalMismatch)
-	case a.by == ApprovedByStandingPermission && cur.Ambiguity() != nil:
-		return nil, fmt.Errorf("%w: the terms can be read more than one way", ErrApprovalMismatch)
-	case cur.Expired(c.clock.Now()):
-		return cur, fmt.Errorf("%w: %s revision %d", ErrOperationExpired, cur.ID, cur.Revision)
-	}
-	a.mu.Lock()
-	if a.withdrawn {
-		a.mu.Unlock()
-		return nil, ErrApprovalWithdrawn
-	}
-	a.confirmed = true
-	a.mu.Unlock()
-	jc := journalConfirm{Revision: a.revision, ApprovedBy: a.by, Permission: a.permission, At: c.clock.Now()}
-	if err := c.journalIntent(ctx, cur, jc); err != nil {
-		a.mu.Lock()
-		a.confirmed = false
-		a.mu.Unlock()
+	jc, err := c.beginConfirm(ctx, a, cur, "")
+	if err != nil {
 		return nil, err
 	}
 	op, err := c.sendConfirm(ctx, cur.ID, jc)
@@ -468,9 +469,7 @@ func (c *Client) Submit(ctx context.Context, a *Approval) (*Operation, error) {
 		var oe *Error
 		if errors.As(err, &oe) || isRefusal(err) {
 			// The Company refused without acting: nothing to recover.
-			a.mu.Lock()
-			a.confirmed = false
-			a.mu.Unlock()
+			c.unconfirm(a)
 			_ = c.journalClearIntent(ctx, cur.ID)
 		}
 		return op, err
@@ -485,6 +484,71 @@ func (c *Client) Submit(ctx context.Context, a *Approval) (*Operation, error) {
 		return op, protocolError("operation %s is still proposed after its confirm", op.ID)
 	}
 	return op, nil
+}
+
+// precheck checks, before anything is sent, that a may confirm its
+// operation now: an Approval of this Client (PA-OPS5-03), for the revision
+// the Client knows as the latest (PA-OPS5-01), not a standing permission
+// where the User's own approval is required (PA-OPS5-05), unexpired
+// (PA-OPS3-02). With stop, the caller returns (op, err) as they are: an
+// error, or an operation past proposed returned as it is (PA-OPS5-18).
+func (c *Client) precheck(ctx context.Context, a *Approval) (op *Operation, stop bool, err error) {
+	if a == nil || a.c != c {
+		return nil, true, errors.New("operations: Confirm needs an Approval from this Client")
+	}
+	if err := c.load(ctx); err != nil {
+		return nil, true, err
+	}
+	cur := c.view(a.opID)
+	if cur == nil {
+		return nil, true, fmt.Errorf("operations: unknown operation %s", a.opID)
+	}
+	if err := c.brokenErr(cur.ID); err != nil {
+		return nil, true, err
+	}
+	switch {
+	case cur.State == StateInProgress:
+		return cur, true, nil
+	case cur.State == StateExpired:
+		return cur, true, fmt.Errorf("%w: %s", ErrOperationExpired, cur.ID) // PA-OPS3-07
+	case cur.State.Final():
+		return cur, true, nil
+	case a.revision != cur.Revision:
+		return nil, true, fmt.Errorf("%w: approved revision %d, latest %d", ErrApprovalMismatch, a.revision, cur.Revision)
+	case a.by == ApprovedByStandingPermission && cur.UserApprovalRequired:
+		return nil, true, fmt.Errorf("%w: the operation requires the User's own approval", ErrApprovalMismatch)
+	case a.by == ApprovedByStandingPermission && cur.Ambiguity() != nil:
+		return nil, true, fmt.Errorf("%w: the terms can be read more than one way", ErrApprovalMismatch)
+	case cur.Expired(c.clock.Now()):
+		return cur, true, fmt.Errorf("%w: %s revision %d", ErrOperationExpired, cur.ID, cur.Revision)
+	}
+	return cur, false, nil
+}
+
+// beginConfirm marks a as confirmed, unless it was withdrawn
+// (PA-OPS7-05), and journals the confirm before it is sent (OPS 6); via is
+// "" for the operations endpoint, "website" for ConfirmOnWebsite.
+func (c *Client) beginConfirm(ctx context.Context, a *Approval, cur *Operation, via string) (journalConfirm, error) {
+	a.mu.Lock()
+	if a.withdrawn {
+		a.mu.Unlock()
+		return journalConfirm{}, ErrApprovalWithdrawn
+	}
+	a.confirmed = true
+	a.mu.Unlock()
+	jc := journalConfirm{Revision: a.revision, ApprovedBy: a.by, Permission: a.permission, Via: via, At: c.clock.Now()}
+	if err := c.journalIntent(ctx, cur, jc); err != nil {
+		c.unconfirm(a)
+		return journalConfirm{}, err
+	}
+	return jc, nil
+}
+
+// unconfirm records that a was not confirmed after all.
+func (c *Client) unconfirm(a *Approval) {
+	a.mu.Lock()
+	a.confirmed = false
+	a.mu.Unlock()
 }
 
 // sendConfirm sends the journalled confirm until the Company answers it.
@@ -594,15 +658,27 @@ func (c *Client) Cancel(ctx context.Context, id string) (*Operation, error) {
 // 202 answer. action names the endpoint for standing permissions, such as
 // OpenAPIAction("POST", "/orders/{id}/exchanges").
 //
-// While an operation that the same request (method, URL and body) proposed
-// is still open, Propose sends nothing and returns that operation with a
-// *PendingError (ErrOperationPending): the SDK never asks for a new
-// proposal of an action whose operation isn't final (OPS 6, A-38), not
-// even after a restart, since proposals are journalled. When the Company
-// answers without an operation (it performed the request as it would
-// without the extension), Propose returns the response, body unread, and
-// no operation. A status of 400 and above is an error (poppy.ResponseError;
-// extension_required matches poppy.ErrExtensionRequired).
+// While an operation that the same request proposed is still open,
+// Propose sends nothing and returns that operation with a *PendingError
+// (ErrOperationPending): the SDK never asks for a new proposal of an
+// action whose operation isn't final (OPS 6, A-38), not even after a
+// restart, since proposals are journalled. The same request is the same
+// method, URL and body, with query parameters in any order and, for a
+// JSON body, members in any order and any spacing.
+//
+// The request is journalled before it is sent, with the Idempotency-Key
+// header it is sent with (the caller's own, if req has one). When it gets
+// no usable answer (none at all, or a 5xx), or the process dies before the
+// answer is journalled, Propose returns an error matching
+// ErrProposalUnanswered, and the same request sent again (in this process
+// or after a restart) carries the same Idempotency-Key: a Company that
+// honours the header, or that returns the open operation of the same
+// action (OPS 4), answers with the operation it proposed the first time.
+// When the Company answers without an operation (it performed the request
+// as it would without the extension), Propose returns the response, body
+// unread, and no operation. A status of 400 and above is an error
+// (poppy.ResponseError; extension_required matches
+// poppy.ErrExtensionRequired).
 func (c *Client) Propose(ctx context.Context, req *http.Request, action Action) (*Operation, *http.Response, error) {
 	return c.ProposeVia(ctx, c.sess.HTTPClient(), req, action)
 }
@@ -616,35 +692,124 @@ func (c *Client) ProposeVia(ctx context.Context, hc *http.Client, req *http.Requ
 	if err := c.load(ctx); err != nil {
 		return nil, nil, err
 	}
-	key, err := proposalKey(req)
+	key, old, err := proposalKeys(req, c.hasLegacy())
 	if err != nil {
 		return nil, nil, err
 	}
-	if open := c.openProposal(ctx, key); open != nil {
-		return open, nil, &PendingError{Operation: open} // PA-OPS6-04
-	}
-	resp, err := hc.Do(req.WithContext(ctx))
+	unlock, err := c.lockKey(ctx, key)
 	if err != nil {
 		return nil, nil, err
+	}
+	defer unlock()
+	if open := c.openProposal(ctx, key, old); open != nil {
+		// Another process may have finished it since: the journal says.
+		if _, err := c.loadRecord(ctx, open.ID); err != nil {
+			return nil, nil, err
+		}
+		if open := c.openProposal(ctx, key, old); open != nil {
+			return open, nil, &PendingError{Operation: open} // PA-OPS6-04
+		}
+	}
+	// OPS 6: journalled before it is sent, with the key it is sent with.
+	idem, openID, err := c.journalProposing(ctx, key, action, req.Header.Get("Idempotency-Key"), "")
+	if err == nil && openID != "" {
+		// Another process proposed it since this Client read the journal.
+		if _, err := c.loadRecord(ctx, openID); err != nil {
+			return nil, nil, err
+		}
+		if open := c.openProposal(ctx, key, old); open != nil {
+			return open, nil, &PendingError{Operation: open} // PA-OPS6-04
+		}
+		idem, _, err = c.journalProposing(ctx, key, action, req.Header.Get("Idempotency-Key"), openID)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	out := req.Clone(ctx)
+	out.Header.Set("Idempotency-Key", idem)
+	resp, err := hc.Do(out)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // without the URL, which the caller has
+		}
+		c.log.DebugContext(ctx, "operations: a proposing request got no answer; it stays journalled", "error", err)
+		return nil, nil, &unansweredError{err: err} // the journal keeps the request
 	}
 	op, err := FromResponse(resp)
 	if errors.Is(err, ErrNoOperation) {
+		_ = c.clearProposing(ctx, key, idem) // performed without an operation
 		return nil, resp, nil
 	}
 	if err != nil {
 		if resp.Body != nil {
 			resp.Body.Close()
 		}
+		switch {
+		case resp.StatusCode >= 500 || resp.StatusCode == http.StatusAccepted:
+			// A 5xx, or a 202 whose body didn't arrive whole or doesn't
+			// parse: the Company may have proposed an operation. The
+			// journal keeps the request.
+			return nil, nil, &unansweredError{err: err}
+		case resp.StatusCode != http.StatusConflict:
+			// A refusal: nothing is open. (A 409 may be the Company still
+			// processing the same Idempotency-Key: the record stays.)
+			_ = c.clearProposing(ctx, key, idem)
+		}
 		return nil, nil, err
 	}
-	v, err := c.observe(op, &action, key)
+	v, err := c.observeProposed(op, &action, key, idem)
 	if err != nil {
 		return v, nil, err
 	}
-	if err := c.journalProposal(ctx, v, action, key); err != nil {
+	if err := c.journalProposal(ctx, v, action, key, idem); err != nil {
 		return v, nil, err
 	}
+	if v.State.Final() {
+		_ = c.clearProposing(ctx, key, idem)
+	} else {
+		_ = c.markAnswered(ctx, key, idem, v.ID)
+	}
 	return v, nil, nil
+}
+
+// hasLegacy reports whether proposals journalled under legacy keys are
+// open, so that requests must be keyed both ways.
+func (c *Client) hasLegacy() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.legacy
+}
+
+// lockKey waits until no other proposing request of key is in flight in
+// this Client, so that two goroutines sending the same request make one
+// proposal: the second finds the first one's operation.
+func (c *Client) lockKey(ctx context.Context, key string) (func(), error) {
+	c.keyMu.Lock()
+	l := c.keyLocks[key]
+	if l == nil {
+		l = &keyLock{ch: make(chan struct{}, 1)}
+		c.keyLocks[key] = l
+	}
+	l.n++
+	c.keyMu.Unlock()
+	release := func() {
+		c.keyMu.Lock()
+		if l.n--; l.n == 0 {
+			delete(c.keyLocks, key)
+		}
+		c.keyMu.Unlock()
+	}
+	select {
+	case l.ch <- struct{}{}:
+	case <-ctx.Done():
+		release()
+		return nil, ctx.Err()
+	}
+	return func() {
+		<-l.ch
+		release()
+	}, nil
 }
 
 // ProposeCall is Propose for a proposing call that is not one HTTP request
@@ -662,7 +827,12 @@ func (c *Client) ProposeCall(ctx context.Context, key string, action Action, cal
 	if err := c.load(ctx); err != nil {
 		return nil, err
 	}
-	if open := c.openProposal(ctx, key); open != nil {
+	unlock, err := c.lockKey(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	if open := c.openProposal(ctx, key, ""); open != nil {
 		return open, &PendingError{Operation: open} // PA-OPS6-04
 	}
 	op, err := call(ctx)
@@ -673,7 +843,7 @@ func (c *Client) ProposeCall(ctx context.Context, key string, action Action, cal
 	if err != nil {
 		return v, err
 	}
-	if err := c.journalProposal(ctx, v, action, key); err != nil {
+	if err := c.journalProposal(ctx, v, action, key, ""); err != nil {
 		return v, err
 	}
 	return v, nil
@@ -714,12 +884,13 @@ func ToolCallKey(serverURL, tool string, args any) (string, error) {
 	return "mcp-" + base64.RawURLEncoding.EncodeToString(h.Sum(nil)), nil
 }
 
-// openProposal returns the open operation the request with key proposed.
-func (c *Client) openProposal(ctx context.Context, key string) *Operation {
+// openProposal returns the open operation the request with key (or the
+// legacy key old, when not "") proposed.
+func (c *Client) openProposal(ctx context.Context, key, old string) *Operation {
 	c.mu.Lock()
 	var open *Operation
 	for _, e := range c.ops {
-		if e.proposal == key && !e.op.State.Final() {
+		if (e.proposal == key || old != "" && e.proposal == old) && !e.op.State.Final() {
 			open = e.op.Clone()
 			break
 		}

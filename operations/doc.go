@@ -28,10 +28,27 @@
 // before the first request, sends it again with the same operation ID when
 // it gets no answer, and never asks for a new proposal while the operation
 // is open ([Client.Propose] returns the open one with ErrOperationPending).
-// After a crash, [Client.Recover] finds the journalled confirms of
-// operations that aren't final and finishes them. Standing permissions live
-// in the keystore too ([Client.Grant], [Client.Permissions],
-// [Client.Revoke]).
+// [Client.Propose] journals each proposing request before sending it, with
+// the Idempotency-Key it sends; a request whose answer was lost (or whose
+// process died before journalling it) is sent again with the same key the
+// next time the same request is made, in any process sharing the keystore
+// (A-38 below). After a crash, [Client.Recover] finds the journalled
+// confirms of operations that aren't final and finishes them. Standing
+// permissions live in the keystore too ([Client.Grant],
+// [Client.Permissions], [Client.Revoke]). An Approve of an operation that
+// another process or channel has confirmed, cancelled or let expire is a
+// [*StateError] (ErrNotProposed) with its state.
+//
+// # Confirming on the website
+//
+// An operation's url shows it on the Company's website in the same Session
+// (OPS 4.4), and a website may let the Session confirm it there.
+// [Client.ConfirmOnWebsite] does that with the same [*Approval] as
+// Confirm, so the User's approval of that revision comes first however the
+// operation is confirmed (PA-OPS4-04): the caller's [WebsiteConfirmer]
+// presses the page's button in a browser joined to the Session (package
+// browser), and the SDK reads the operation at the endpoint to learn what
+// the Company did. Nothing else in the SDK confirms on a website.
 //
 // # Reading terms
 //
@@ -82,15 +99,49 @@
 //   - A-37 (cancel body): POST {endpoint}/{id}/cancel with Content-Type
 //     application/json and the body {}, which a Company reading no body
 //     ignores.
-//   - A-38 ("the same action"): keyed on the proposing request: method,
-//     URL and body. While an operation that request proposed is open,
-//     Propose sends nothing and returns it; the key is journalled, so a
-//     restart keeps the rule. An MCP tool call is keyed on the server's
-//     URL, the tool and its arguments, canonical JSON (ToolCallKey, for
-//     ProposeCall). Package api does this for every unsafe OpenAPI call
-//     and every MCP tool call given an operations Client, which package
-//     llmtools and the poppy command do: a model calling a tool again
-//     gets the open operation back, and nothing is sent.
+//   - A-38 ("the same action"): keyed on the proposing request: the
+//     method; the URL with its host in lower case and its query parameters
+//     sorted by name (one name's values keep their order); and the body,
+//     as canonical JSON (members sorted, no insignificant space) when it
+//     is JSON of at most 8 MiB, else byte for byte. While an operation that
+//     request proposed is open, Propose sends nothing and returns it; the
+//     key is journalled, so a restart keeps the rule. An MCP tool call is
+//     keyed on the server's URL, the tool and its arguments, canonical JSON
+//     (ToolCallKey, for ProposeCall). Package api does this for every
+//     unsafe OpenAPI call and every MCP tool call given an operations
+//     Client, which package llmtools and the poppy command do: a model
+//     calling a tool again gets the open operation back, and nothing is
+//     sent. Keys journalled before keys were canonical (method, URL and
+//     body byte for byte) are not orphaned: while the journal holds an
+//     open operation under such a key, Propose computes that key too and
+//     matches either, so the same request, byte for byte, still finds its
+//     operation after an upgrade; such records age out with their
+//     operations.
+//   - Finding the operation of a proposal whose answer was lost (OPS 4,
+//     6): the extension has no way to list a Session's operations and
+//     names no key for proposals, and a request whose answer was lost may
+//     or may not have proposed one. So Propose journals the request's key
+//     and an Idempotency-Key (128 random bits, a Structured Field string as
+//     draft-ietf-httpapi-idempotency-key-header defines it; or the
+//     caller's own header) before sending it with that header. When it
+//     gets no answer, a 5xx, or a 202 it can't read (ErrProposalUnanswered),
+//     or the process dies first, the record stays, and the same request
+//     made again, in any process sharing the keystore, is sent with the
+//     same Idempotency-Key: the retry of one proposing request, not a new
+//     proposal (PA-OPS6-04). It finds the first operation both at a
+//     Company that honours the header and at one that returns the open
+//     operation of the same action (the OPS 4 SHOULD) whatever the header;
+//     only a Company that does neither proposes a second operation, which
+//     performs nothing (a proposal never does) and expires unconfirmed.
+//     The SDK never probes for a list endpoint the spec doesn't define.
+//     A 2xx without an operation or a refusal (4xx other than 409) ends
+//     the record; a 409 keeps it (the draft's answer while the first
+//     request with the key is still being processed). A Company that
+//     compares the exact bytes under a key may refuse (422) a retry whose
+//     JSON members are in another order; the record then ends, and the
+//     next request gets a new key. Request bodies are never journalled:
+//     Recover can't send a request again, the caller's next identical
+//     request does.
 //   - A-39 (signed-out proposal, later signed in): the SDK keeps using the
 //     Session it was proposed in; journal entries are picked up by the
 //     Session with the same name, or by any Session signed in to the

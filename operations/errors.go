@@ -50,6 +50,26 @@ var (
 	// ErrNoApprover: the operation needs the User's approval and the
 	// Client has no Approver.
 	ErrNoApprover = errors.New("operations: no Approver to ask the User")
+	// ErrNotProposed: the operation is no longer proposed (it was
+	// confirmed, cancelled or has expired, perhaps by another process or
+	// on another channel), so there is nothing to approve or confirm. The
+	// *StateError carries the state and the operation.
+	ErrNotProposed = errors.New("operations: the operation is not proposed")
+	// ErrProposalUnanswered: a proposing request got no usable answer (no
+	// answer at all, or a 5xx), so the SDK can't tell whether the Company
+	// proposed an operation. The request is journalled with its
+	// Idempotency-Key: sending the same request again, in this process or
+	// after a restart, sends that key again, so the Company can answer
+	// with the operation it proposed instead of proposing another (OPS 6,
+	//
+	ErrProposalUnanswered = errors.New("operations: the proposing request got no usable answer")
+	// ErrNoWebsite: ConfirmOnWebsite was asked for an operation without a
+	// url on the Company's website (OPS 3, 4.4). Nothing was sent.
+	ErrNoWebsite = errors.New("operations: the operation has no page on the Company's website")
+	// ErrNotConfirmedOnWebsite: after the WebsiteConfirmer ran, the
+	// Company still reports the operation proposed: the website did not
+	// confirm it (OPS 4.4). Nothing is journalled for it any more.
+	ErrNotConfirmedOnWebsite = errors.New("operations: the website did not confirm the operation")
 )
 
 var codeSentinels = map[string]error{
@@ -107,6 +127,41 @@ func (e *PendingError) Error() string {
 
 // Is matches ErrOperationPending.
 func (e *PendingError) Is(target error) bool { return target == ErrOperationPending }
+
+// StateError says that an operation is not in the state a call needs: an
+// Approve of an operation that is no longer proposed, because another
+// process or channel confirmed, cancelled or let it expire (OPS 3). It
+// matches ErrNotProposed, and ErrOperationExpired when State is expired.
+type StateError struct {
+	// Operation is the Client's view of the operation.
+	Operation *Operation
+	// State is its state.
+	State State
+}
+
+func (e *StateError) Error() string {
+	id := ""
+	if e.Operation != nil {
+		id = e.Operation.ID
+	}
+	return fmt.Sprintf("operations: operation %s is %s, not proposed: nothing to approve", id, e.State)
+}
+
+// Is matches ErrNotProposed, and ErrOperationExpired for an expired
+// operation.
+func (e *StateError) Is(target error) bool {
+	return target == ErrNotProposed || target == ErrOperationExpired && e.State == StateExpired
+}
+
+// unansweredError is a proposing request without a usable answer. It
+// matches ErrProposalUnanswered and wraps what went wrong.
+type unansweredError struct{ err error }
+
+func (e *unansweredError) Error() string {
+	return "operations: the proposing request got no usable answer; it is journalled, and the same request sends it again with the same Idempotency-Key: " + e.err.Error()
+}
+func (e *unansweredError) Unwrap() error        { return e.err }
+func (e *unansweredError) Is(target error) bool { return target == ErrProposalUnanswered }
 
 func protocolError(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrProtocol}, args...)...)

@@ -3,6 +3,7 @@ package operations_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"strings"
@@ -162,4 +163,16 @@ func info(t testing.TB, srv *poppytest.Server, id string) poppytest.OperationInf
 		t.Fatalf("the fake has no operation %s", id)
 	}
 	return i
+}
+
+// brief describes an operation for a test message.
+func brief(op *operations.Operation) string {
+	if op == nil {
+		return "<nil>"
+	}
+	s := fmt.Sprintf("%s rev %d %s", op.ID, op.Revision, op.State)
+	if c := op.Confirmation; c != nil {
+		s += fmt.Sprintf(" (confirmed rev %d by %s)", c.Revision, c.ApprovedBy)
+	}
+	return s
 }

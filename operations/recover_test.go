@@ -2,9 +2,12 @@ package operations_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,7 +31,21 @@ const (
 	childStore = "POPPY_OPERATIONS_STORE"
 	childKey   = "POPPY_OPERATIONS_KEY"
 	childOp    = "POPPY_OPERATIONS_OP"
+	childAPI   = "POPPY_OPERATIONS_API"
+	childCrash = "POPPY_OPERATIONS_CRASH" // "after-202": exit once a 202 arrived, before the SDK reads it
 )
+
+// exitAfter202 ends the process as soon as a proposing request's 202
+// arrived: the Company proposed, and the SDK never journals the answer.
+type exitAfter202 struct{ base http.RoundTripper }
+
+func (t exitAfter202) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := t.base.RoundTrip(r)
+	if err == nil && resp.StatusCode == http.StatusAccepted && strings.HasSuffix(r.URL.Path, "/exchanges") {
+		os.Exit(9)
+	}
+	return resp, err
+}
 
 func childMain() int {
 	if err := runChild(context.Background(), os.Getenv(childEnv)); err != nil {
@@ -51,6 +68,9 @@ func runChild(ctx context.Context, step string) error {
 	hc, err := poppytest.ClientFromEnv()
 	if err != nil {
 		return err
+	}
+	if os.Getenv(childCrash) == "after-202" {
+		hc.Transport = exitAfter202{hc.Transport}
 	}
 	st, err := sqlitestore.Open(os.Getenv(childStore), nil)
 	if err != nil {
@@ -89,6 +109,23 @@ func runChild(ctx context.Context, step string) error {
 		fmt.Println("confirming")
 		_, err = c.Confirm(ctx, a) // killed while the Company holds it
 		return err
+	case "propose":
+		body := `{"item_id":"` + os.Getenv(childOp) + `","replacement_sku":"stormline-insulated-m"}`
+		req, err := http.NewRequest("POST", os.Getenv(childAPI)+"/orders/ord_7Hk2/exchanges", strings.NewReader(body))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		op, _, err := c.Propose(ctx, req, exchangeAction) // killed while the Company holds it
+		if errors.Is(err, operations.ErrOperationPending) {
+			fmt.Println("pending", op.ID)
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		fmt.Println("proposed", op.ID)
+		return nil
 	case "recover":
 		ops, err := c.Recover(ctx)
 		if err != nil {
@@ -198,6 +235,82 @@ func TestCrashRecovery(t *testing.T) {
 		t.Errorf("second recover: %s %v", b, err)
 	}
 }
+
+// crashEnv is a fake Company, a SQLite keystore the test shares with child
+// processes, and a Session signed in in it, for crash tests.
+type crashEnv struct {
+	t    *testing.T
+	env  *env
+	path string
+	jwk  []byte
+}
+
+func newCrashEnv(t *testing.T, srv *poppytest.Server) *crashEnv {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "keystore.db")
+	st, err := sqlitestore.Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	id, key := testenv.NewIdentity(t, map[string]string{"operations": "1"})
+	te := &testenv.Env{T: t, Srv: srv, ID: id, Key: key, Store: st}
+	te.Serve(nil)
+	te.Agent = te.NewAgent(nil)
+	sess := te.Session("local-user")
+	signIn(t, te, sess)
+	c, err := operations.New(sess, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jwk, err := key.MarshalPrivateJWK()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &crashEnv{t: t, env: &env{Env: te, sess: sess, c: c}, path: path, jwk: jwk}
+}
+
+func (ce *crashEnv) cmd(step, arg string, env ...string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), ce.env.Srv.Env()...)
+	cmd.Env = append(cmd.Env, childEnv+"="+step, childStore+"="+ce.path, childKey+"="+string(ce.jwk), childOp+"="+arg,
+		childAPI+"="+ce.env.Srv.APIURL())
+	cmd.Env = append(cmd.Env, env...)
+	return cmd
+}
+
+// run runs a child to its end and returns its output.
+func (ce *crashEnv) run(step, arg string) string {
+	ce.t.Helper()
+	var out, errOut bytes.Buffer
+	cmd := ce.cmd(step, arg)
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err != nil {
+		ce.t.Fatalf("child %s: %v\n%s", step, err, errOut.String())
+	}
+	return out.String()
+}
+
+// childProc is a child started in the background.
+type childProc struct {
+	cmd *exec.Cmd
+	buf bytes.Buffer
+}
+
+func (ce *crashEnv) start(step, arg string, env ...string) *childProc {
+	ce.t.Helper()
+	p := &childProc{cmd: ce.cmd(step, arg, env...)}
+	p.cmd.Stdout, p.cmd.Stderr = &p.buf, &p.buf
+	if err := p.cmd.Start(); err != nil {
+		ce.t.Fatal(err)
+	}
+	return p
+}
+
+func (p *childProc) kill()         { _ = p.cmd.Process.Kill() }
+func (p *childProc) wait()         { _ = p.cmd.Wait() }
+func (p *childProc) exitCode() int { return p.cmd.ProcessState.ExitCode() }
+func (p *childProc) out() string   { return p.buf.String() }
 
 // Recover in one process: a journalled confirm that never got through is
 // sent again, once the Company is reachable, and tracked; the operation is

@@ -126,7 +126,15 @@
 // exchange (item_id and replacement_sku from the body, default itm_4Qa and
 // stormline-insulated-m), proposed, not performed. Any other agent gets the
 // exchange performed at once (201), or, with
-// Options.Operations.RequireOperations, 403 extension_required.
+// Options.Operations.RequireOperations, 403 extension_required. While an
+// exchange of the same order and item is open for the same owner, it
+// answers with that operation (CO-OPS4-01), unless
+// Options.Operations.ProposeAgain; a request with an Idempotency-Key the
+// same client and User sent before answers with the operation that key
+// proposed, in whatever state it is (the same key for another request is
+// 422). Options.Operations.ProposeFaults injects faults into proposing
+// requests (a lost 202, say); OperationInfo.Proposals and IdempotencyKeys
+// count them.
 //
 // With NarrowScopesOnly the API requires orders:read and orders:write
 // instead (CO-4.4-05). A signed-in token acts signed in only while its
@@ -152,7 +160,7 @@
 // revision on purpose, [Server.HoldConfirms] holds confirms in flight, and
 // Options.Operations.Faults injects a cut connection, a lost response after
 // performing, a 500 after performing or a 503 into any confirm, read or
-// cancel. [Server.Operation], [Server.Operations] and
+// cancel (ProposeFaults the same into proposing requests). [Server.Operation], [Server.Operations] and
 // [Server.PerformedActions] show what was proposed and performed, and how
 // often (OperationInfo.Performed is 0 or 1).
 //
@@ -212,6 +220,13 @@
 // pins its certificate's key. GET /operations/{id}, an operation's url,
 // shows the operation (summary, state, revision, result) to a Session that
 // may use it at the operations endpoint, and is a 404 for anyone else.
+// While it is proposed, the page has a confirm form (POST
+// /operations/{id}/confirm with revision and approved_by) and a cancel
+// form (POST /operations/{id}/cancel): the website's confirm of OPS 4.4,
+// with the endpoint's checks in the endpoint's order, on the same
+// operation, so the two channels together perform it at most once
+// (CO-OPS6-02). OperationInfo.WebsiteConfirms, WebsiteCancels and
+// ConfirmedVia show what the website did.
 //
 // # Conversations
 //

@@ -72,6 +72,19 @@ type OperationsOptions struct {
 	// Faults, if set, is asked before each confirm, read and cancel of an
 	// operation and may inject a fault into it.
 	Faults func(OperationRequest) OperationFault
+	// ProposeFaults, if set, is asked the same before each proposing
+	// request of POST /orders/{id}/exchanges (Kind "propose"), once it is
+	// authenticated: FaultLoseResponse proposes, then closes the connection
+	// instead of answering 202. A test may also act from it while the
+	// request is held, such as killing the agent's process after it sent
+	// the request.
+	ProposeFaults func(OperationRequest) OperationFault
+	// ProposeAgain makes every proposing request propose a new operation
+	// while one for the same action is open, unless it is a retry (an
+	// Idempotency-Key the fake has answered before): a Company that doesn't
+	// follow the CO-OPS4-01 SHOULD. Tests use it to count an agent's new
+	// proposals: with it, each one is a new operation.
+	ProposeAgain bool
 }
 
 // PerformMode is how the fake's performer acts on a confirmed operation.
@@ -94,11 +107,20 @@ const (
 
 // OperationRequest is one request to an operation, as Faults sees it.
 type OperationRequest struct {
+	// OperationID is the operation, "" for a proposing request (its
+	// operation isn't known before it is processed).
 	OperationID string
-	// Kind is "confirm", "read" or "cancel".
+	// Kind is "confirm", "read", "cancel" or "propose".
 	Kind string
-	// Attempt counts the requests of this Kind to the operation, from 1.
+	// Action is the key of a proposing request's action (for exchanges:
+	// "{order} {item}"), "" for the other kinds.
+	Action string
+	// Attempt counts the requests of this Kind to the operation (for
+	// "propose": to the action), from 1.
 	Attempt int
+	// IdempotencyKey is a proposing request's Idempotency-Key header, ""
+	// if it has none.
+	IdempotencyKey string
 }
 
 // OperationFault is a fault Faults injects.
@@ -141,8 +163,21 @@ type OperationInfo struct {
 	Account   string // the account it belongs to, "" for a signed-out proposal
 	// Performed counts how often the performer acted on it: 0 or 1.
 	Performed int
-	// Confirms, Reads and Cancels count the requests it received.
-	Confirms, Reads, Cancels int
+	// Confirms, Reads and Cancels count the requests it received at the
+	// operations endpoint; WebsiteConfirms and WebsiteCancels the confirm
+	// and cancel forms posted on its page (OPS 4.4).
+	Confirms, Reads, Cancels        int
+	WebsiteConfirms, WebsiteCancels int
+	// ConfirmedVia is where it was confirmed: "endpoint", "website", or
+	// "" while unconfirmed.
+	ConfirmedVia string
+	// Proposals counts the proposing requests answered with it: one, plus
+	// each retry (an Idempotency-Key it was proposed with) and each request
+	// of the same action while it was open (CO-OPS4-01).
+	Proposals int
+	// IdempotencyKeys are the Idempotency-Key headers of the proposing
+	// requests answered with it, in order ("" for none).
+	IdempotencyKeys []string
 	// JSON is the operation as the endpoint would answer it now.
 	JSON json.RawMessage
 }
@@ -155,6 +190,17 @@ type opsState struct {
 	perform   PerformMode
 	hold      chan struct{} // non-nil: confirms wait for it to close
 	mutateRev map[string]bool
+	// idem maps (client, User, Idempotency-Key) to what the key proposed.
+	idem map[string]idemUse
+	// proposeAttempts counts proposing requests per action (Faults).
+	proposeAttempts map[string]int
+}
+
+// idemUse is what a proposing request with an Idempotency-Key asked for and
+// the operation it got.
+type idemUse struct {
+	opID        string
+	fingerprint string
 }
 
 type opRevision struct {
@@ -183,6 +229,7 @@ type fakeOp struct {
 	cancelReq bool
 	performed int
 	counts    map[string]int
+	idemKeys  []string // Idempotency-Key of each proposing request answered with it
 	// perform carries the action out; it returns the result of a
 	// successful perform.
 	perform func(terms map[string]any) (summary string, data map[string]any)
@@ -192,6 +239,7 @@ type opConfirmation struct {
 	revision   int
 	approvedBy string
 	at         time.Time
+	via        string // "endpoint" or "website"
 }
 
 func (s *Server) configureOperations() error {
@@ -211,7 +259,8 @@ func (s *Server) configureOperations() error {
 	if o.Resource != "" && !strings.HasPrefix(o.Resource, "https://") {
 		return fmt.Errorf("poppytest: Operations.Resource %q must be an https URL", o.Resource)
 	}
-	s.ops = opsState{ops: map[string]*fakeOp{}, perform: o.Perform, mutateRev: map[string]bool{}}
+	s.ops = opsState{ops: map[string]*fakeOp{}, perform: o.Perform, mutateRev: map[string]bool{},
+		idem: map[string]idemUse{}, proposeAttempts: map[string]int{}}
 	return nil
 }
 
@@ -264,7 +313,21 @@ type operationProposal struct {
 	// the result. Nil records the terms in the backend log and reports
 	// "Done: " + Summary.
 	Perform func(terms map[string]any) (summary string, data map[string]any)
+	// IdempotencyKey is the proposing request's Idempotency-Key header,
+	// "" for none, and Fingerprint what the request asked for. A request
+	// with a key its owner sent before gets the operation that key
+	// proposed back, in whatever state it is now
+	// (draft-ietf-httpapi-idempotency-key-header); the same key with
+	// another Fingerprint is refused with errIdempotencyMismatch.
+	IdempotencyKey, Fingerprint string
 }
+
+// errIdempotencyMismatch: an Idempotency-Key reused for another request
+// (the draft's 422).
+var errIdempotencyMismatch = errors.New("poppytest: the Idempotency-Key was used for another request")
+
+// maxIdempotencyKey bounds an Idempotency-Key header.
+const maxIdempotencyKey = 255
 
 // proposeOperation proposes an operation for the Session sessionID, as an
 // endpoint, MCP tool or Company Agent that would perform an action does
@@ -298,26 +361,53 @@ func (s *Server) proposeOperation(sessionID string, p operationProposal) (json.R
 	if scopes == nil {
 		scopes = slices.Clone(sc.scopes)
 	}
-	op := s.propose(sessionID, sc.clientID, sc.sub, account, scopes, p)
+	op, err := s.propose(sessionID, sc.clientID, sc.sub, account, scopes, p)
+	if err != nil {
+		return nil, err
+	}
 	s.ops.mu.Lock()
 	defer s.ops.mu.Unlock()
 	return s.opJSONLocked(op), nil
 }
 
-// propose creates the operation, or returns the open one with the same key
-// and owner (CO-OPS4-01).
-func (s *Server) propose(sessionID, clientID, sub, account string, scopes []string, p operationProposal) *fakeOp {
+// propose creates the operation, or returns the one an earlier request
+// with the same Idempotency-Key proposed, or the open one with the same key
+// and owner (CO-OPS4-01; not with ProposeAgain).
+func (s *Server) propose(sessionID, clientID, sub, account string, scopes []string, p operationProposal) (*fakeOp, error) {
 	now := s.clock.Now()
 	st := &s.ops
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if p.Key != "" {
+	mine := func(op *fakeOp) bool {
+		return op.clientID == clientID && op.sub == sub && (op.sessionID == sessionID || op.account != "" && op.account == account)
+	}
+	answer := func(op *fakeOp) (*fakeOp, error) {
+		op.counts["propose"]++
+		op.idemKeys = append(op.idemKeys, p.IdempotencyKey)
+		return op, nil
+	}
+	idemKey := ""
+	if p.IdempotencyKey != "" {
+		idemKey = clientID + "\x00" + sub + "\x00" + p.IdempotencyKey
+		if u, ok := st.idem[idemKey]; ok {
+			if op := st.ops[u.opID]; op != nil && mine(op) {
+				if u.fingerprint != p.Fingerprint {
+					return nil, errIdempotencyMismatch
+				}
+				s.expireLocked(op, now)
+				return answer(op) // the retry of the same request
+			}
+		}
+	}
+	if p.Key != "" && !s.opts.Operations.ProposeAgain {
 		for _, id := range st.order {
 			op := st.ops[id]
 			s.expireLocked(op, now)
-			if op.key == p.Key && !finalState(op.state) && op.clientID == clientID && op.sub == sub &&
-				(op.sessionID == sessionID || op.account != "" && op.account == account) {
-				return op
+			if op.key == p.Key && !finalState(op.state) && mine(op) {
+				if idemKey != "" {
+					st.idem[idemKey] = idemUse{opID: op.id, fingerprint: p.Fingerprint}
+				}
+				return answer(op)
 			}
 		}
 	}
@@ -335,7 +425,10 @@ func (s *Server) propose(sessionID, clientID, sub, account string, scopes []stri
 	op.revs = []opRevision{{n: 1, summary: p.Summary, terms: cloneTerms(p.Terms), expires: s.expiry(now)}}
 	st.ops[id] = op
 	st.order = append(st.order, id)
-	return op
+	if idemKey != "" {
+		st.idem[idemKey] = idemUse{opID: id, fingerprint: p.Fingerprint}
+	}
+	return answer(op)
 }
 
 // expiry is a new revision's expires_at, whole seconds, always later than
@@ -621,20 +714,39 @@ func (s *Server) confirmOp(w http.ResponseWriter, r *http.Request, a *auth, op *
 	}
 	s.ops.mu.Lock()
 	defer s.ops.mu.Unlock()
-	s.progressLocked(op, now)
-	switch {
-	case op.state != "proposed": // CO-OPS5-05: as it is
-		return http.StatusOK, s.opMapLocked(op), true
-	case *req.Revision != op.latest().n: // CO-OPS5-03
+	switch s.confirmLocked(op, *req.Revision, req.ApprovedBy, "endpoint", now) {
+	case "terms_changed": // CO-OPS5-03
 		return http.StatusConflict, map[string]any{"error": "terms_changed",
 			"error_description": "the terms changed: approve the current revision", "operation": s.opMapLocked(op)}, true
-	case req.ApprovedBy == "standing_permission" && op.uar: // CO-OPS5-04
+	case "user_approval_required": // CO-OPS5-04
 		return http.StatusForbidden, oauthError("user_approval_required", "this operation needs the User's approval of this revision"), true
 	}
-	op.confirmed = &opConfirmation{revision: op.latest().n, approvedBy: req.ApprovedBy, at: now}
-	setStateLocked(op, "in_progress") // CO-OPS5-06
-	s.performLocked(op, now)
 	return http.StatusOK, s.opMapLocked(op), true
+}
+
+// confirmLocked applies a confirm of revision rev approved by by, from the
+// endpoint or the website (via), once ownership and scopes are checked:
+// an operation that isn't proposed (or whose revision expired) is left as
+// it is (CO-OPS5-05), then the revision is checked (terms_changed), then
+// approved_by (user_approval_required); otherwise the confirmation is
+// recorded, the operation moves to in_progress (CO-OPS5-06) and the
+// performer acts. It returns the error code, "" for none. Both channels
+// confirm through it, under the one lock, so an operation is performed at
+// most once whichever channels confirm it, how often (CO-OPS6-02, OPS 4.4).
+func (s *Server) confirmLocked(op *fakeOp, rev int, by, via string, now time.Time) string {
+	s.progressLocked(op, now)
+	switch {
+	case op.state != "proposed":
+		return ""
+	case rev != op.latest().n:
+		return "terms_changed"
+	case by == "standing_permission" && op.uar:
+		return "user_approval_required"
+	}
+	op.confirmed = &opConfirmation{revision: op.latest().n, approvedBy: by, at: now, via: via}
+	setStateLocked(op, "in_progress")
+	s.performLocked(op, now)
+	return ""
 }
 
 func (s *Server) opError(w http.ResponseWriter, r *http.Request, status int, code, desc string, op map[string]any) {
@@ -739,12 +851,53 @@ func (s *Server) serveExchange(w http.ResponseWriter, r *http.Request, a *auth, 
 	if a.signedIn {
 		account = a.account
 	}
-	op := s.propose(a.tok.sessionID, a.tok.clientID, a.tok.sub, account, []string{s.signin.read, s.signin.write}, operationProposal{
+	x := exchangeOf(r)
+	idem := strings.TrimSpace(r.Header.Get("Idempotency-Key"))
+	if len(idem) > maxIdempotencyKey {
+		x.errorCode = "invalid_request"
+		s.writeJSON(w, r, http.StatusBadRequest, oauthError("invalid_request", "the Idempotency-Key is too long"))
+		return
+	}
+	fault := FaultNone
+	if f := s.opts.Operations.ProposeFaults; f != nil {
+		s.ops.mu.Lock()
+		s.ops.proposeAttempts[key]++
+		attempt := s.ops.proposeAttempts[key]
+		s.ops.mu.Unlock()
+		fault = f(OperationRequest{Kind: "propose", Action: key, Attempt: attempt, IdempotencyKey: idem})
+	}
+	switch fault {
+	case FaultCut:
+		x.errorCode = "connection_cut"
+		panic(http.ErrAbortHandler)
+	case Fault503:
+		x.errorCode = "server_error"
+		w.Header().Set("Retry-After", "1")
+		s.writeJSON(w, r, http.StatusServiceUnavailable, oauthError("server_error", "injected by poppytest"))
+		return
+	}
+	fingerprint, _ := json.Marshal(map[string]any{"order": order, "request": req}) // members sorted
+	op, err := s.propose(a.tok.sessionID, a.tok.clientID, a.tok.sub, account, []string{s.signin.read, s.signin.write}, operationProposal{
 		Key: key, IDPrefix: "exc_", Summary: summary, Terms: terms, Perform: exchangePerform,
+		IdempotencyKey: idem, Fingerprint: string(fingerprint),
 	})
+	if err != nil {
+		x.errorCode = "invalid_request"
+		s.writeJSON(w, r, http.StatusUnprocessableEntity, oauthError("invalid_request", "the Idempotency-Key was used for another request"))
+		return
+	}
 	s.ops.mu.Lock()
 	body := map[string]any{"operation": s.opMapLocked(op)}
 	s.ops.mu.Unlock()
+	switch fault {
+	case FaultLoseResponse:
+		x.errorCode = "response_lost"
+		panic(http.ErrAbortHandler)
+	case Fault5xxAfter:
+		x.errorCode = "server_error"
+		s.writeJSON(w, r, http.StatusInternalServerError, oauthError("server_error", "injected by poppytest"))
+		return
+	}
 	s.writeJSON(w, r, http.StatusAccepted, body) // CO-OPS4-02
 }
 
@@ -889,8 +1042,14 @@ func (s *Server) infoLocked(op *fakeOp) OperationInfo {
 	if op.confirmed != nil {
 		rev = op.confirmed.revision
 	}
+	via := ""
+	if op.confirmed != nil {
+		via = op.confirmed.via
+	}
 	return OperationInfo{ID: op.id, Revision: rev, State: op.state, SessionID: op.sessionID, Account: op.account,
 		Performed: op.performed, Confirms: op.counts["confirm"], Reads: op.counts["read"], Cancels: op.counts["cancel"],
+		WebsiteConfirms: op.counts["website_confirm"], WebsiteCancels: op.counts["website_cancel"], ConfirmedVia: via,
+		Proposals: op.counts["propose"], IdempotencyKeys: slices.Clone(op.idemKeys),
 		JSON: s.opJSONLocked(op)}
 }
 

@@ -563,3 +563,86 @@ func TestOperationsEndpointRoutes(t *testing.T) {
 	wantRules(t, srv, pa("4.3-23"))
 	_ = json.Valid
 }
+
+// callWith is rawAgent.call with extra request headers.
+func callWith(a *rawAgent, method, path, tok, body string, hdr http.Header) *response {
+	a.t.Helper()
+	u := a.srv.APIURL() + path
+	req, _ := http.NewRequest(method, u, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range hdr {
+		req.Header[k] = v
+	}
+	req.Header.Set("Authorization", "DPoP "+tok)
+	info, _ := a.srv.Token(tok)
+	req.Header.Set("DPoP", a.proof(method, u, a.userKey(info.UserID), withToken(tok)))
+	return do(a.t, a.srv.Client(), req)
+}
+
+// A proposing request with an Idempotency-Key the fake answered before
+// gets the operation that key proposed, even with ProposeAgain (which
+// makes every other request a new operation) and once it is final; the
+// same key for another request is refused (422); another User's key is
+// another key. ProposeFaults sees every proposing request, and
+// FaultLoseResponse proposes without answering.
+func TestProposalIdempotencyKey(t *testing.T) {
+	lost := 0
+	srv := poppytest.NewServer(t, &poppytest.Options{Operations: poppytest.OperationsOptions{ProposeAgain: true,
+		ProposeFaults: func(r poppytest.OperationRequest) poppytest.OperationFault {
+			if r.Kind != "propose" || r.OperationID != "" || r.Action != "ord_7Hk2 itm_4Qa" {
+				t.Errorf("ProposeFaults got %+v", r)
+			}
+			if r.Attempt == 1 {
+				lost++
+				return poppytest.FaultLoseResponse
+			}
+			return poppytest.FaultNone
+		}}})
+	a := opsAgent(t, srv)
+	_, tok := signedIn(t, srv, a, "usr_1", "acct_1")
+	key := http.Header{"Idempotency-Key": {`"k-1"`}}
+	body := `{"item_id":"itm_4Qa","replacement_sku":"stormline-insulated-m"}`
+	// The first answer is lost, but the Company proposed.
+	req, _ := http.NewRequest("POST", srv.APIURL()+"/orders/ord_7Hk2/exchanges", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", `"k-1"`)
+	req.Header.Set("Authorization", "DPoP "+tok)
+	info0, _ := srv.Token(tok)
+	req.Header.Set("DPoP", a.proof("POST", req.URL.String(), a.userKey(info0.UserID), withToken(tok)))
+	if _, err := srv.Client().Do(req); err == nil || lost != 1 || len(srv.Operations()) != 1 {
+		t.Fatalf("lost answer: %v, %d lost, %d operations", err, lost, len(srv.Operations()))
+	}
+	id := srv.Operations()[0].ID
+	// The retry, members reordered: the same operation.
+	r := callWith(a, "POST", "/orders/ord_7Hk2/exchanges", tok, `{"replacement_sku":"stormline-insulated-m","item_id":"itm_4Qa"}`, key)
+	if r.Status != 202 || r.Body["operation"].(map[string]any)["operation_id"] != id {
+		t.Fatalf("retry: %d %s", r.Status, r.Raw)
+	}
+	// Without the key, ProposeAgain proposes anew.
+	if r := callWith(a, "POST", "/orders/ord_7Hk2/exchanges", tok, body, nil); r.Status != 202 || r.Body["operation"].(map[string]any)["operation_id"] == id {
+		t.Fatalf("without a key: %d %s", r.Status, r.Raw)
+	}
+	// The same key for another request.
+	if r := callWith(a, "POST", "/orders/ord_7Hk2/exchanges", tok, `{"item_id":"itm_4Qa","replacement_sku":"stormline-l"}`, key); r.Status != 422 {
+		t.Errorf("the key reused for another request: %d %s", r.Status, r.Raw)
+	}
+	// Final: the key still answers with it, as it is.
+	if rr := confirmRaw(a, tok, id, 1, "user"); rr.Status != 200 {
+		t.Fatal(rr.Status)
+	}
+	if r := callWith(a, "POST", "/orders/ord_7Hk2/exchanges", tok, body, key); r.Status != 202 || r.Body["operation"].(map[string]any)["state"] != "succeeded" {
+		t.Errorf("after final: %d %s", r.Status, r.Raw)
+	}
+	info, _ := srv.Operation(id)
+	if info.Proposals != 3 || len(info.IdempotencyKeys) != 3 || info.IdempotencyKeys[0] != `"k-1"` {
+		t.Errorf("proposals %d, keys %q", info.Proposals, info.IdempotencyKeys)
+	}
+	// Another User with the same key value: another key.
+	_, tok2 := signedIn(t, srv, a, "usr_2", "acct_1")
+	if r := callWith(a, "POST", "/orders/ord_7Hk2/exchanges", tok2, body, key); r.Status != 202 || r.Body["operation"].(map[string]any)["operation_id"] == id {
+		t.Errorf("another User: %d %s", r.Status, r.Raw)
+	}
+	if r := callWith(a, "POST", "/orders/ord_7Hk2/exchanges", tok, body, http.Header{"Idempotency-Key": {strings.Repeat("k", 300)}}); r.Status != 400 {
+		t.Errorf("a 300-byte key: %d", r.Status)
+	}
+}

@@ -442,6 +442,8 @@ func (s *Server) serveWeb(w http.ResponseWriter, r *http.Request) {
 		default:
 			writePage(w, http.StatusOK, "Exchange", `<p id="result">Exchange requested.</p>`+s.stateBlock(v))
 		}
+	case strings.HasPrefix(r.URL.Path, operationPagePrefix) && r.Method == http.MethodPost:
+		s.serveOperationForm(w, r, v) // OPS 4.4: confirm or cancel on the website
 	case r.Method != http.MethodGet && r.Method != http.MethodHead:
 		w.Header().Set("Allow", "GET, HEAD")
 		writePage(w, http.StatusMethodNotAllowed, "Not allowed", `<p class="error">method not allowed</p>`)

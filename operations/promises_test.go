@@ -1,0 +1,438 @@
+package operations_test
+
+// What the package doc promises about proposals and approvals: a lost
+// proposal answer proposes nothing twice (OPS 6, A-38), the same action is
+// the same request in any order of JSON members and query parameters, and
+// an operation that is no longer proposed is a typed error.
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/poppyproto/poppy/keystore"
+	"github.com/poppyproto/poppy/operations"
+	"github.com/poppyproto/poppy/poppytest"
+)
+
+// PA-OPS6-04 with lost answers: 20 exchanges, the first answer of 10 of
+// them lost after the Company proposed (connection closed instead of the
+// 202, or a 500), each sent again by the caller. Against a Company that
+// proposes anew for every request it doesn't recognise as a retry
+// (ProposeAgain), there is one operation per item: the request sent again
+// carries the Idempotency-Key journalled before the first one was sent.
+func TestPA_OPS6_04_LostProposalAnswer(t *testing.T) {
+	const items = 20
+	lose := func(i int) poppytest.OperationFault {
+		switch {
+		case i%2 == 0:
+			return poppytest.FaultLoseResponse
+		case i%5 == 0:
+			return poppytest.Fault5xxAfter
+		}
+		return poppytest.FaultNone
+	}
+	e := newEnv(t, &poppytest.Options{Operations: poppytest.OperationsOptions{ProposeAgain: true,
+		ProposeFaults: func(r poppytest.OperationRequest) poppytest.OperationFault {
+			var i int
+			fmt.Sscanf(r.Action, "ord_7Hk2 itm_%d", &i)
+			if r.Attempt == 1 {
+				return lose(i)
+			}
+			return poppytest.FaultNone
+		}}}, nil)
+	lost, got := 0, map[string]string{}
+	for i := range items {
+		item := fmt.Sprintf("itm_%02d", i)
+		op, _, err := e.c.Propose(ctx, e.exchangeRequest(item), exchangeAction)
+		if lose(i) != poppytest.FaultNone {
+			if err == nil {
+				t.Fatalf("%s: the lost answer was not an error: %s", item, brief(op))
+			}
+			lost++
+			op, _, err = e.c.Propose(ctx, e.exchangeRequest(item), exchangeAction) // the caller sends it again
+		}
+		if err != nil || op == nil {
+			t.Fatalf("%s: %s %v", item, brief(op), err)
+		}
+		got[item] = op.ID
+	}
+	all := e.Srv.Operations()
+	if len(all) != items {
+		t.Fatalf("PA-OPS6-04: %d operations proposed for %d items (%d answers lost)", len(all), items, lost)
+	}
+	for _, o := range all {
+		// One proposal; a retry carries the same key as the request it repeats.
+		if o.Proposals < 1 || o.IdempotencyKeys[0] == "" {
+			t.Errorf("%s: proposals %d, keys %q", o.ID, o.Proposals, o.IdempotencyKeys)
+		}
+		for _, k := range o.IdempotencyKeys {
+			if k != o.IdempotencyKeys[0] {
+				t.Errorf("%s: sent with keys %q", o.ID, o.IdempotencyKeys)
+			}
+		}
+	}
+	if n := len(e.Requests(poppytest.EndpointAPI)); n != items+lost {
+		t.Errorf("%d proposing requests, want %d", n, items+lost)
+	}
+	// Each item's operation is open: calling again sends nothing.
+	before := len(e.Requests(poppytest.EndpointAPI))
+	for item, id := range got {
+		if op, _, err := e.c.Propose(ctx, e.exchangeRequest(item), exchangeAction); !errors.Is(err, operations.ErrOperationPending) || op.ID != id {
+			t.Errorf("%s again: %s %v", item, brief(op), err)
+		}
+	}
+	if n := len(e.Requests(poppytest.EndpointAPI)) - before; n != 0 {
+		t.Errorf("%d requests while the operations are open", n)
+	}
+	// The journal: a record per operation, and one per proposing request
+	// naming the open operation it got; none without an operation.
+	keys, _ := e.Store.List(ctx, keystore.KindOperation, "local-user", e.Srv.Issuer())
+	ops, named := 0, map[string]bool{}
+	for _, k := range keys {
+		b, _ := e.Store.Get(ctx, k)
+		var rec struct {
+			OperationID string `json:"operation_id"`
+			Proposing   *struct {
+				OperationID string `json:"operation_id"`
+			} `json:"proposing"`
+		}
+		json.Unmarshal(b, &rec)
+		switch {
+		case rec.Proposing != nil && rec.Proposing.OperationID != "":
+			named[rec.Proposing.OperationID] = true
+		case rec.Proposing != nil:
+			t.Errorf("a proposing request without an operation is left: %s", b)
+		default:
+			ops++
+		}
+	}
+	if ops != items || len(named) != items {
+		t.Errorf("%d operation records and %d naming them, for %d operations", ops, len(named), items)
+	}
+}
+
+// A lost answer is ErrProposalUnanswered, with what went wrong inside; a
+// refusal is not kept: the same request after it gets a new key.
+func TestProposalUnansweredError(t *testing.T) {
+	e := newEnv(t, &poppytest.Options{Operations: poppytest.OperationsOptions{ProposeAgain: true,
+		ProposeFaults: func(r poppytest.OperationRequest) poppytest.OperationFault {
+			if r.Attempt == 1 && r.Action == "ord_7Hk2 itm_4Qa" {
+				return poppytest.FaultCut
+			}
+			return poppytest.FaultNone
+		}}}, nil)
+	_, _, err := e.c.Propose(ctx, e.exchangeRequest("itm_4Qa"), exchangeAction)
+	if !errors.Is(err, operations.ErrProposalUnanswered) || !strings.HasPrefix(err.Error(), "operations: ") {
+		t.Fatalf("cut: %v", err)
+	}
+	// A refusal (403 insufficient_scope) forgets the request: nothing is open.
+	e.Srv.ForceError(poppytest.EndpointAPI, poppytest.Fault{Code: "insufficient_scope"})
+	if _, _, err := e.c.Propose(ctx, e.exchangeRequest("itm_5Qa"), exchangeAction); err == nil || errors.Is(err, operations.ErrProposalUnanswered) {
+		t.Fatalf("refused: %v", err)
+	}
+	op, _, err := e.c.Propose(ctx, e.exchangeRequest("itm_5Qa"), exchangeAction)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs := e.Requests(poppytest.EndpointAPI)
+	k1, k2 := reqs[len(reqs)-2].Header.Get("Idempotency-Key"), reqs[len(reqs)-1].Header.Get("Idempotency-Key")
+	if k1 == "" || k1 == k2 || info(t, e.Srv, op.ID).Proposals != 1 {
+		t.Errorf("keys after a refusal: %q %q", k1, k2)
+	}
+}
+
+// OPS 6 across a restart: a process that dies after it sent a proposing
+// request, before it journalled the answer, leaves the request in the
+// journal; the restarted process sends the same request with the same
+// Idempotency-Key and gets the operation the Company proposed for the
+// first one. Six items, each dying one of two ways: killed (SIGKILL) while
+// the Company holds the request, or exiting as soon as the 202 arrived.
+// One operation per item, against a Company that proposes anew for every
+// request it doesn't recognise as a retry; and a later process sends
+// nothing while it is open (PA-OPS6-04).
+func TestPA_OPS6_04_CrashBetweenProposalAndJournal(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts child processes")
+	}
+	var held atomic.Pointer[childProc]
+	killed := make(chan struct{}, 1)
+	hook := func(r poppytest.OperationRequest) poppytest.OperationFault {
+		if p := held.Load(); p != nil && r.Attempt == 1 {
+			// The child sent the request and waits for the answer: kill it
+			// now, then let the Company propose.
+			p.kill()
+			<-killed
+		}
+		return poppytest.FaultNone
+	}
+	srv := poppytest.NewServer(t, &poppytest.Options{Operations: poppytest.OperationsOptions{ProposeAgain: true, ProposeFaults: hook}})
+	ce := newCrashEnv(t, srv)
+	const items = 6
+	for i := range items {
+		item := fmt.Sprintf("itm_%d", i)
+		if i%2 == 0 {
+			p := ce.start("propose", item)
+			held.Store(p)
+			p.wait()
+			held.Store(nil)
+			killed <- struct{}{}
+			if p.exitCode() == 0 {
+				t.Fatalf("%s: the child was not killed: %s", item, p.out())
+			}
+		} else {
+			p := ce.start("propose", item, childCrash+"=after-202")
+			p.wait()
+			if p.exitCode() != 9 {
+				t.Fatalf("%s: the child did not exit after the 202: %d %s", item, p.exitCode(), p.out())
+			}
+		}
+		deadline := time.Now().Add(60 * time.Second)
+		for len(srv.Operations()) <= i {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the Company proposed nothing", item)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		out := ce.run("propose", item)
+		all := srv.Operations()
+		if len(all) != i+1 {
+			t.Fatalf("PA-OPS6-04: %d operations for %d items after the restarts (%s: %s)", len(all), i+1, item, out)
+		}
+		last := all[i]
+		if want := "proposed " + last.ID; strings.TrimSpace(out) != want {
+			t.Errorf("%s: the restarted child: %q, want %q", item, out, want)
+		}
+		if k := last.IdempotencyKeys; len(k) != 2 || k[0] == "" || k[0] != k[1] {
+			t.Errorf("%s: Idempotency-Keys %q", item, k)
+		}
+	}
+	all := srv.Operations()
+	out := ce.run("propose", "itm_0")
+	if want := "pending " + all[0].ID; strings.TrimSpace(out) != want {
+		t.Errorf("a later child: %q, want %q", out, want)
+	}
+	if n := len(ce.env.Requests(poppytest.EndpointAPI)); n != 2*items {
+		t.Errorf("%d proposing requests, want %d", n, 2*items)
+	}
+}
+
+// OPS 6, A-38: the same action is the same request whatever the order of
+// its JSON members or query parameters, and whatever the spacing of the
+// JSON, so none of these proposes again (PA-OPS6-04). Another value is
+// another request.
+func TestPA_OPS6_04_SameActionInAnyOrder(t *testing.T) {
+	e := newEnv(t, &poppytest.Options{Operations: poppytest.OperationsOptions{ProposeAgain: true}}, nil)
+	base := e.Srv.APIURL() + "/orders/ord_7Hk2/exchanges"
+	req := func(query, body string) *http.Request {
+		r, err := http.NewRequest("POST", base+query, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Header.Set("Content-Type", "application/json; charset=utf-8")
+		return r
+	}
+	first, _, err := e.c.Propose(ctx, req("?lang=en&channel=app&tag=a&tag=b", `{"item_id":"itm_4Qa","replacement_sku":"stormline-insulated-m","note":{"x":1,"y":[1,2]}}`), exchangeAction)
+	if err != nil {
+		t.Fatal(err)
+	}
+	same := []struct{ query, body string }{
+		{"?channel=app&lang=en&tag=a&tag=b", `{"item_id":"itm_4Qa","replacement_sku":"stormline-insulated-m","note":{"x":1,"y":[1,2]}}`},
+		{"?lang=en&channel=app&tag=a&tag=b", `{"replacement_sku":"stormline-insulated-m","note":{"y":[1,2],"x":1},"item_id":"itm_4Qa"}`},
+		{"?tag=a&channel=app&tag=b&lang=en", " {\n  \"note\": {\"x\": 1, \"y\": [1, 2]},\n  \"item_id\": \"itm_\\u0034Qa\",\n  \"replacement_sku\": \"stormline-insulated-m\"\n}\n"},
+	}
+	for _, s := range same {
+		op, _, err := e.c.Propose(ctx, req(s.query, s.body), exchangeAction)
+		if !errors.Is(err, operations.ErrOperationPending) || op == nil || op.ID != first.ID {
+			t.Errorf("PA-OPS6-04: %s %q proposed again: %s %v", s.query, s.body, brief(op), err)
+		}
+	}
+	if n := len(e.Requests(poppytest.EndpointAPI)); n != 1 {
+		t.Errorf("%d proposing requests, want 1", n)
+	}
+	// Other values, other order of one parameter's values, a number
+	// written otherwise, a repeated member: other requests.
+	other := []struct{ query, body string }{
+		{"?lang=de&channel=app&tag=a&tag=b", `{"item_id":"itm_4Qa","replacement_sku":"stormline-insulated-m","note":{"x":1,"y":[1,2]}}`},
+		{"?lang=en&channel=app&tag=b&tag=a", `{"item_id":"itm_4Qa","replacement_sku":"stormline-insulated-m","note":{"x":1,"y":[1,2]}}`},
+		{"?lang=en&channel=app&tag=a&tag=b", `{"item_id":"itm_4Qa","replacement_sku":"stormline-insulated-m","note":{"x":1,"y":[2,1]}}`},
+		{"?lang=en&channel=app&tag=a&tag=b", `{"item_id":"itm_4Qa","replacement_sku":"stormline-insulated-m","note":{"x":1.0,"y":[1,2]}}`},
+		{"?lang=en&channel=app&tag=a&tag=b", `{"item_id":"itm_4Qa","item_id":"itm_4Qa","replacement_sku":"stormline-insulated-m","note":{"x":1,"y":[1,2]}}`},
+	}
+	for i, o := range other {
+		op, _, err := e.c.Propose(ctx, req(o.query, o.body), exchangeAction)
+		if err != nil || op == nil || op.ID == first.ID {
+			t.Errorf("other request %d: %s %v", i, brief(op), err)
+		}
+	}
+}
+
+// legacyKey is a proposal key as the SDK computed it before keys were
+// canonical: method, URL and body, byte for byte.
+func legacyKey(method, u, body string) string {
+	h := sha256.Sum256([]byte(method + " " + u + "\n" + body))
+	return base64.RawURLEncoding.EncodeToString(h[:])
+}
+
+// A-38 across an upgrade: a proposal an earlier version journalled under
+// the exact-bytes key still holds back the same request (byte for byte)
+// while its operation is open (PA-OPS6-04).
+func TestPA_OPS6_04_LegacyProposalKeys(t *testing.T) {
+	e := newEnv(t, &poppytest.Options{Operations: poppytest.OperationsOptions{ProposeAgain: true}}, nil)
+	op := e.propose("itm_4Qa")
+	// Rewrite the journal as the earlier version wrote it.
+	body := `{"item_id":"itm_4Qa","replacement_sku":"stormline-insulated-m"}`
+	keys, err := e.Store.List(ctx, keystore.KindOperation, "local-user", e.Srv.Issuer())
+	if err != nil || len(keys) != 2 {
+		t.Fatalf("journal: %v %v", keys, err)
+	}
+	for _, k := range keys {
+		err = e.Store.Update(ctx, k, func(cur []byte) ([]byte, error) {
+			var rec map[string]any
+			if err := json.Unmarshal(cur, &rec); err != nil {
+				return nil, err
+			}
+			if rec["operation_id"] != op.ID {
+				return nil, nil // the proposing request's record: the earlier version had none
+			}
+			rec["proposal"] = legacyKey("POST", e.Srv.APIURL()+"/orders/ord_7Hk2/exchanges", body)
+			delete(rec, "idempotency_key")
+			return json.Marshal(rec)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A new process with the upgraded SDK.
+	c2, err := operations.New(e.sess, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := c2.Propose(ctx, e.exchangeRequest("itm_4Qa"), exchangeAction)
+	if !errors.Is(err, operations.ErrOperationPending) || got == nil || got.ID != op.ID {
+		t.Fatalf("PA-OPS6-04: the legacy-keyed proposal was not found: %s %v", brief(got), err)
+	}
+	if n := len(e.Requests(poppytest.EndpointAPI)); n != 1 {
+		t.Errorf("%d proposing requests, want 1", n)
+	}
+}
+
+// An Approve of an operation another process has already confirmed is a
+// *StateError with the state, matching ErrNotProposed; of an expired one,
+// ErrOperationExpired too. Nothing is asked and nothing is sent.
+func TestNotProposedStateError(t *testing.T) {
+	e := newEnv(t, &poppytest.Options{Operations: poppytest.OperationsOptions{TTL: time.Minute}}, nil)
+	op := e.propose("itm_4Qa")
+	other, err := operations.New(e.sess, &operations.Options{Approver: e.ap})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, _ := other.Get(ctx, op.ID)
+	a, err := other.Approve(ctx, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if done, err := other.Confirm(ctx, a); err != nil || done.State != operations.StateSucceeded {
+		t.Fatalf("the other process: %s %v", brief(done), err)
+	}
+	cur, err := e.c.Get(ctx, op.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	asked, confirms := len(e.ap.asked()), len(e.confirms())
+	_, err = e.c.Approve(ctx, cur)
+	var se *operations.StateError
+	if !errors.As(err, &se) || se.State != operations.StateSucceeded || se.Operation == nil || se.Operation.ID != op.ID ||
+		!errors.Is(err, operations.ErrNotProposed) || errors.Is(err, operations.ErrOperationExpired) {
+		t.Fatalf("Approve of a succeeded operation: %v", err)
+	}
+	if !strings.HasPrefix(err.Error(), "operations: ") || len(e.ap.asked()) != asked || len(e.confirms()) != confirms {
+		t.Errorf("%q; asked %d, confirms %d", err, len(e.ap.asked())-asked, len(e.confirms())-confirms)
+	}
+	// Handle takes it as it is.
+	if got, err := e.c.Handle(ctx, cur); err != nil || got.State != operations.StateSucceeded {
+		t.Errorf("Handle: %s %v", brief(got), err)
+	}
+
+	late := e.propose("itm_5Qa")
+	e.Srv.Clock().Advance(2 * time.Minute)
+	exp, err := e.c.Get(ctx, late.ID)
+	if err != nil || exp.State != operations.StateExpired {
+		t.Fatalf("%s %v", brief(exp), err)
+	}
+	_, err = e.c.Approve(ctx, exp)
+	if !errors.As(err, &se) || se.State != operations.StateExpired || !errors.Is(err, operations.ErrNotProposed) || !errors.Is(err, operations.ErrOperationExpired) {
+		t.Errorf("Approve of an expired operation: %v", err)
+	}
+}
+
+// PA-OPS6-04 across processes sharing a keystore: two Clients that read
+// the journal before either proposed. The second sends nothing while the
+// first's operation is open (the record of the request names it), and
+// proposes anew once the first process cancelled it.
+func TestPA_OPS6_04_TwoProcessesOneProposal(t *testing.T) {
+	e := newEnv(t, &poppytest.Options{Operations: poppytest.OperationsOptions{ProposeAgain: true}}, nil)
+	c2, err := operations.New(e.sess, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c2.Recover(ctx); err != nil { // c2 has read the (empty) journal
+		t.Fatal(err)
+	}
+	op := e.propose("itm_4Qa")
+	got, _, err := c2.Propose(ctx, e.exchangeRequest("itm_4Qa"), exchangeAction)
+	if !errors.Is(err, operations.ErrOperationPending) || got == nil || got.ID != op.ID {
+		t.Fatalf("PA-OPS6-04: the second process: %s %v", brief(got), err)
+	}
+	if n := len(e.Requests(poppytest.EndpointAPI)); n != 1 {
+		t.Fatalf("PA-OPS6-04: %d proposing requests, want 1", n)
+	}
+	if _, err := e.c.Cancel(ctx, op.ID); err != nil {
+		t.Fatal(err)
+	}
+	next, _, err := c2.Propose(ctx, e.exchangeRequest("itm_4Qa"), exchangeAction)
+	if err != nil || next == nil || next.ID == op.ID {
+		t.Fatalf("after the first process cancelled it: %s %v", brief(next), err)
+	}
+}
+
+// PA-OPS6-04 within one Client: the same request from eight goroutines at
+// once is sent once; the others get its operation, open.
+func TestPA_OPS6_04_ConcurrentSameRequest(t *testing.T) {
+	e := newEnv(t, &poppytest.Options{Operations: poppytest.OperationsOptions{ProposeAgain: true}}, nil)
+	const n = 8
+	ids := make([]string, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			op, _, err := e.c.Propose(ctx, e.exchangeRequest("itm_4Qa"), exchangeAction)
+			ids[i], errs[i] = brief(op), err
+		}()
+	}
+	wg.Wait()
+	pending := 0
+	for i := range n {
+		if errors.Is(errs[i], operations.ErrOperationPending) {
+			pending++
+		} else if errs[i] != nil {
+			t.Errorf("goroutine %d: %v", i, errs[i])
+		}
+		if ids[i] != ids[0] {
+			t.Errorf("operations %s and %s", ids[0], ids[i])
+		}
+	}
+	if m := len(e.Requests(poppytest.EndpointAPI)); m != 1 || pending != n-1 || len(e.Srv.Operations()) != 1 {
+		t.Errorf("PA-OPS6-04: %d requests, %d pending, %d operations", m, pending, len(e.Srv.Operations()))
+	}
+}
