@@ -78,7 +78,7 @@ type Error struct {
 	// Scope lists the scopes of a WWW-Authenticate scope attribute
 	// (insufficient_scope names the scopes required, A-21).
 	Scope []string
-	// RetryAfter is the wait a 429 asked for, zero if none.
+	// RetryAfter is the wait a 429 or 503 asked for, zero if none.
 	RetryAfter time.Duration
 	// Extension names the extension an extension_required refusal needs.
 	Extension string
