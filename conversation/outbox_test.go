@@ -120,11 +120,25 @@ func TestPostRetriesBounded(t *testing.T) {
 		})
 	}
 
+	// A Company that answers 429 forever, without Retry-After: Send
+	// returns after the transport's retries, with no deadline of its own
+	// (the test's deadline only stops an endless loop).
+	e := newEnv(t, poppytest.ConversationOptions{})
+	c := e.start(t, conversation.Text("Hello."), nil)
+	before := len(e.convRequests())
+	e.Srv.RateLimit(poppytest.EndpointConversation, 1<<30, "")
+	tctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	_, err := c.Send(tctx, conversation.Text("Are you there?"), nil)
+	if bodies, _ := posts(e, before); tctx.Err() != nil || !errors.Is(err, poppy.ErrRateLimited) || !errors.Is(err, conversation.ErrMessagePending) || len(bodies) != 4 {
+		t.Fatalf("429 forever: %d POSTs, err = %v", len(bodies), err)
+	}
+
 	// A start whose 429s outlast the retries is pending; Recover sends it
 	// and gets the conversation.
-	e := newEnv(t, poppytest.ConversationOptions{})
+	e = newEnv(t, poppytest.ConversationOptions{})
 	e.Srv.RateLimit(poppytest.EndpointConversation, 4, "")
-	_, err := conversation.Start(ctx, e.sess, conversation.Text("Hello."), nil)
+	_, err = conversation.Start(ctx, e.sess, conversation.Text("Hello."), nil)
 	var pe *poppy.Error
 	if !errors.As(err, &pe) || pe.Status != http.StatusTooManyRequests || !errors.Is(err, conversation.ErrMessagePending) {
 		t.Fatalf("Start: err = %v", err)
