@@ -754,6 +754,11 @@ func (c *Conversation) postOnce(ctx context.Context, u string, body []byte, wait
 		return nil, c.responseError(resp)
 	}
 	b, err := readCapped(resp.Body, c.opts.MaxResponseBytes)
+	if errors.Is(err, poppy.ErrResponseTooLarge) {
+		// A 2xx: the Company took the message, and would give the same
+		// answer to a retry (CO-7.3-02).
+		return nil, fmt.Errorf("%w: %w", ErrProtocol, err)
+	}
 	if err != nil {
 		return nil, err
 	}
