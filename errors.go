@@ -5,7 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
-	"unicode"
+
+	"github.com/poppyproto/poppy/internal/companytext"
 )
 
 // Sentinel errors for the states callers branch on. An [*Error] from a
@@ -196,19 +197,9 @@ func about(what string, err error) error { return &aboutError{what: what, err: e
 const maxDescription = 200
 
 // cleanText returns untrusted text from a Company fit for an error string:
-// no control characters, at most maxDescription bytes.
-func cleanText(s string) string {
-	s = strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) {
-			return ' '
-		}
-		return r
-	}, s)
-	if len(s) > maxDescription {
-		s = strings.ToValidUTF8(s[:maxDescription], "") + "…"
-	}
-	return s
-}
+// one line, nothing that could drive a terminal or reorder or hide text
+// (internal/companytext), at most maxDescription bytes.
+func cleanText(s string) string { return companytext.Line(s, maxDescription) }
 
 // configError reports bad input from the caller.
 func configError(format string, args ...any) error {

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/conversation"
+	"github.com/poppyproto/poppy/internal/companytext/companytexttest"
 	"github.com/poppyproto/poppy/internal/testenv"
 	"github.com/poppyproto/poppy/poppytest"
 )
@@ -245,5 +247,53 @@ func TestOversizedAnswerHeld(t *testing.T) {
 	}
 	if n := len(e.convRequests()) - before; n != 1 {
 		t.Fatalf("%d POSTs: the held message was sent again", n)
+	}
+}
+
+// TestCompanyTextInEvents: the Company's text reaches the caller, and
+// from there a person or a model, through one cleaner
+// (internal/companytext): a message's text, its streamed pieces, a
+// user_requested reason and an authorization's scopes hold no rune that
+// could drive a terminal or reorder or hide text (U+202E and the other
+// bidi controls, tag characters, escapes).
+func TestCompanyTextInEvents(t *testing.T) {
+	hostile := companytexttest.Hostile
+	e := newEnv(t, poppytest.ConversationOptions{Streaming: true, Agent: func(turn *poppytest.Turn) {
+		turn.Reply(poppytest.Reply{Text: hostile, Deltas: []string{hostile[:40], hostile[40:]}})
+	}})
+	c := e.start(t, conversation.Text("Hello."), nil)
+	e.Srv.RequestUser(c.ID(), hostile)
+	e.Srv.AppendEvent(c.ID(), map[string]any{"type": "authorization", "error": "insufficient_scope", "scope": "orders:read\u202e orders:write\U000E0049"})
+	e.Srv.AppendEvent(c.ID(), map[string]any{"type": "state", "status": "idle", "responder": "agent"})
+	var got []string
+	for ev, err := range c.Events(ctx, nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch ev.Type {
+		case conversation.EventMessage:
+			companytexttest.Check(t, "message text", ev.Message.Text)
+			got = append(got, "message")
+		case conversation.EventTextDelta:
+			companytexttest.Check(t, "text-delta", ev.Delta.Text)
+			got = append(got, "delta")
+		case conversation.EventUserRequested:
+			companytexttest.Check(t, "reason", ev.Reason)
+			got = append(got, "reason")
+		case conversation.EventAuthorization:
+			for _, s := range ev.Authorization.Scope {
+				companytexttest.Check(t, "scope", s)
+			}
+			companytexttest.Check(t, "authorization error", ev.Authorization.Error())
+			got = append(got, "authorization")
+		}
+		if ev.Type == conversation.EventAuthorization {
+			break
+		}
+	}
+	for _, want := range []string{"message", "delta", "reason", "authorization"} {
+		if !slices.Contains(got, want) {
+			t.Fatalf("no %s event came: %v", want, got)
+		}
 	}
 }
