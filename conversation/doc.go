@@ -131,7 +131,16 @@
 //
 // Other choices: Company IDs are checked only against the alphabet and
 // length of spec 7.2 (a bad one is ErrProtocol); Company text (messages,
-// reasons, pieces) has control characters other than newline and tab
-// replaced; a message's "operation" (operations extension) is exposed as
-// raw JSON only when the agent's identity lists that extension.
+// reasons, pieces, scopes) goes through the SDK's one cleaner of Company
+// text, as everywhere else it reaches a person or a model: newlines and
+// tabs stay, and every rune that could drive a terminal, reorder what is
+// shown (U+202E and the other bidi controls) or hide text (tag
+// characters, runs of variation selectors, invisible format characters)
+// becomes U+FFFD; a message's "operation" (operations extension) is
+// exposed as raw JSON only when the agent's identity lists that
+// extension. One answer to a POST carries at most Options.MaxAnswerEvents
+// events (ErrTooManyEvents), and is handled in time linear in them.
+// context.time_zone is checked against the names of the tz database the Go
+// toolchain ships, so a host without zoneinfo (a scratch image) takes
+// valid zones.
 package conversation

@@ -120,9 +120,9 @@ type TextDelta struct {
 	Text      string
 }
 
-// ReceivedMessage is a message of an event (spec 7.4, 7.5). Control
-// characters other than newline and tab are replaced in the Company's
-// text, so it can't drive a terminal.
+// ReceivedMessage is a message of an event (spec 7.4, 7.5). The Company's
+// text keeps newlines and tabs; every rune that could drive a terminal,
+// reorder or hide text becomes U+FFFD (see the package doc).
 //
 // It marshals to the wire form of a message, so that package operations'
 // FromMessage reads its operation: operations.FromMessage(ev.Message).
