@@ -219,8 +219,9 @@ func BenchmarkStartHugeAnswer(b *testing.B) {
 
 // TestOversizedAnswerHeld: a 2xx answer to a message that is larger than
 // MaxResponseBytes is refused (ErrResponseTooLarge, ErrProtocol), but the
-// Company took the message and would answer a retry the same way
-// (CO-7.3-02): it leaves the outbox as held, and is never sent again.
+// Company took the message and would answer a retry with the same
+// answer (spec 7.3): it leaves the outbox as held, and is never sent
+// again.
 func TestOversizedAnswerHeld(t *testing.T) {
 	e, h := hostileEnv(t, poppytest.ConversationOptions{})
 	c := e.start(t, conversation.Text("Hello."), nil)
