@@ -9,6 +9,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,9 +24,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/conversation"
+
+	"github.com/poppyproto/poppy/internal/realtest"
 	"github.com/poppyproto/poppy/internal/testenv"
+	"github.com/poppyproto/poppy/keystore"
+	"github.com/poppyproto/poppy/keystore/pgstore"
 	"github.com/poppyproto/poppy/keystore/sqlitestore"
 	"github.com/poppyproto/poppy/poppytest"
 )
@@ -33,7 +40,9 @@ const (
 	childEnv     = "CONVERSATION_CRASH_CHILD" // mode: "start", "send", "resume", "recover", "loop", "finish"
 	childDir     = "CONVERSATION_CRASH_DIR"
 	childConv    = "CONVERSATION_CRASH_CONV"
-	childCrashAt = "CONVERSATION_CRASH_AT" // "before" or "after" the request reaches the Company
+	childCrashAt = "CONVERSATION_CRASH_AT"       // "before" or "after" the request reaches the Company
+	childPGTable = "CONVERSATION_CRASH_PG_TABLE" // the keystore is this PostgreSQL table, not SQLite
+	pgURLEnv     = "POPPY_TEST_POSTGRES_URL"
 	crashCode    = 7
 )
 
@@ -86,7 +95,15 @@ func crashChild() error {
 		return err
 	}
 	hc.Transport = crashTransport{base: hc.Transport, at: os.Getenv(childCrashAt)}
-	store, err := sqlitestore.Open(filepath.Join(dir, "keystore.db"), nil)
+	var store interface {
+		keystore.Store
+		Close() error
+	}
+	if table := os.Getenv(childPGTable); table != "" {
+		store, err = pgstore.Open(ctx, os.Getenv(pgURLEnv), &pgstore.Options{Table: table})
+	} else {
+		store, err = sqlitestore.Open(filepath.Join(dir, "keystore.db"), nil)
+	}
 	if err != nil {
 		return err
 	}
@@ -281,14 +298,41 @@ func sendLoop(ctx context.Context, sess *poppy.Session, finish bool) error {
 // TestCrashSDKChosenIDs: an app that lets the SDK choose its message IDs
 // is SIGKILLed at random moments of Send, at least 100 times (set
 // CONVERSATION_CRASH_KILLS for a longer run, e.g. 1000), and restarted on
-// the same SQLite keystore each time. Following the recipe of the package
-// doc (Recover, List, Sent), it loses no message and sends none twice: the
-// Company holds "message 1" to "message K" once each, in order
-// (PA-7.3-03, PA-7.3-04).
+// the same keystore each time, SQLite and PostgreSQL. Following the recipe
+// of the package doc (Recover, List, Sent), it loses no message and sends
+// none twice: the Company holds "message 1" to "message K" once each, in
+// order (PA-7.3-03, PA-7.3-04).
 func TestCrashSDKChosenIDs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs child processes")
 	}
+	t.Run("sqlite", func(t *testing.T) { crashSDKChosenIDs(t, nil) })
+	t.Run("postgres", func(t *testing.T) {
+		u := os.Getenv(pgURLEnv)
+		if u == "" {
+			realtest.Missing(t, "PostgreSQL", pgURLEnv+" is not set (source .ci/postgres.sh to start a server)")
+		}
+		b := make([]byte, 6)
+		crand.Read(b)
+		table := "poppy_convcrash_" + hex.EncodeToString(b)
+		t.Cleanup(func() {
+			conn, err := pgx.Connect(context.Background(), u)
+			if err != nil {
+				t.Errorf("dropping %s: %v", table, err)
+				return
+			}
+			defer conn.Close(context.Background())
+			for _, n := range []string{table, table + "_version"} {
+				if _, err := conn.Exec(context.Background(), "DROP TABLE IF EXISTS "+pgx.Identifier{n}.Sanitize()); err != nil {
+					t.Errorf("drop %s: %v", n, err)
+				}
+			}
+		})
+		crashSDKChosenIDs(t, []string{childPGTable + "=" + table})
+	})
+}
+
+func crashSDKChosenIDs(t *testing.T, storeEnv []string) {
 	kills := 100
 	if n, err := strconv.Atoi(os.Getenv("CONVERSATION_CRASH_KILLS")); err == nil && n > 0 {
 		kills = n
@@ -312,7 +356,7 @@ func TestCrashSDKChosenIDs(t *testing.T) {
 	run := func(mode string, kill bool) {
 		t.Helper()
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(append(os.Environ(), srv.Env()...), childEnv+"="+mode, childDir+"="+dir)
+		cmd.Env = append(append(append(os.Environ(), srv.Env()...), storeEnv...), childEnv+"="+mode, childDir+"="+dir)
 		out, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)
