@@ -249,6 +249,11 @@ func newConversation(sess *poppy.Session, id, endpoint string, opts *Options) *C
 // message is written to the outbox first; if the answer is lost, the retry
 // (here, or Recover in a later process) gets back the conversation the
 // Company already started (PA-7.3-05). opts may be nil.
+//
+// Its errors say what became of the message as Send's do: a *PendingError
+// leaves it in the outbox for Recover. An answer carrying more than
+// Options.MaxAnswerEvents events returns the Conversation the Company
+// started with an error matching ErrTooManyEvents.
 func Start(ctx context.Context, sess *poppy.Session, msg Message, opts *StartOptions) (*Conversation, error) {
 	return start(ctx, sess, "", msg, opts)
 }
@@ -569,7 +574,10 @@ func (c *Conversation) flush(ctx context.Context, want string) (*answer, error) 
 	}
 	pend, err := listOutbox(ctx, sess, c.id)
 	if err != nil {
-		return nil, pending("", err)
+		if want == "" {
+			return nil, err
+		}
+		return nil, pending(want, err)
 	}
 	var out *answer
 	var outErr error
@@ -700,8 +708,8 @@ func (c *Conversation) post(ctx context.Context, u string, body []byte, wait int
 	}
 	agent := c.Session().Company().Agent()
 	var company *poppy.Error // the Company's last answer
-	done := func(err error) error {
-		if company != nil && !errors.As(err, new(*poppy.Error)) {
+	done := func(err error) error { // ctx ended
+		if company != nil {
 			return fmt.Errorf("conversation: %w (the Company answered %w)", err, company)
 		}
 		return fmt.Errorf("conversation: %w", err)
