@@ -242,11 +242,14 @@ func refusal(err error) (MessageState, string) {
 // Recover sends it again: call Recover first (see List).
 func (c *Conversation) Sent(ctx context.Context) ([]SentMessage, error) {
 	sess := c.Session()
-	r, err := loadReceipts(ctx, sess, c.id)
+	// The outbox first: a message answered meanwhile has its receipt
+	// written before its outbox record goes, so it is read in one or
+	// both, never in neither.
+	pend, err := listOutbox(ctx, sess, c.id)
 	if err != nil {
 		return nil, err
 	}
-	pend, err := listOutbox(ctx, sess, c.id)
+	r, err := loadReceipts(ctx, sess, c.id)
 	if err != nil {
 		return nil, err
 	}
