@@ -707,7 +707,7 @@ func (c *Conversation) post(ctx context.Context, u string, body []byte, wait int
 		u += "?" + q.Encode()
 	}
 	agent := c.Session().Company().Agent()
-	var company *poppy.Error // the Company's last answer
+	var company *poppy.Error        // the Company's last answer
 	done := func(err error) error { // ctx ended
 		if company != nil {
 			return fmt.Errorf("conversation: %w (the Company answered %w)", err, company)
