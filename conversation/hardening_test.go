@@ -35,7 +35,8 @@ func hostileEnv(t testing.TB, co poppytest.ConversationOptions) (*env, *testenv.
 }
 
 // hugeAnswer makes every start's answer carry n events of type typ
-// ("e000000", "e000001", ... and, with dup, each ID twice) before the
+// ("e000000", "e000001", ... and, with dup, each ID twice, the second
+// copy n/2 events after the first) before the
 // fake's own, as the hostile Company of issue 20 did: 116,313 events of an
 // unknown type in about 3 MiB. The cursor stays the fake's.
 func hugeAnswer(h *testenv.Hostile, n int, typ string, dup bool) {
@@ -55,7 +56,7 @@ func hugeAnswer(h *testenv.Hostile, n int, typ string, dup bool) {
 		for i := range n {
 			id := i
 			if dup {
-				id = i / 2
+				id = i % (n / 2) // each twice, far apart
 			}
 			if typ == "user_requested" {
 				fmt.Fprintf(&buf, `{"id":"e%06d","type":%q,"reason":"r"},`, id, typ)
@@ -115,7 +116,9 @@ func TestHostileAnswerEventsBounded(t *testing.T) {
 
 // TestAnswerEventsLinearOnce: with the bound lifted, an answer's events
 // are taken in linear time (BenchmarkStartHugeAnswer) and each once,
-// though the answer names each twice (PA-7.3-08, PA-7.5-09).
+// though the answer names each twice, 10,000 events apart: further than
+// the handled IDs remembered, so only the answer's own set skips the
+// second (PA-7.3-08).
 func TestAnswerEventsLinearOnce(t *testing.T) {
 	e, h := hostileEnv(t, poppytest.ConversationOptions{})
 	const n = 20_000
