@@ -6,7 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode"
+
+	"github.com/poppyproto/poppy/internal/companytext"
 )
 
 // Sentinel errors for the states callers branch on. An [*Error] from a
@@ -87,7 +88,7 @@ type Error struct {
 	// Scope lists the scopes of a WWW-Authenticate scope attribute
 	// (insufficient_scope names the scopes required, A-21).
 	Scope []string
-	// RetryAfter is the wait a 429 asked for, zero if none.
+	// RetryAfter is the wait a 429 or 503 asked for, zero if none.
 	RetryAfter time.Duration
 	// Extension names the extension an extension_required refusal needs.
 	Extension string
@@ -221,19 +222,9 @@ func about(what string, err error) error { return &aboutError{what: what, err: e
 const maxDescription = 200
 
 // cleanText returns untrusted text from a Company fit for an error string:
-// no control characters, at most maxDescription bytes.
-func cleanText(s string) string {
-	s = strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) {
-			return ' '
-		}
-		return r
-	}, s)
-	if len(s) > maxDescription {
-		s = strings.ToValidUTF8(s[:maxDescription], "") + "…"
-	}
-	return s
-}
+// one line, nothing that could drive a terminal or reorder or hide text
+// (internal/companytext), at most maxDescription bytes.
+func cleanText(s string) string { return companytext.Line(s, maxDescription) }
 
 // configError reports bad input from the caller.
 func configError(format string, args ...any) error {

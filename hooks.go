@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"time"
 
 	"github.com/poppyproto/poppy/internal/hooks"
 )
@@ -57,6 +58,9 @@ func init() {
 			limit = ag.opts.MaxResponseBytes
 		}
 		return ag.cache.get(ctx, ag, rawURL, what, limit)
+	}
+	hooks.RetryWait = func(a any, retryAfter time.Duration, attempt int) (time.Duration, bool) {
+		return a.(*Agent).rateWait(retryAfter, attempt)
 	}
 }
 

@@ -333,11 +333,12 @@ func ResponseError(resp *http.Response) error {
 		}
 	}
 	e.Code = cleanText(e.Code)
-	if resp.StatusCode == http.StatusTooManyRequests {
+	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
+		// RFC 9110 section 10.2.3: Retry-After on a 503 too.
 		e.RetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), now)
-		if e.Code == "" {
-			e.Code = "rate_limited"
-		}
+	}
+	if resp.StatusCode == http.StatusTooManyRequests && e.Code == "" {
+		e.Code = "rate_limited"
 	}
 	if s != nil {
 		switch e.Code {

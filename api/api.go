@@ -5,10 +5,9 @@ import (
 	"fmt"
 	"net/url"
 	"slices"
-	"strings"
-	"unicode"
 
 	"github.com/poppyproto/poppy"
+	"github.com/poppyproto/poppy/internal/companytext"
 	"github.com/poppyproto/poppy/internal/sdk"
 )
 
@@ -84,21 +83,10 @@ func listed(c *poppy.Company, e poppy.API) bool {
 // maxText bounds a Company's text put in an error or a tool description.
 const maxText = 1024
 
-// cleanText returns untrusted text fit for an error string or a model: no
-// control characters (newlines become spaces), at most n bytes.
-func cleanText(s string, n int) string {
-	s = strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) || r == '\u2028' || r == '\u2029' {
-			return ' '
-		}
-		return r
-	}, s)
-	s = strings.Join(strings.Fields(s), " ")
-	if len(s) > n {
-		s = strings.ToValidUTF8(s[:n], "") + "…"
-	}
-	return s
-}
+// cleanText returns untrusted text fit for an error string or a model: one
+// line, nothing that could drive a terminal or reorder or hide text
+// (internal/companytext), at most n bytes.
+func cleanText(s string, n int) string { return companytext.Line(s, n) }
 
 // endpointOf returns scheme://host/path of u: what errors may show.
 func endpointOf(u *url.URL) string {

@@ -39,6 +39,7 @@ import (
 	"time"
 
 	"github.com/poppyproto/poppy"
+	"github.com/poppyproto/poppy/internal/sdk"
 	"github.com/poppyproto/poppy/keystore"
 )
 
@@ -82,11 +83,18 @@ type Options struct {
 	// StreamIdleTimeout reconnects a stream that sent nothing for that long.
 	// Default 2 min.
 	StreamIdleTimeout time.Duration
-	// MaxBackoff caps the jittered exponential backoff between retries and
-	// reconnects. Default 10 s.
+	// MaxBackoff caps the jittered exponential backoff between reads and
+	// reconnects after a failure. Default 10 s. (A POST is retried by the
+	// Session transport's policy instead: see Send.)
 	MaxBackoff time.Duration
 	// MaxResponseBytes caps one JSON answer. Default 4 MiB.
 	MaxResponseBytes int64
+	// MaxAnswerEvents caps the events one answer to a POST may carry (the
+	// reply of a Send or Start with Wait). An answer with more is taken
+	// (the message is held, the conversation recorded) but its events are
+	// not: the call returns an error matching ErrTooManyEvents, and the
+	// next Events loop reads them from the saved cursor. Default 10,000.
+	MaxAnswerEvents int
 	// MaxEventBytes caps one streamed event. Default 1 MiB.
 	MaxEventBytes int
 	// RememberEvents is how many handled event IDs (and as many message
@@ -121,6 +129,9 @@ func (o *Options) withDefaults() Options {
 	}
 	if c.MaxEventBytes <= 0 {
 		c.MaxEventBytes = 1 << 20
+	}
+	if c.MaxAnswerEvents <= 0 {
+		c.MaxAnswerEvents = 10_000
 	}
 	if c.RememberEvents <= 0 {
 		c.RememberEvents = 1024
@@ -238,6 +249,11 @@ func newConversation(sess *poppy.Session, id, endpoint string, opts *Options) *C
 // message is written to the outbox first; if the answer is lost, the retry
 // (here, or Recover in a later process) gets back the conversation the
 // Company already started (PA-7.3-05). opts may be nil.
+//
+// Its errors say what became of the message as Send's do: a *PendingError
+// leaves it in the outbox for Recover. An answer carrying more than
+// Options.MaxAnswerEvents events returns the Conversation the Company
+// started with an error matching ErrTooManyEvents.
 func Start(ctx context.Context, sess *poppy.Session, msg Message, opts *StartOptions) (*Conversation, error) {
 	return start(ctx, sess, "", msg, opts)
 }
@@ -313,14 +329,19 @@ func sendStart(ctx context.Context, sess *poppy.Session, msgID string, ob outbox
 	ans, err := tmp.post(ctx, ob.Endpoint, ob.Body, ob.Wait, true)
 	if err != nil {
 		if definite(err) {
+			// Refused for good, or a 2xx answer that breaks the protocol
+			// and names no conversation the SDK could record.
 			deleteOutbox(ctx, sess, msgID)
+			return nil, err
 		}
-		return nil, err
+		return nil, &PendingError{MessageID: msgID, Err: err}
 	}
 	if ans.status != http.StatusCreated && ans.status != http.StatusOK {
+		deleteOutbox(ctx, sess, msgID)
 		return nil, protocolError("a start answered HTTP %d, not 201", ans.status)
 	}
 	if !validID(ans.ConversationID) {
+		deleteOutbox(ctx, sess, msgID)
 		return nil, protocolError("conversation_id %q breaks the ID rules", clip(ans.ConversationID)) // PA-7.2-05
 	}
 	c := newConversation(sess, ans.ConversationID, ob.Endpoint, o)
@@ -328,14 +349,16 @@ func sendStart(ctx context.Context, sess *poppy.Session, msgID string, ob outbox
 	// Recorded before the outbox entry goes, so a crash in between sends
 	// the start again and gets this conversation back.
 	if err := c.load(ctx); err != nil {
-		return nil, err
+		return nil, &PendingError{MessageID: msgID, Err: err}
 	}
 	c.applyAnswer(ans)
 	if err := c.save(ctx); err != nil {
-		return nil, err
+		return nil, &PendingError{MessageID: msgID, Err: err}
 	}
-	deleteOutbox(ctx, sess, msgID)
-	return c, nil
+	if err := c.answered(ctx, sess, pendingMsg{id: msgID, rec: ob}, nil); err != nil {
+		return c, err
+	}
+	return c, ans.err()
 }
 
 // Resume continues conversation id from sess, which may be another
@@ -469,10 +492,20 @@ type SendResult struct {
 	Responder Responder
 }
 
-// Send sends a message (spec 7.3). It is written to the outbox first and
-// retried with the same ID and bytes until the Company answers or ctx ends;
-// messages still pending from before go first. A closed conversation
-// refuses it locally with ErrConversationClosed (PA-7.7-04).
+// Send sends a message (spec 7.3). It is written to the outbox first, then
+// sent, and sent again with the same ID and bytes while its outcome is
+// unknown, by the Session transport's retry policy (at most three times,
+// after Retry-After); messages still pending from before go first. A closed
+// conversation refuses it locally with ErrConversationClosed (PA-7.7-04).
+//
+// What an error says of the message: a *PendingError (ErrMessagePending)
+// means it is in the outbox, its outcome unknown (no answer, ctx ended,
+// 5xx or 429 after the retries: the Company's *poppy.Error is in it), and
+// the next Send, Flush, Resume or Recover sends it with its ID: don't send
+// it again. Any other error means the message was refused (by the Company,
+// an *Error or *poppy.Error, or before sending) and is not in the outbox.
+// If the process dies during Send, Conversation.Sent tells after the
+// restart whether the message was written.
 func (c *Conversation) Send(ctx context.Context, msg Message, opts *SendOptions) (*SendResult, error) {
 	if c.Status() == StatusClosed {
 		return nil, fmt.Errorf("%w: %s", ErrConversationClosed, c.id)
@@ -497,13 +530,13 @@ func (c *Conversation) Send(ctx context.Context, msg Message, opts *SendOptions)
 		return nil, err
 	}
 	ans, err := c.flush(ctx, w.ID)
-	if err != nil {
+	if ans == nil {
+		if err == nil {
+			err = &PendingError{MessageID: w.ID, Err: errors.New("conversation: it was not sent")}
+		}
 		return nil, err
 	}
-	if ans == nil {
-		return nil, fmt.Errorf("conversation: message %s was not sent", w.ID)
-	}
-	return &SendResult{MessageID: w.ID, Status: Status(ans.Status), Responder: Responder(ans.Responder)}, nil
+	return &SendResult{MessageID: w.ID, Status: Status(ans.Status), Responder: Responder(ans.Responder)}, err
 }
 
 // DeclineUserRequest tells the Company, in the conversation, that the User
@@ -533,16 +566,29 @@ func (c *Conversation) flush(ctx context.Context, want string) (*answer, error) 
 	}
 	defer func() { <-c.sendSem }()
 	sess := c.Session()
+	pending := func(id string, err error) error {
+		if want != "" {
+			id = want
+		}
+		return &PendingError{MessageID: id, Err: err}
+	}
 	pend, err := listOutbox(ctx, sess, c.id)
 	if err != nil {
-		return nil, err
+		if want == "" {
+			return nil, err
+		}
+		return nil, pending(want, err)
 	}
 	var out *answer
+	var outErr error
 	for _, p := range pend {
 		if c.Status() == StatusClosed {
-			deleteOutbox(ctx, sess, p.id)
+			closed := fmt.Errorf("%w: %s", ErrConversationClosed, c.id)
+			if err := c.answered(ctx, sess, p, closed); err != nil {
+				return nil, pending(p.id, err)
+			}
 			if p.id == want {
-				return nil, fmt.Errorf("%w: %s", ErrConversationClosed, c.id)
+				return nil, closed
 			}
 			continue
 		}
@@ -552,27 +598,35 @@ func (c *Conversation) flush(ctx context.Context, want string) (*answer, error) 
 			if errors.Is(err, ErrConversationClosed) {
 				c.setState(StatusClosed, "") // PA-7.13-02
 			}
-			if definite(err) {
-				// The Company will never take it: it leaves the outbox
-				// and is never sent again under its ID (PA-7.3-06).
-				deleteOutbox(ctx, sess, p.id)
-				if p.id != want {
-					c.log.WarnContext(ctx, "conversation: the Company refused a pending message", "message_id", p.id, "error", err)
-					continue
-				}
+			if !definite(err) {
+				return nil, pending(p.id, err) // an unknown outcome stops the line, keeping the order
 			}
-			return nil, err // an unknown outcome stops the line, keeping the order
+			// The Company will never take it: it leaves the outbox
+			// and is never sent again under its ID (PA-7.3-06).
+			if rerr := c.answered(ctx, sess, p, err); rerr != nil {
+				return nil, pending(p.id, rerr)
+			}
+			if p.id != want {
+				c.log.WarnContext(ctx, "conversation: the Company refused a pending message", "message_id", p.id, "error", err)
+				continue
+			}
+			return nil, err
 		}
 		c.applyAnswer(ans)
-		deleteOutbox(ctx, sess, p.id)
+		// The receipt, then the outbox record goes: a crash in between
+		// sends the message again with its ID, and the Company answers
+		// as before (CO-7.3-02).
+		if err := c.answered(ctx, sess, p, nil); err != nil {
+			return nil, pending(p.id, err)
+		}
 		if p.id == want {
-			out = ans
+			out, outErr = ans, ans.err()
 		}
 	}
 	if err := c.save(ctx); err != nil {
 		return out, err
 	}
-	return out, nil
+	return out, outErr
 }
 
 // Handoff asks for a person at the Company (spec 7.9): the status becomes
@@ -589,7 +643,10 @@ func (c *Conversation) Handoff(ctx context.Context) (Status, error) {
 		return c.Status(), err
 	}
 	c.applyAnswer(ans)
-	return Status(ans.Status), c.save(ctx)
+	if err := c.save(ctx); err != nil {
+		return Status(ans.Status), err
+	}
+	return Status(ans.Status), ans.err()
 }
 
 // Close closes the conversation (spec 7.12). Its events stay readable;
@@ -600,7 +657,10 @@ func (c *Conversation) Close(ctx context.Context) error {
 		return err
 	}
 	c.applyAnswer(ans)
-	return c.save(ctx)
+	if err := c.save(ctx); err != nil {
+		return err
+	}
+	return ans.err()
 }
 
 // answer is the body of a POST's answer (spec 7.3), with a reply's events
@@ -614,11 +674,27 @@ type answer struct {
 	Cursor         *string           `json:"cursor"`
 	HasMore        bool              `json:"has_more"`
 	parsed         []Event
+	// tooMany is the number of events of an answer that carried more than
+	// Options.MaxAnswerEvents: none of them was taken.
+	tooMany int
 }
 
-// post sends body to u, retrying with the same bytes while the outcome is
-// unknown (no response, 5xx, 429), bounded by ctx (PA-7.3-04). wait > 0
-// asks for the reply in the answer.
+// err is the error an answer that was taken leaves: its events were
+// refused for their number (ErrTooManyEvents). nil otherwise.
+func (a *answer) err() error {
+	if a.tooMany == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %w: the answer carries %d events", ErrProtocol, ErrTooManyEvents, a.tooMany)
+}
+
+// post sends body to u, and again with the same bytes while the outcome is
+// unknown (no response, 5xx; PA-7.3-04), by the Session transport's retry
+// policy: at most three retries, each after Retry-After (or 1 s, 2 s, 4 s),
+// none when Retry-After is longer than AgentOptions.MaxRetryWait. A 429 is
+// returned as it comes: the transport already waited out its three retries
+// (PA-4.3-27..29). ctx bounds the whole. wait > 0 asks for the reply in the
+// answer. The last error names the Company's *poppy.Error, if any.
 func (c *Conversation) post(ctx context.Context, u string, body []byte, wait int, isStart bool) (*answer, error) {
 	q := url.Values{}
 	if wait > 0 {
@@ -630,21 +706,40 @@ func (c *Conversation) post(ctx context.Context, u string, body []byte, wait int
 	if len(q) > 0 {
 		u += "?" + q.Encode()
 	}
+	agent := c.Session().Company().Agent()
+	var company *poppy.Error        // the Company's last answer
+	done := func(err error) error { // ctx ended
+		if company != nil {
+			return fmt.Errorf("conversation: %w (the Company answered %w)", err, company)
+		}
+		return fmt.Errorf("conversation: %w", err)
+	}
 	for attempt := 0; ; attempt++ {
 		ans, err := c.postOnce(ctx, u, body, wait)
 		if err == nil {
 			return ans, nil
 		}
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("conversation: %w (the message stays in the outbox)", ctx.Err())
+			return nil, done(ctx.Err())
+		}
+		var te *transientError
+		if !errors.As(err, &te) {
+			return nil, err // a definite answer, or refused before sending
 		}
 		var retryAfter time.Duration
-		if !retryable(err, &retryAfter) {
+		if errors.As(err, &company) {
+			if company.Status == http.StatusTooManyRequests {
+				return nil, err // the transport's retries are used up
+			}
+			retryAfter = company.RetryAfter
+		}
+		d, ok := sdk.RetryWait(agent, retryAfter, attempt)
+		if !ok {
 			return nil, err
 		}
-		c.log.DebugContext(ctx, "conversation: retrying a POST with the same body", "url", redactURL(u), "attempt", attempt+1, "error", err)
-		if err := c.clock.Sleep(ctx, max(retryAfter, c.backoff(attempt))); err != nil {
-			return nil, fmt.Errorf("conversation: %w (the message stays in the outbox)", err)
+		c.log.DebugContext(ctx, "conversation: retrying a POST with the same body", "url", redactURL(u), "attempt", attempt+1, "wait", d, "error", err)
+		if err := c.clock.Sleep(ctx, d); err != nil {
+			return nil, done(err)
 		}
 	}
 }
@@ -667,6 +762,11 @@ func (c *Conversation) postOnce(ctx context.Context, u string, body []byte, wait
 		return nil, c.responseError(resp)
 	}
 	b, err := readCapped(resp.Body, c.opts.MaxResponseBytes)
+	if errors.Is(err, poppy.ErrResponseTooLarge) {
+		// A 2xx: the Company took the message, and would give the same
+		// answer to a retry (CO-7.3-02).
+		return nil, fmt.Errorf("%w: %w", ErrProtocol, err)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -681,6 +781,14 @@ func (c *Conversation) postOnce(ctx context.Context, u string, body []byte, wait
 	if ans.ConversationID != "" && !validID(ans.ConversationID) {
 		return nil, protocolError("conversation_id %q breaks the ID rules", clip(ans.ConversationID))
 	}
+	if len(ans.Events) > c.opts.MaxAnswerEvents {
+		// Bounded work per answer: the message is taken, its events are
+		// not; the next Events loop reads them, page by page, from the
+		// saved cursor.
+		ans.tooMany, ans.Events, ans.Cursor, ans.HasMore = len(ans.Events), nil, nil, false
+		return &ans, nil
+	}
+	ans.parsed = make([]Event, 0, len(ans.Events))
 	for _, raw := range ans.Events {
 		ev, err := c.parseEvent(raw)
 		if err != nil {
@@ -692,15 +800,25 @@ func (c *Conversation) postOnce(ctx context.Context, u string, body []byte, wait
 }
 
 // applyAnswer takes status, responder and any reply events from ans
-// (PA-7.3-02, PA-7.3-08).
+// (PA-7.3-02, PA-7.3-08), in time linear in the events pending and
+// answered: an event already handled or pending is skipped by a set.
 func (c *Conversation) applyAnswer(ans *answer) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.status, c.responder = Status(ans.Status), Responder(ans.Responder)
+	if len(ans.parsed) == 0 {
+		return
+	}
+	queued := make(map[string]struct{}, len(c.pending)+len(ans.parsed))
+	for _, p := range c.pending {
+		queued[p.ID] = struct{}{}
+	}
 	for _, ev := range ans.parsed {
-		if !c.seen.has(ev.ID) && !slices.ContainsFunc(c.pending, func(p Event) bool { return p.ID == ev.ID }) {
-			c.pending = append(c.pending, ev)
+		if _, dup := queued[ev.ID]; dup || c.seen.has(ev.ID) {
+			continue
 		}
+		queued[ev.ID] = struct{}{}
+		c.pending = append(c.pending, ev)
 	}
 }
 
@@ -933,6 +1051,9 @@ func listOutbox(ctx context.Context, sess *poppy.Session, conv string) ([]pendin
 	}
 	var out []pendingMsg
 	for _, k := range keys {
+		if receiptRecord(k.ID) {
+			continue
+		}
 		b, err := st.Get(ctx, k)
 		if errors.Is(err, keystore.ErrNotFound) {
 			continue

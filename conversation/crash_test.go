@@ -6,28 +6,43 @@ package conversation_test
 // SQLite keystore and sends what was pending, with the same ID.
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/conversation"
+
+	"github.com/poppyproto/poppy/internal/realtest"
 	"github.com/poppyproto/poppy/internal/testenv"
+	"github.com/poppyproto/poppy/keystore"
+	"github.com/poppyproto/poppy/keystore/pgstore"
 	"github.com/poppyproto/poppy/keystore/sqlitestore"
 	"github.com/poppyproto/poppy/poppytest"
 )
 
 const (
-	childEnv     = "CONVERSATION_CRASH_CHILD" // mode: "start", "send", "resume", "recover"
+	childEnv     = "CONVERSATION_CRASH_CHILD" // mode: "start", "send", "resume", "recover", "loop", "finish"
 	childDir     = "CONVERSATION_CRASH_DIR"
 	childConv    = "CONVERSATION_CRASH_CONV"
-	childCrashAt = "CONVERSATION_CRASH_AT" // "before" or "after" the request reaches the Company
+	childCrashAt = "CONVERSATION_CRASH_AT"       // "before" or "after" the request reaches the Company
+	childPGTable = "CONVERSATION_CRASH_PG_TABLE" // the keystore is this PostgreSQL table, not SQLite
+	pgURLEnv     = "POPPY_TEST_POSTGRES_URL"
 	crashCode    = 7
 )
 
@@ -80,7 +95,15 @@ func crashChild() error {
 		return err
 	}
 	hc.Transport = crashTransport{base: hc.Transport, at: os.Getenv(childCrashAt)}
-	store, err := sqlitestore.Open(filepath.Join(dir, "keystore.db"), nil)
+	var store interface {
+		keystore.Store
+		Close() error
+	}
+	if table := os.Getenv(childPGTable); table != "" {
+		store, err = pgstore.Open(ctx, os.Getenv(pgURLEnv), &pgstore.Options{Table: table})
+	} else {
+		store, err = sqlitestore.Open(filepath.Join(dir, "keystore.db"), nil)
+	}
 	if err != nil {
 		return err
 	}
@@ -107,6 +130,8 @@ func crashChild() error {
 		}
 	case "resume":
 		_, err = conversation.Resume(ctx, sess, os.Getenv(childConv), nil)
+	case "loop", "finish":
+		err = sendLoop(ctx, sess, os.Getenv(childEnv) == "finish")
 	case "recover":
 		var cs []*conversation.Conversation
 		cs, err = conversation.Recover(ctx, sess, nil)
@@ -210,5 +235,222 @@ func TestCrashBetweenOutboxAndAnswer(t *testing.T) {
 		if (at == "after" && len(bodies) != 2) || (at == "before" && len(bodies) != 1) || (len(bodies) == 2 && bodies[0] != bodies[1]) {
 			t.Fatalf("%s: posts %q", at, bodies)
 		}
+	}
+}
+
+// The app of the SIGKILL test: it sends "message 1", "message 2", ... to
+// one conversation, one after another, never choosing an ID, and keeps no
+// state of its own. After a restart it follows the recipe of the package
+// doc: Recover sends what is pending (a start included), List finds the
+// conversation, and the place N of its last sent message says where to go
+// on. Its stdout tells the parent what it found and what it sends.
+func sendLoop(ctx context.Context, sess *poppy.Session, finish bool) error {
+	pend, err := conversation.Pending(ctx, sess)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("pending %d\n", len(pend))
+	if _, err := conversation.Recover(ctx, sess, nil); err != nil {
+		return err
+	}
+	convs, err := conversation.List(ctx, sess, nil)
+	if err != nil {
+		return err
+	}
+	var c *conversation.Conversation
+	next := int64(1)
+	switch len(convs) {
+	case 0:
+	case 1:
+		c = convs[0]
+		sent, err := c.Sent(ctx)
+		if err != nil {
+			return err
+		}
+		if len(sent) == 0 {
+			return errors.New("a conversation without its start")
+		}
+		next = sent[len(sent)-1].N + 1
+	default:
+		return fmt.Errorf("%d conversations", len(convs))
+	}
+	fmt.Printf("next %d\nready\n", next)
+	limit := int64(1 << 62)
+	if finish {
+		limit = next
+	}
+	for ; next <= limit; next++ {
+		fmt.Printf("sending %d\n", next)
+		text := conversation.Text(fmt.Sprintf("message %d", next))
+		if c == nil {
+			if c, err = conversation.Start(ctx, sess, text, nil); err != nil {
+				return err
+			}
+			continue
+		}
+		if _, err := c.Send(ctx, text, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// TestCrashSDKChosenIDs: an app that lets the SDK choose its message IDs
+// is SIGKILLed at random moments of Send, at least 100 times (set
+// CONVERSATION_CRASH_KILLS for a longer run, e.g. 1000), and restarted on
+// the same keystore each time, SQLite and PostgreSQL. Following the recipe
+// of the package doc (Recover, List, Sent), it loses no message and sends
+// none twice: the Company holds "message 1" to "message K" once each, in
+// order (PA-7.3-03, PA-7.3-04).
+func TestCrashSDKChosenIDs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs child processes")
+	}
+	t.Run("sqlite", func(t *testing.T) { crashSDKChosenIDs(t, nil) })
+	t.Run("postgres", func(t *testing.T) {
+		u := os.Getenv(pgURLEnv)
+		if u == "" {
+			realtest.Missing(t, "PostgreSQL", pgURLEnv+" is not set (source .ci/postgres.sh to start a server)")
+		}
+		b := make([]byte, 6)
+		crand.Read(b)
+		table := "poppy_convcrash_" + hex.EncodeToString(b)
+		t.Cleanup(func() {
+			conn, err := pgx.Connect(context.Background(), u)
+			if err != nil {
+				t.Errorf("dropping %s: %v", table, err)
+				return
+			}
+			defer conn.Close(context.Background())
+			for _, n := range []string{table, table + "_version"} {
+				if _, err := conn.Exec(context.Background(), "DROP TABLE IF EXISTS "+pgx.Identifier{n}.Sanitize()); err != nil {
+					t.Errorf("drop %s: %v", n, err)
+				}
+			}
+		})
+		crashSDKChosenIDs(t, []string{childPGTable + "=" + table})
+	})
+}
+
+func crashSDKChosenIDs(t *testing.T, storeEnv []string) {
+	kills := 100
+	if n, err := strconv.Atoi(os.Getenv("CONVERSATION_CRASH_KILLS")); err == nil && n > 0 {
+		kills = n
+	}
+	srv := poppytest.NewServer(t, nil)
+	id, key := testenv.NewIdentity(t, nil)
+	srv.HandleAgent("agent.test", id.Handler(nil))
+	dir := t.TempDir()
+	jwk, err := key.MarshalPrivateJWK()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "key.jwk"), jwk, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 22))
+	var (
+		lastSending                   int64 // the message in flight when the last child died
+		foundPending, through, absent int   // what the next child found of it
+	)
+	run := func(mode string, kill bool) {
+		t.Helper()
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(append(append(os.Environ(), srv.Env()...), storeEnv...), childEnv+"="+mode, childDir+"="+dir)
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		lines := make(chan string)
+		go func() {
+			defer close(lines)
+			sc := bufio.NewScanner(out)
+			for sc.Scan() {
+				lines <- sc.Text()
+			}
+		}()
+		var timer *time.Timer
+		for l := range lines {
+			f := strings.Fields(l)
+			if len(f) != 2 && l != "ready" {
+				continue
+			}
+			switch {
+			case f[0] == "pending" && lastSending > 0:
+				if f[1] != "0" {
+					foundPending++
+				}
+			case f[0] == "next" && lastSending > 0:
+				n, _ := strconv.ParseInt(f[1], 10, 64)
+				switch {
+				case n == lastSending+1:
+					through++
+				case n == lastSending:
+					absent++
+				default:
+					t.Fatalf("message %d was in flight, the app goes on with %d", lastSending, n)
+				}
+			case l == "ready" && kill:
+				// A random moment of the sends that follow.
+				timer = time.AfterFunc(time.Duration(rng.IntN(40_000))*time.Microsecond, func() { cmd.Process.Kill() })
+			case f[0] == "sending":
+				lastSending, _ = strconv.ParseInt(f[1], 10, 64)
+			}
+		}
+		err = cmd.Wait()
+		if timer != nil {
+			timer.Stop()
+		}
+		var ee *exec.ExitError
+		killed := errors.As(err, &ee) && !ee.Exited()
+		if (err != nil && !killed) || (killed && !kill) {
+			t.Fatalf("child %s: %v\n%s", mode, err, stderr.Bytes())
+		}
+	}
+	start := time.Now()
+	for range kills {
+		run("loop", true)
+	}
+	run("finish", false)
+
+	convs := srv.Conversations()
+	if len(convs) != 1 {
+		t.Fatalf("the Company holds %d conversations, want 1", len(convs))
+	}
+	info, _ := srv.Conversation(convs[0].ID)
+	var lost, dup int
+	ids := map[string]bool{}
+	want := 1
+	for _, m := range info.Messages {
+		if ids[m.ID] {
+			t.Fatalf("message ID %s held twice", m.ID)
+		}
+		ids[m.ID] = true
+		var n int
+		if _, err := fmt.Sscanf(m.Text, "message %d", &n); err != nil {
+			t.Fatalf("message %q", m.Text)
+		}
+		switch {
+		case n < want:
+			dup++
+		case n > want:
+			lost += n - want
+			want = n + 1
+		default:
+			want++
+		}
+	}
+	t.Logf("%d kills in %v; the Company holds %d messages; the message in flight was found pending %d times, through (held) %d times, never written %d times; %d lost, %d duplicated",
+		kills, time.Since(start).Round(time.Millisecond), len(info.Messages), foundPending, through, absent, lost, dup)
+	if lost != 0 || dup != 0 {
+		t.Fatalf("%d messages lost, %d duplicated", lost, dup)
+	}
+	if through+absent < kills {
+		t.Fatalf("only %d of %d kills came during a send", through+absent, kills)
 	}
 }

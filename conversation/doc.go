@@ -16,27 +16,66 @@
 //
 // Every request goes through the Session's HTTP client (poppy.Session),
 // so DPoP proofs, nonces, token renewal, a stored Account Token on
-// sign_in_required, and 429 waits work as for any API call. A conversation
+// sign_in_required, and 429 waits work as for any API call: a 429 is sent
+// again at most three times, after Retry-After (PA-4.3-27..29). A POST
+// whose outcome is unknown (no answer, 5xx) is sent again by the same
+// policy, with the same ID and bytes: at most three times, after
+// Retry-After or 1 s, 2 s, 4 s, never when Retry-After is longer than
+// poppy.AgentOptions.MaxRetryWait. Then the call returns the Company's
+// *poppy.Error in a *PendingError, and the message stays in the outbox
+// for the next Send, Flush, Resume or Recover. A conversation
 // is not tied to its Session or process: [Resume] continues it from any
 // Session of the same agent and User (or account), in this process or
 // another sharing the keystore.
 //
 // # What is kept, and the delivery guarantee
 //
-// Two kinds of keystore records make a conversation survive a crash or a
-// move to another replica: the outbox (keystore.KindOutbox, one record per
-// unacknowledged message, written before its first POST) and the
-// conversation record (keystore.KindCursor: endpoint, status, responder,
-// open Direct Conversation and the cursor of the last event handled,
-// written after the loop body returned from that event).
+// Three kinds of keystore records make a conversation survive a crash or
+// a move to another replica: the outbox (keystore.KindOutbox, one record
+// per unacknowledged message, written before its first POST), the
+// receipts of the messages the Company answered (one record per
+// conversation, written before the answered message leaves the outbox)
+// and the conversation record (keystore.KindCursor: endpoint, status,
+// responder, open Direct Conversation and the cursor of the last event
+// handled, written after the loop body returned from that event).
 //
 //   - Sending: a message is held by the Company exactly once. It is retried
 //     with the same ID and the same bytes while the outcome is unknown, and
 //     a process that crashed before the answer sends it again from the
-//     outbox on Resume (or Recover, for a start).
+//     outbox on Resume (or Recover, for a start). This holds whoever chose
+//     the ID: see below for an app whose process may die during Send.
 //   - Reading: within a process, each event is yielded once, in order.
 //     Across a crash, the event whose handling had not returned is yielded
 //     again, with its ID: handle events idempotently by Event.ID.
+//
+// # Exactly once when the SDK chooses the IDs
+//
+// An app that lets the SDK choose its message IDs (c.Send(ctx,
+// conversation.Text(…), nil)) and dies during Send can't know by itself
+// whether the message was written to the outbox: sending it again may send
+// it twice, not sending it may lose it. The outbox knows. After a restart:
+//
+//	// 1. Send what is pending, starts included, each with its ID.
+//	if _, err := conversation.Recover(ctx, sess, nil); err != nil { ... }
+//	// 2. Every conversation the keystore knows, with what became of its messages.
+//	convs, err := conversation.List(ctx, sess, nil)
+//	sent, err := convs[0].Sent(ctx) // held, refused or pending, oldest first
+//	// 3a. An app that sends its messages one after another: its first N
+//	//     messages got through (the start is number 1), where
+//	//     N := sent[len(sent)-1].N; go on with message N+1.
+//	// 3b. Or by content: the message got through if
+//	//     slices.ContainsFunc(sent, func(s conversation.SentMessage) bool { return s.Same(msg) }).
+//
+// A message that Sent lists is held, or pending and sent by Recover and
+// Resume: never send it again. One it doesn't list was never written:
+// send it. Sent keeps the last 64 answered messages of a conversation and
+// the count of all of them. While the process lives, Send's error says the
+// same: a *PendingError (ErrMessagePending) means the message is in the
+// outbox; any other error means it is not. TestCrashSDKChosenIDs kills
+// such an app with SIGKILL 100 times (CONVERSATION_CRASH_KILLS=1000 for a
+// longer run) and finds no message lost or held twice. An app that chooses
+// its own IDs (Message.ID, unique for the User) can also simply send
+// again with the same ID: the Company holds it once.
 //
 // Each handled event is one keystore write (the cursor), so a keystore on
 // disk bounds the event rate by its write latency; the in-memory store
@@ -92,7 +131,16 @@
 //
 // Other choices: Company IDs are checked only against the alphabet and
 // length of spec 7.2 (a bad one is ErrProtocol); Company text (messages,
-// reasons, pieces) has control characters other than newline and tab
-// replaced; a message's "operation" (operations extension) is exposed as
-// raw JSON only when the agent's identity lists that extension.
+// reasons, pieces, scopes) goes through the SDK's one cleaner of Company
+// text, as everywhere else it reaches a person or a model: newlines and
+// tabs stay, and every rune that could drive a terminal, reorder what is
+// shown (U+202E and the other bidi controls) or hide text (tag
+// characters, runs of variation selectors, invisible format characters)
+// becomes U+FFFD; a message's "operation" (operations extension) is
+// exposed as raw JSON only when the agent's identity lists that
+// extension. One answer to a POST carries at most Options.MaxAnswerEvents
+// events (ErrTooManyEvents), and is handled in time linear in them.
+// context.time_zone is checked against the names of the tz database the Go
+// toolchain ships, so a host without zoneinfo (a scratch image) takes
+// valid zones.
 package conversation

@@ -3,6 +3,7 @@ package conversation
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/poppyproto/poppy"
 )
@@ -35,7 +36,46 @@ var (
 	// ErrProtocol: the Company's answer breaks the protocol (a bad ID, a
 	// missing member, a body that isn't JSON).
 	ErrProtocol = errors.New("conversation: the Company's answer breaks the protocol")
+
+	// ErrTooManyEvents: an answer to a POST carried more events than
+	// Options.MaxAnswerEvents. The message was taken; the events are read
+	// by the next Events loop. It also matches ErrProtocol.
+	ErrTooManyEvents = errors.New("conversation: the answer carries more events than Options.MaxAnswerEvents")
+
+	// ErrMessagePending is matched by a [*PendingError]: the message is
+	// in the outbox, and its outcome is not known yet.
+	ErrMessagePending = errors.New("conversation: the message stays in the outbox")
 )
+
+// PendingError is the error of a Send, Start, Flush, Resume or Recover
+// whose message was written to the outbox but not acknowledged: no
+// answer came (network, ctx ended), or the Company answered 5xx or 429
+// after the retries of the Session transport's policy (at most three,
+// each after Retry-After up to AgentOptions.MaxRetryWait). The message
+// stays in the outbox, and the next Send of the conversation, Flush,
+// Resume or Recover sends it again with its ID and bytes, so the Company
+// holds it once: don't send it again yourself. It matches
+// ErrMessagePending, and Err (a *poppy.Error for the Company's 5xx or
+// 429, a context error, a network error) with errors.Is and errors.As.
+type PendingError struct {
+	// MessageID is the pending message: the one Send or Start was
+	// given, or for Flush, Resume and Recover the first one not sent.
+	MessageID string
+	// Err is why it was not acknowledged.
+	Err error
+}
+
+// Error names the message and why it is pending.
+func (e *PendingError) Error() string {
+	s := e.Err.Error()
+	if !strings.HasPrefix(s, "conversation: ") {
+		s = "conversation: " + s
+	}
+	return s + " (message " + e.MessageID + " stays in the outbox)"
+}
+
+// Unwrap returns ErrMessagePending and Err.
+func (e *PendingError) Unwrap() []error { return []error{ErrMessagePending, e.Err} }
 
 var codeSentinels = map[string]error{
 	"conversation_not_found":   ErrConversationNotFound,

@@ -40,11 +40,11 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
 
 	"github.com/tmaxmax/go-sse"
 
 	"github.com/poppyproto/poppy"
+	"github.com/poppyproto/poppy/internal/companytext"
 )
 
 // EventType is an event's type (spec 7.5), or one of the types the SDK
@@ -120,9 +120,9 @@ type TextDelta struct {
 	Text      string
 }
 
-// ReceivedMessage is a message of an event (spec 7.4, 7.5). Control
-// characters other than newline and tab are replaced in the Company's
-// text, so it can't drive a terminal.
+// ReceivedMessage is a message of an event (spec 7.4, 7.5). The Company's
+// text keeps newlines and tabs; every rune that could drive a terminal,
+// reorder or hide text becomes U+FFFD (see the package doc).
 //
 // It marshals to the wire form of a message, so that package operations'
 // FromMessage reads its operation: operations.FromMessage(ev.Message).
@@ -704,26 +704,10 @@ func parseDelta(data string) (*TextDelta, error) {
 	return &TextDelta{MessageID: d.MessageID, Text: cleanText(d.Text)}, nil
 }
 
-// cleanText replaces control characters other than newline and tab, so
-// that a Company's text can't drive a terminal.
-func cleanText(s string) string {
-	clean := true
-	for _, r := range s {
-		if unicode.IsControl(r) && r != '\n' && r != '\t' {
-			clean = false
-			break
-		}
-	}
-	if clean {
-		return s
-	}
-	return strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) && r != '\n' && r != '\t' {
-			return '\uFFFD'
-		}
-		return r
-	}, s)
-}
+// cleanText makes a Company's text fit for a person or a model
+// (internal/companytext): nothing that could drive a terminal or reorder
+// or hide text.
+func cleanText(s string) string { return companytext.Text(s, 0) }
 
 // idRing remembers the last n event IDs handled. It grows as IDs
 // come: an idle conversation costs nothing.

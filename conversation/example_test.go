@@ -187,3 +187,42 @@ func ExampleConversation_Handoff() {
 	// queued agent
 	// idle human
 }
+
+// After a restart, an app that let the SDK choose its message IDs learns
+// from the keystore which of its messages got through, without sending
+// any twice: Recover sends what is still pending (starts included), List
+// finds every conversation the keystore knows, and Sent says where each
+// message stands and its place.
+func ExampleList() {
+	ctx := context.Background()
+	company, sess := exampleSession(ctx)
+	defer company.Close()
+
+	c, err := conversation.Start(ctx, sess, conversation.Text("The jacket from order #1042 isn't warm enough."), nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := c.Send(ctx, conversation.Human("Medium, please."), nil); err != nil {
+		log.Fatal(err)
+	}
+
+	// After a restart (any process sharing the keystore):
+	if _, err := conversation.Recover(ctx, sess, nil); err != nil {
+		log.Fatal(err)
+	}
+	convs, err := conversation.List(ctx, sess, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, c := range convs {
+		sent, err := c.Sent(ctx)
+		if err != nil {
+			log.Fatal(err)
+		}
+		last := sent[len(sent)-1]
+		fmt.Printf("%d messages got through; the last is %s, and it is the User's %q: %v\n",
+			last.N, last.State, "Medium, please.", last.Same(conversation.Human("Medium, please.")))
+	}
+	// Output:
+	// 2 messages got through; the last is held, and it is the User's "Medium, please.": true
+}

@@ -357,9 +357,11 @@ func TestConversationErrors(t *testing.T) {
 	if !errors.As(err, &pe) || pe.Status != http.StatusConflict || pe.Code != "future_code" {
 		t.Fatalf("err = %v", err)
 	}
-	// 5xx and 429 are retried with the same bytes.
+	// 5xx and 429 are retried with the same bytes: two 5xx by the
+	// conversation, then three 429 by the Session transport (bounded:
+	// TestPostRetriesBounded).
 	e.Srv.ForceError(poppytest.EndpointConversation, poppytest.Fault{Status: http.StatusServiceUnavailable, Times: 2})
-	e.Srv.RateLimit(poppytest.EndpointConversation, 4, "1")
+	e.Srv.RateLimit(poppytest.EndpointConversation, 3, "1")
 	if _, err := c.Send(ctx, conversation.Text("Hi again."), nil); err != nil {
 		t.Fatal(err)
 	}

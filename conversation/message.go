@@ -8,9 +8,10 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
-	"time"
 
 	"golang.org/x/text/language"
+
+	"github.com/poppyproto/poppy/internal/tzname"
 )
 
 // Sender says who wrote a message (spec 7.8).
@@ -108,14 +109,9 @@ func validLocale(l string) bool {
 	return err == nil
 }
 
-// validTimeZone reports whether tz is an IANA time zone name.
-func validTimeZone(tz string) bool {
-	if tz == "" || tz == "Local" || len(tz) > 64 {
-		return false
-	}
-	_, err := time.LoadLocation(tz)
-	return err == nil
-}
+// validTimeZone reports whether tz is an IANA time zone name, without the
+// host's zoneinfo, which a scratch or distroless image lacks (PA-7.4-06).
+func validTimeZone(tz string) bool { return tzname.Valid(tz) }
 
 func (c *Context) encode() (map[string]any, error) {
 	out := map[string]any{}

@@ -20,6 +20,7 @@ import (
 	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/api"
 	"github.com/poppyproto/poppy/conversation"
+	"github.com/poppyproto/poppy/internal/companytext"
 	"github.com/poppyproto/poppy/internal/redact"
 	"github.com/poppyproto/poppy/internal/sdk"
 	"github.com/poppyproto/poppy/operations"
@@ -447,12 +448,7 @@ func (k *Toolkit) text(ctx context.Context, s string, max int) string {
 	return plain(k.scrub(ctx, s), max)
 }
 
-// plain is Company or error text made safe for a model and a terminal:
-// control characters removed, at most max bytes, valid UTF-8.
-func plain(s string, max int) string {
-	s = operations.PlainText(s, 0)
-	if len(s) > max {
-		s = strings.ToValidUTF8(s[:max-len("…")], "") + "…"
-	}
-	return s
-}
+// plain is Company or error text made safe for a model and a terminal
+// (internal/companytext): nothing that could drive a terminal or reorder
+// or hide text, at most max bytes, valid UTF-8.
+func plain(s string, max int) string { return companytext.Text(s, max) }

@@ -8,6 +8,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/poppyproto/poppy/internal/companytext"
 )
 
 // State is where an operation is (OPS 3).
@@ -355,25 +357,16 @@ func hasControl(s string) bool {
 	return strings.IndexFunc(s, unicode.IsControl) >= 0
 }
 
-// PlainText returns Company text fit to print on a terminal or in a log:
-// control characters (escape sequences included) and bidirectional
-// overrides are replaced with spaces, and the result is at most max bytes
-// (0 means no limit). Show summaries to the User through it.
-func PlainText(s string, max int) string {
-	s = strings.ToValidUTF8(s, "�")
-	s = strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) && r != '\n' || unicode.Is(unicode.Bidi_Control, r) {
-			return ' '
-		}
-		return r
-	}, s)
-	if max > 0 && len(s) > max {
-		s = strings.ToValidUTF8(s[:max], "") + "…"
-	}
-	return s
-}
+// PlainText returns Company text fit to show on a terminal, a page or in a
+// log, or to give a model: line breaks and tabs are kept, and every rune
+// that could drive a terminal, reorder what is shown (bidirectional
+// controls such as U+202E) or hide text (tag characters, invisible format
+// characters) becomes U+FFFD, invalid UTF-8 too; the result is at most max
+// bytes (0 means no limit), cut with "…". Show summaries to the User
+// through it.
+func PlainText(s string, max int) string { return companytext.Text(s, max) }
 
-func clean(s string, max int) string { return PlainText(strings.ReplaceAll(s, "\n", " "), max) }
+func clean(s string, max int) string { return companytext.Line(s, max) }
 
 func itoa(n int) string {
 	b, _ := json.Marshal(n)

@@ -35,6 +35,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/poppyproto/poppy/internal/tzname"
 )
 
 // ConversationOptions configures the conversation endpoint
@@ -517,11 +519,9 @@ func (s *Server) checkPAMessage(idx int, raw json.RawMessage) (IncomingMessage, 
 		}
 		if v, ok := ctx["time_zone"]; ok {
 			var tz string
-			if json.Unmarshal(v, &tz) != nil || tz == "" || tz == "Local" {
-				s.violate(idx, "PA-7.4-06", "context.time_zone is not an IANA time zone name")
-				return in, "context.time_zone must be an IANA time zone name"
-			}
-			if _, err := time.LoadLocation(tz); err != nil {
+			// The names of the tz database, not the host's zoneinfo,
+			// which a scratch image lacks.
+			if json.Unmarshal(v, &tz) != nil || !tzname.Valid(tz) {
 				s.violate(idx, "PA-7.4-06", "context.time_zone is not an IANA time zone name")
 				return in, "context.time_zone must be an IANA time zone name"
 			}

@@ -22,9 +22,9 @@ import (
 	"sort"
 	"strings"
 	"time"
-	"unicode"
 
 	"github.com/poppyproto/poppy"
+	"github.com/poppyproto/poppy/internal/companytext"
 	"github.com/poppyproto/poppy/internal/sdk"
 )
 
@@ -257,18 +257,7 @@ func readMediated(status int, b []byte) (*mediatedResponse, error) {
 // maxCompanyText bounds a Company's text that reaches the User or an error.
 const maxCompanyText = 200
 
-// companyText returns a Company's text fit to show: control characters
-// (which could drive a terminal) become spaces, and it is cut to
-// maxCompanyText bytes.
-func companyText(s string) string {
-	s = strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) {
-			return ' '
-		}
-		return r
-	}, s)
-	if len(s) > maxCompanyText {
-		s = strings.ToValidUTF8(s[:maxCompanyText], "") + "…"
-	}
-	return s
-}
+// companyText returns a Company's text fit to show on one line, with
+// nothing that could drive a terminal or reorder or hide text
+// (internal/companytext), cut to maxCompanyText bytes.
+func companyText(s string) string { return companytext.Line(s, maxCompanyText) }

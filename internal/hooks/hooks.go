@@ -54,4 +54,7 @@ var (
 
 	// FetchDocument: func(ctx, a *poppy.Agent, rawURL, what string, limit int64) ([]byte, error)
 	FetchDocument func(ctx context.Context, a any, rawURL, what string, limit int64) ([]byte, error)
+
+	// RetryWait: func(a *poppy.Agent, retryAfter time.Duration, attempt int) (time.Duration, bool)
+	RetryWait func(a any, retryAfter time.Duration, attempt int) (time.Duration, bool)
 )

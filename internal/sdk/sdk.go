@@ -107,6 +107,15 @@ func FetchDocument(ctx context.Context, a *poppy.Agent, rawURL, what string, lim
 	return hooks.FetchDocument(ctx, a, rawURL, what, limit)
 }
 
+// RetryWait is the Session transport's retry policy for a request the
+// Company may be asked again (spec 4.3, PA-4.3-27..29): before retry
+// number attempt+1 (attempt from 0), wait retryAfter, or 1 s, 2 s, 4 s
+// without one; false when the request must not be retried: three retries
+// are used up, or the wait is longer than AgentOptions.MaxRetryWait.
+func RetryWait(a *poppy.Agent, retryAfter time.Duration, attempt int) (time.Duration, bool) {
+	return hooks.RetryWait(a, retryAfter, attempt)
+}
+
 // Secrets returns the values of the Session Tokens s holds and of its
 // Account Token, for redacting them from what a model sees (PA-4.8-08).
 // Never log or return them.

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/poppyproto/poppy/internal/companytext"
 )
 
 // Escape returns s with every control character, every C1 and bidi
@@ -66,9 +68,12 @@ func safe(s string) bool {
 	return true
 }
 
-// unsafeRune reports runes that change how a terminal shows what follows:
-// C0 and C1 controls, DEL, and Unicode format characters (bidi overrides,
-// zero-width joiners and the like).
+// unsafeRune reports runes that change how a terminal shows what follows
+// or hide text: those internal/companytext neutralises wherever they stand
+// (C0 and C1 controls, DEL, bidi controls, line separators, invisible
+// runes such as tag characters, variation selectors and Hangul fillers),
+// and every other Unicode format character (zero-width joiners and the
+// like), since what is printed here is exactly what was sent.
 func unsafeRune(r rune) bool {
-	return unicode.IsControl(r) || unicode.Is(unicode.Cf, r) || r == 0x2028 || r == 0x2029
+	return companytext.Unsafe(r) || unicode.Is(unicode.Cf, r)
 }

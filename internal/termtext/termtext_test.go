@@ -24,6 +24,8 @@ func TestEscape(t *testing.T) {
 		`back\slash`:             `back\\slash`,
 		"del\x7f":                `del\x7f`,
 		"sep\u2028x":             `sep\u2028x`,
+		"fill\u3164er":           `fill\u3164er`,
+		"vs\ufe01\U000e0100":     `vs\ufe01\U000e0100`,
 	} {
 		got := Escape(in)
 		if got != want {
