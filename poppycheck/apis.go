@@ -110,6 +110,21 @@ func (p *prober) openAPI(ctx context.Context, s *session, api map[string]any) {
 	req, _ := http.NewRequest(http.MethodGet, raw, nil)
 	req.Header.Set("Accept", "application/json, application/yaml")
 	r, err := p.send(ctx, req, nil)
+	if err == nil && r.status == http.StatusTooManyRequests {
+		d, ok := parseRetryAfter(r.get("Retry-After"), p.clock.Now())
+		if !ok {
+			d = time.Second
+		}
+		if d <= 10*time.Second {
+			t := time.NewTimer(d)
+			select {
+			case <-t.C:
+				r, err = p.send(ctx, req, nil)
+			case <-ctx.Done():
+				t.Stop()
+			}
+		}
+	}
 	if err != nil {
 		p.fail("CO-6-02", r.ex, "GET %s got no answer", raw)
 		return

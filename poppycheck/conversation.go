@@ -128,6 +128,18 @@ func (p *prober) conversation(ctx context.Context, s *session, proto map[string]
 		p.check("CO-7.13-03", r.status == http.StatusBadRequest && code == "invalid_cursor", r.ex, "a cursor the conversation never had answered %d %q", r.status, code)
 	}
 
+	// A second message with wait: accepted (202) and answered as a read.
+	p.step = "conversation message with wait"
+	second := jsonBody(map[string]any{"message": map[string]any{"id": "msg_" + jose.RandomID(16), "sender": "agent", "text": "Thank you, that is all."}})
+	if r, err := p.resourceRequest(ctx, s, http.MethodPost, base+"/messages?wait=1", second, jsonHdr, token, proofOK); err == nil {
+		var m map[string]any
+		_ = json.Unmarshal(r.body, &m)
+		_, okEvents := m["events"].([]any)
+		_, hasCursor := m["cursor"]
+		p.check("CO-7.3-01", r.status == http.StatusAccepted && hasStatusResponder(m), r.ex, "a later message answered %d, status %v, responder %v", r.status, m["status"], m["responder"])
+		p.check("CO-7.3-05", r.status == http.StatusAccepted && okEvents && hasCursor, r.ex, "a message with wait answered %d as a read: events %s, cursor %s", r.status, present(okEvents), present(hasCursor))
+	}
+
 	p.step = "conversation close"
 	r, err = p.resourceRequest(ctx, s, http.MethodPost, base+"/close", []byte("{}"), jsonHdr, token, proofOK)
 	if err != nil {

@@ -96,6 +96,9 @@ func (p *prober) discover(ctx context.Context, domain string) bool {
 		return false
 	}
 	p.cachingNote("poppy.json", r)
+	if etag := r.get("ETag"); etag != "" {
+		p.revalidate(ctx, u, etag)
+	}
 	c := &company{domain: domain, doc: doc, signIn: map[string][]string{}}
 	p.c = c
 	ex := r.ex
@@ -299,7 +302,31 @@ func (p *prober) cachingNote(what string, r *reply) {
 		p.note("%s has no caching headers: agents fetch it again on every use", what)
 		return
 	}
-	p.note("%s: Cache-Control %q, ETag %q, Last-Modified %q", what, cc, etag, lm)
+	p.note("%s: Cache-Control: %s; ETag: %s; Last-Modified: %s", what, orNone(cc), orNone(etag), orNone(lm))
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}
+
+// revalidate asks for poppy.json again with If-None-Match and notes
+// whether the Company answers 304 (agents revalidate cached documents).
+func (p *prober) revalidate(ctx context.Context, u, etag string) {
+	req, _ := http.NewRequest(http.MethodGet, u, nil)
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("If-None-Match", etag)
+	r, err := p.send(ctx, req, nil)
+	if err != nil {
+		return
+	}
+	if r.status == http.StatusNotModified {
+		p.note("poppy.json: a conditional GET with its ETag is answered 304 Not Modified")
+	} else {
+		p.note("poppy.json: a conditional GET with its ETag is answered %d, not 304: agents fetch it whole again", r.status)
+	}
 }
 
 func present(b bool) string {

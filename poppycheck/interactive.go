@@ -61,6 +61,7 @@ type signedIn struct {
 	s       *session
 	account string // the Account Token
 	scope   string
+	life    float64 // refresh_token_expires_in, 0 if none
 }
 
 func (p *prober) interactive(ctx context.Context, open string) {
@@ -79,6 +80,7 @@ func (p *prober) interactive(ctx context.Context, open string) {
 		if err != nil || m == nil || !p.checkSessionToken(r, m, s, "") {
 			return
 		}
+		pre := s.token
 		var res *signedIn
 		switch typ {
 		case "direct":
@@ -92,6 +94,7 @@ func (p *prober) interactive(ctx context.Context, open string) {
 			return
 		}
 		if res != nil {
+			p.afterSignIn(ctx, res, pre)
 			done = append(done, *res)
 		}
 	}
@@ -99,7 +102,65 @@ func (p *prober) interactive(ctx context.Context, open string) {
 		p.notObserved("no sign-in completed", "CO-4.8-01", "CO-4.8-02", "CO-4.9-01")
 		return
 	}
+	for _, d := range done {
+		p.moreScope(ctx, d)
+	}
 	p.accountToken(ctx, done[0], open)
+}
+
+// afterSignIn uses the signed-in token where the description says scopes
+// are needed (CO-4.4-02, CO-6-11) and the Session's signed-out token from
+// before (CO-4.4-13).
+func (p *prober) afterSignIn(ctx context.Context, in *signedIn, pre string) {
+	if p.openClosed == "" {
+		return
+	}
+	p.step = "signed in " + in.typ
+	accept := http.Header{"Accept": {"application/json"}}
+	if r, err := p.resourceRequest(ctx, in.s, http.MethodGet, p.openClosed, nil, accept, "", proofOK); err == nil {
+		code, attrs, _ := challenge(r.header, "DPoP")
+		switch {
+		case r.status >= 200 && r.status < 300:
+			p.pass("CO-4.4-02", r.ex, "a %s sign-in's token with scope %q reached %s", in.typ, in.scope, p.openClosed)
+		case r.status == http.StatusForbidden && code == "insufficient_scope":
+			p.check("CO-6-11", attrs["scope"] != "", r.ex, "a token with scope %q at %s answered insufficient_scope naming scope %q", in.scope, p.openClosed, attrs["scope"])
+		default:
+			p.note("a %s sign-in's token at %s answered %d %q", in.typ, p.openClosed, r.status, code)
+		}
+	}
+	if pre != "" && pre != in.s.token {
+		if r, err := p.resourceRequest(ctx, in.s, http.MethodGet, p.openClosed, nil, accept, pre, proofOK); err == nil {
+			code, _, _ := challenge(r.header, "DPoP")
+			p.check("CO-4.4-13", r.status == http.StatusForbidden && code == "sign_in_required", r.ex,
+				"the Session's signed-out token from before the sign-in answered %d %q at %s", r.status, code, p.openClosed)
+		}
+	}
+}
+
+// moreScope asks the Account Token of a sign-in that granted less than
+// the Company offers for one more scope (CO-4.8-07).
+func (p *prober) moreScope(ctx context.Context, in signedIn) {
+	granted := strings.Fields(in.scope)
+	extra := ""
+	for _, typ := range []string{"direct", "device", "mediated"} {
+		for _, sc := range p.c.signIn[typ] {
+			if !slices.Contains(granted, sc) && extra == "" {
+				extra = sc
+			}
+		}
+	}
+	if extra == "" {
+		return
+	}
+	p.step = "account token scope"
+	s := &session{userID: in.s.userID, key: in.s.key, nonces: map[string]string{}}
+	want := strings.TrimSpace(in.scope + " " + extra)
+	r, m, err := p.tokenRequest(ctx, s, url.Values{"grant_type": {"refresh_token"}, "refresh_token": {in.account}, "scope": {want}}, false)
+	if err != nil || r == nil {
+		return
+	}
+	p.check("CO-4.8-07", m == nil && errorCode(r.body) == "invalid_scope", r.ex,
+		"an Account Token granted %q, asked for %q, answered %d %q", in.scope, want, r.status, errorCode(r.body))
 }
 
 // checkSignedIn checks the answer that ends a sign-in (CO-4.4-11,
@@ -124,7 +185,11 @@ func (p *prober) checkSignedIn(typ string, ex *Exchange, m map[string]any, s *se
 		return nil
 	}
 	s.token, s.signed, s.scope = tok, true, scope
-	return &signedIn{typ: typ, s: s, account: acct, scope: scope}
+	if e, ok := m["expires_in"].(float64); ok {
+		s.ttl = time.Duration(e) * time.Second
+	}
+	life, _ := m["refresh_token_expires_in"].(float64)
+	return &signedIn{typ: typ, s: s, account: acct, scope: scope, life: life}
 }
 
 // direct runs Direct Sign-In (spec 4.5) with the person's browser.
@@ -241,9 +306,9 @@ func (p *prober) device(ctx context.Context, s *session, scopes []string) *signe
 	if err := p.opts.Person.Visit(ctx, Visit{Type: "device", URL: link, UserCode: d.UserCode, Scopes: scopes}); err != nil {
 		return nil
 	}
-	interval := time.Duration(max(d.Interval, 5)) * time.Second // RFC 8628 3.2: default 5 s
-	if d.Interval > 0 && d.Interval < 5 {
-		interval = time.Duration(d.Interval) * time.Second
+	interval := 5 * time.Second // RFC 8628 section 3.2: the default
+	if d.Interval > 0 {
+		interval = time.Duration(min(d.Interval, 60)) * time.Second
 	}
 	deadline := time.Now().Add(min(SignInTimeout, time.Duration(max(d.ExpiresIn, 1))*time.Second+interval))
 	p.step = "sign-in device polls"
@@ -391,6 +456,9 @@ func (p *prober) accountToken(ctx context.Context, in signedIn, open string) {
 	if rotated && newAcct != "" && newAcct != acct {
 		p.pass("CO-4.8-09", r.ex, "the Company rotated the Account Token on use")
 		acct = newAcct
+		if life, ok := m["refresh_token_expires_in"].(float64); ok && in.life > 0 {
+			p.check("CO-4.8-08", life <= in.life, r.ex, "the rotated Account Token lives %v s more, the first %v s", life, in.life)
+		}
 	} else {
 		p.notObserved("the Company did not rotate the Account Token (a MAY)", "CO-4.8-09")
 	}
@@ -442,17 +510,26 @@ func (p *prober) accountToken(ctx context.Context, in signedIn, open string) {
 			p.check("CO-4.9-02", code == "invalid_session", r.ex, "after sign-out, renewing the Session answered %q (the Company ends Sessions at sign-out)", code)
 		}
 	}
-	if open != "" && in.s.token != "" {
-		if r, err := p.resourceRequest(ctx, in.s, http.MethodGet, open, nil, http.Header{"Accept": {"application/json"}}, "", proofOK); err == nil {
-			p.check("CO-4.9-05", r.status < 500, r.ex, "after sign-out, the Session still answers: %d", r.status)
-		}
-	}
+	// A signed-in token from before the sign-out, where scopes are
+	// needed: refused at once with a live check (CO-4.9-03), else the
+	// tokens must be short (CO-4.9-04).
 	if p.openClosed != "" && in.s.token != "" {
 		if r, err := p.resourceRequest(ctx, in.s, http.MethodGet, p.openClosed, nil, http.Header{"Accept": {"application/json"}}, "", proofOK); err == nil {
 			code, _, _ := challenge(r.header, "DPoP")
-			p.check("CO-4.9-03", r.status == http.StatusForbidden && code == "sign_in_required" || r.status == http.StatusUnauthorized, r.ex,
-				"a signed-in token issued before sign-out, at %s, answered %d %q", p.openClosed, r.status, code)
+			if r.status >= 200 && r.status < 300 {
+				p.notObserved("the Company doesn't check on each request that the Session is still signed in (a SHOULD; CO-4.9-04 then applies)", "CO-4.9-03")
+				p.check("CO-4.9-04", in.s.ttl > 0 && in.s.ttl <= 10*time.Minute, r.ex,
+					"a signed-in token still worked after sign-out, and signed-in tokens last %v (a few minutes at most: 10 min)", in.s.ttl)
+			} else {
+				p.check("CO-4.9-03", r.status == http.StatusForbidden && code == "sign_in_required" || r.status == http.StatusUnauthorized, r.ex,
+					"a signed-in token issued before sign-out, at %s, answered %d %q", p.openClosed, r.status, code)
+			}
 		}
+	}
+	// The revoked Account Token.
+	r, m, err = p.tokenRequest(ctx, s, url.Values{"grant_type": {"refresh_token"}, "refresh_token": {acct}}, false)
+	if err == nil && r != nil {
+		p.check("CO-4.8-10", m == nil && errorCode(r.body) == "invalid_grant", r.ex, "the revoked Account Token answered %d %q", r.status, errorCode(r.body))
 	}
 }
 

@@ -327,6 +327,9 @@ func (p *prober) results() []Result {
 		} else {
 			res.Reason = unobservable[r.ID]
 			if res.Reason == "" {
+				res.Reason = conditional[r.ID]
+			}
+			if res.Reason == "" {
 				res.Reason = "not reached in this run"
 			}
 		}

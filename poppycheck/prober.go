@@ -228,6 +228,13 @@ func (p *prober) send(ctx context.Context, req *http.Request, reqBody []byte) (*
 	ex.ResponseHeader = p.headers(resp.Header)
 	ex.ResponseBody = p.showBody(body)
 	p.log.Debug("poppycheck: request", "method", req.Method, "url", safeURL(req.URL), "status", resp.StatusCode)
+	if resp.StatusCode == http.StatusTooManyRequests {
+		// spec 4.3: a rate limit answers 429 with Retry-After, on any
+		// endpoint (CO-4.3-21).
+		ra := resp.Header.Get("Retry-After")
+		_, ok := parseRetryAfter(ra, p.clock.Now())
+		p.check("CO-4.3-21", ok, ex, "429 with Retry-After %q", ra)
+	}
 	return &reply{status: resp.StatusCode, header: resp.Header, body: body, ex: ex}, err
 }
 

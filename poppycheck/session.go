@@ -152,12 +152,10 @@ func (p *prober) tokenRequest(ctx context.Context, s *session, form url.Values, 
 	return nil, nil, fmt.Errorf("poppycheck: the token endpoint kept asking for a nonce")
 }
 
-// waitRetryAfter checks a 429 (CO-4.3-21) and waits out a Retry-After of
+// waitRetryAfter waits out a Retry-After of
 // at most 10 s. It reports whether to retry.
 func (p *prober) waitRetryAfter(ctx context.Context, r *reply) bool {
-	ra := r.get("Retry-After")
-	d, ok := parseRetryAfter(ra, p.clock.Now())
-	p.check("CO-4.3-21", ra != "" && ok, r.ex, "429 with Retry-After %q", ra)
+	d, ok := parseRetryAfter(r.get("Retry-After"), p.clock.Now())
 	if !ok || d > 10*time.Second {
 		return false
 	}
