@@ -51,6 +51,12 @@ func (s *Server) ProxyURL() (string, error) {
 	if p == nil {
 		return "", errors.New("poppytest: the fake is closed")
 	}
+	p.mu.Lock()
+	closed := p.closed
+	p.mu.Unlock()
+	if closed {
+		return "", errors.New("poppytest: the fake is closed")
+	}
 	return "http://" + p.ln.Addr().String(), nil
 }
 
