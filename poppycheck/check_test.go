@@ -301,7 +301,10 @@ func TestEveryKnobClassified(t *testing.T) {
 }
 
 // TestMisconfigurations: each switch that breaks a rule is reported as
-// that rule failed, with the request and the answer.
+// that rule failed, with the request and the answer: CO-3-03, CO-3-04,
+// CO-3-05, CO-3-06, CO-3-07, CO-3-10, CO-3.2-02, CO-3.2-03, CO-3.2-04,
+// CO-3.2-05, CO-3.3-01, CO-4.2-05, CO-4.2-06, CO-4.2-07, CO-4.3-21,
+// CO-5-17, CO-6-07, CO-7.2-06, CO-7.4-06.
 func TestMisconfigurations(t *testing.T) {
 	for _, k := range append(slices.Clone(misconfigurations), runtimeKnobs...) {
 		t.Run(k.name+"/"+k.rule, func(t *testing.T) {

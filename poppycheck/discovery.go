@@ -382,6 +382,18 @@ func challenge(h http.Header, scheme string) (errCode string, attrs map[string]s
 	return "", nil, false
 }
 
+// asciiLower lower-cases ASCII letters only: attribute names are tokens,
+// and other bytes stay as they are.
+func asciiLower(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
+}
+
 // parseAuthParams reads name="value" and name=token pairs.
 func parseAuthParams(s string) map[string]string {
 	out := map[string]string{}
@@ -391,7 +403,7 @@ func parseAuthParams(s string) map[string]string {
 		if !ok {
 			break
 		}
-		name = strings.ToLower(strings.TrimSpace(name))
+		name = asciiLower(strings.TrimSpace(name))
 		rest = strings.TrimLeft(rest, " ")
 		var val string
 		if strings.HasPrefix(rest, `"`) {
