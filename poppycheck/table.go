@@ -8,7 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/poppyproto/poppy/signin"
+	"github.com/poppyproto/poppy/internal/termtext"
 )
 
 // WriteTable writes the report for people: one line per Company rule
@@ -74,7 +74,7 @@ func writeHeaders(w io.Writer, indent string, h map[string]string) {
 	}
 }
 
-func esc(s string) string { return signin.Escape(s) }
+func esc(s string) string { return termtext.Escape(s) }
 
 func clip(s string, n int) string {
 	s = strings.ReplaceAll(s, "\n", " ")

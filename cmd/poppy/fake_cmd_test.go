@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/poppyproto/poppy/internal/realtest"
 )
 
 // fakeProcess is a "poppy fake" started as a process of its own.
@@ -169,7 +171,7 @@ func TestFakeEnvironment(t *testing.T) {
 func TestFakeCurl(t *testing.T) {
 	curl, err := exec.LookPath("curl")
 	if err != nil {
-		t.Skip("no curl on PATH (.ci/run installs Debian's curl)")
+		realtest.Missing(t, "curl", "no curl on PATH (install the Debian package curl, as .ci/run does)")
 	}
 	f := startFakeProcess(t)
 	cmd := exec.Command(curl, "-sS", "--fail", "--max-time", "20", "https://example.test/.well-known/poppy.json")
