@@ -9,6 +9,7 @@ package poppytest
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 )
 
@@ -64,3 +65,24 @@ func (s *Server) ProxyURL() (string, error) {
 // answers every host the fake serves on port 80 (and never serves
 // poppy.json, CO-3-01).
 func (s *Server) PlainAddr() string { return s.plainLn.Addr().String() }
+
+// LastRequests returns the latest n requests of Requests (fewer if the log
+// holds fewer), in order of arrival: what a live view of the fake reads
+// without copying the whole log.
+func (s *Server) LastRequests(n int) []Request {
+	s.logMu.Lock()
+	defer s.logMu.Unlock()
+	logged := s.loggedLocked()
+	if n < 0 {
+		n = 0
+	}
+	if len(logged) > n {
+		logged = logged[len(logged)-n:]
+	}
+	out := make([]Request, len(logged))
+	for i, r := range logged {
+		out[i] = *r
+		out[i].Violations = slices.Clone(r.Violations)
+	}
+	return out
+}

@@ -44,6 +44,20 @@ func TestNew(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Errorf("poppy.json through the proxy: %d", resp.StatusCode)
 	}
+	for i := 0; i < 3; i++ {
+		resp, err := c.Get("https://example.test/.well-known/poppy.json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	all, last := srv.Requests(), srv.LastRequests(2)
+	if len(last) != 2 || last[1].Index != all[len(all)-1].Index || last[0].Index != all[len(all)-2].Index {
+		t.Errorf("LastRequests(2) = %d requests, the log ends with %d", len(last), all[len(all)-1].Index)
+	}
+	if n := len(srv.LastRequests(100)); n != len(all) {
+		t.Errorf("LastRequests(100) = %d, the log holds %d", n, len(all))
+	}
 	c.CloseIdleConnections()
 	srv.Close()
 	if _, err := srv.ProxyURL(); err == nil {

@@ -122,10 +122,7 @@ func snapshot(srv *poppytest.Server, domain string) *pageView {
 			Method: x.Method, URL: pageURL(x.URL), Request: x.Request})
 	}
 	slices.Reverse(v.Violations)
-	reqs := srv.Requests()
-	if len(reqs) > pageRequests {
-		reqs = reqs[len(reqs)-pageRequests:]
-	}
+	reqs := srv.LastRequests(pageRequests)
 	for i := len(reqs) - 1; i >= 0; i-- {
 		r := reqs[i]
 		pr := pageRequest{Index: r.Index, Time: r.Time.Format("15:04:05.000"), Method: r.Method, URL: pageURL(r.URL),
@@ -273,9 +270,25 @@ func (p *fakePage) events(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "text/event-stream")
 	var last [32]byte
+	var lastKey [3]int
+	var lastRender time.Time
 	t := time.NewTicker(pageTick)
 	defer t.Stop()
 	for first := true; ; first = false {
+		// Render only when a request, a violation or a sign-in came, or
+		// a second has passed (a request answered since, an operation's
+		// state): a fake under load isn't re-rendered on every tick.
+		c := p.srv.Counts()
+		key := [3]int{c.Requests, c.Violations, c.SignIns}
+		if !first && key == lastKey && time.Since(lastRender) < time.Second {
+			select {
+			case <-r.Context().Done():
+				return
+			case <-t.C:
+			}
+			continue
+		}
+		lastKey, lastRender = key, time.Now()
 		b, err := p.render("live")
 		if err != nil {
 			return
