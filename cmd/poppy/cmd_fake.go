@@ -132,7 +132,7 @@ func addOptionFlags(f *pflag.FlagSet, set map[string]string) {
 		if !ok {
 			return
 		}
-		fl := f.VarPF(&optionFlag{path: path, set: set, typ: field.Type}, optionFlagName(path), "", usage)
+		fl := f.VarPF(&optionFlag{path: path, set: set, typ: field.Type}, optionFlagName(path), "", "poppytest.Options."+path+usage)
 		if field.Type.Kind() == reflect.Bool {
 			fl.NoOptDefVal = "true"
 		}
@@ -167,15 +167,15 @@ var (
 func flagUsage(t reflect.Type) (string, bool) {
 	switch {
 	case t == durationType:
-		return "a duration (poppytest.Options)", true
+		return " (a duration, such as 90s)", true
 	case t == sameSiteType:
-		return "lax, strict or none (poppytest.Options)", true
+		return " (lax, strict, none or default)", true
 	case t == performType:
-		return "succeed, slow, fail-partway or unknown (poppytest.Options)", true
+		return " (succeed, slow, fail-partway or unknown)", true
 	case t.Kind() == reflect.Bool, t.Kind() == reflect.String, t.Kind() == reflect.Int:
-		return "(poppytest.Options)", true
+		return "", true
 	case t.Kind() == reflect.Slice && (t.Elem().Kind() == reflect.String || t.Elem().Kind() == reflect.Int):
-		return "comma-separated (poppytest.Options)", true
+		return " (comma-separated)", true
 	}
 	return "", false
 }
