@@ -363,20 +363,16 @@ type Server struct {
 //
 // t may be nil (in examples and programs): configuration errors then panic,
 // and the caller must call Close and check Violations itself.
+//
+// NewServer is the test helper built on [New], which a program (such as
+// the poppy fake command) uses instead.
 func NewServer(t testing.TB, opts *Options) *Server {
 	if t != nil {
 		t.Helper()
 	}
-	s := &Server{t: t}
-	if opts != nil {
-		s.opts = *opts
-	}
-	if err := s.configure(); err != nil {
+	s, err := newServer(t, opts)
+	if err != nil {
 		s.fatalf("%v", err)
-		return nil
-	}
-	if err := s.start(); err != nil {
-		s.fatalf("poppytest: %v", err)
 		return nil
 	}
 	if t != nil {

@@ -77,20 +77,22 @@ Exit codes: 0 ok, 1 error, 2 usage error, 3 sign-in needed, 4 declined by the Us
 
 	root.AddGroup(&cobra.Group{ID: "agent", Title: "Your agent's identity:"},
 		&cobra.Group{ID: "company", Title: "Companies and sign-in:"})
-	addIdentityCommands(root, a) // cmd_identity.go: init, identity, serve-identity
-	addDiscoverCommand(root, a)  // cmd_discover.go
-	addSessionCommand(root, a)   // cmd_session.go
-	addSignInCommand(root, a)    // cmd_signin.go
-	addStatusCommands(root, a)   // cmd_status.go: status, signout
-	addAPICommands(root, a)      // cmd_api.go: apis, api, mcp
-	addOpsCommands(root, a)      // cmd_ops.go: ops, permissions
-	addBrowseCommand(root, a)    // cmd_browse.go
-	addChatCommand(root, a)      // cmd_chat.go
-	addLLMCommands(root, a)      // cmd_llm.go: mcp-server, ask
+	addIdentityCommands(root, a)                             // cmd_identity.go: init, identity, serve-identity
+	addDiscoverCommand(root, a)                              // cmd_discover.go
+	addSessionCommand(root, a)                               // cmd_session.go
+	addSignInCommand(root, a)                                // cmd_signin.go
+	addStatusCommands(root, a)                               // cmd_status.go: status, signout
+	addAPICommands(root, a)                                  // cmd_api.go: apis, api, mcp
+	addOpsCommands(root, a)                                  // cmd_ops.go: ops, permissions
+	addBrowseCommand(root, a)                                // cmd_browse.go
+	addChatCommand(root, a)                                  // cmd_chat.go
+	addLLMCommands(root, a)                                  // cmd_llm.go: mcp-server, ask
+	root.AddCommand(newCmdCheck(a, nil), newCmdFake(a, nil)) // cmd_check.go, cmd_fake.go
 
 	for _, c := range root.Commands() {
 		c.Args = wrapArgs(c.Args)
 	}
+	root.SetIn(a.stdin)
 	root.SetOut(a.stdout)
 	root.SetErr(a.stderr)
 	return root

@@ -1,5 +1,5 @@
 // Command conformance writes docs/conformance.md: every rule of the
-// protocol (rules.txt, kept in this module in its own words), and the
+// protocol (internal/rules/rules.txt, kept in this module in its own words), and the
 // tests of the module that show it.
 //
 //	go generate github.com/poppyproto/poppy   (runs: go run ./internal/cmd/conformance)
@@ -22,7 +22,6 @@ package main
 
 import (
 	"bytes"
-	_ "embed"
 	"errors"
 	"flag"
 	"fmt"
@@ -36,10 +35,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/poppyproto/poppy/internal/rules"
 )
 
-//go:embed rules.txt
-var rulesText string
+// rulesText is the module's rules list, kept in internal/rules.
+var rulesText = rules.Text
 
 func main() {
 	root := flag.String("root", ".", "the module root")

@@ -1,0 +1,32 @@
+package poppycheck_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/poppyproto/poppy/poppycheck"
+	"github.com/poppyproto/poppy/poppytest"
+)
+
+// runAgainst checks srv with a fresh agent on agent.test and fails the
+// test if the check itself broke a rule of the Personal Agent side: the
+// fake records any as a violation (the check sends nothing a correct agent
+// wouldn't).
+func runAgainst(t *testing.T, srv *poppytest.Server, person poppycheck.Person) *poppycheck.Report {
+	t.Helper()
+	agent, err := poppycheck.NewAgent("https://agent.test/check/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.HandleAgent("agent.test", agent.Handler())
+	rep, err := poppycheck.Run(context.Background(), "example.test", &poppycheck.Options{
+		Agent: agent, HTTPClient: srv.Client(), Clock: srv.Clock(), Person: person,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range srv.TakeViolations() {
+		t.Errorf("the check broke a Personal Agent rule: %v", v)
+	}
+	return rep
+}

@@ -1,0 +1,339 @@
+package poppycheck
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/poppyproto/poppy"
+	"github.com/poppyproto/poppy/internal/jose"
+	"github.com/poppyproto/poppy/internal/rules"
+)
+
+// Status is what a check found for one rule.
+type Status string
+
+const (
+	// Passed: every observation of the rule kept it.
+	Passed Status = "passed"
+	// Failed: at least one observation broke it; Result.Evidence holds
+	// the request and the answer.
+	Failed Status = "failed"
+	// NotObserved: the run saw nothing that shows the rule, either
+	// because no agent can see it from outside (Result.Reason says why)
+	// or because the Company doesn't offer what it is about.
+	NotObserved Status = "not observed"
+)
+
+// Agent is the identity the check acts as: a fresh client_id with a key
+// of its own, never a production agent's. Its documents (client metadata,
+// JWKS and the Direct Sign-In callback) must be reachable by the Company
+// at BaseURL: serve Handler there.
+type Agent struct {
+	base     string
+	identity *poppy.Identity
+	key      *ecdsa.PrivateKey
+	kid      string
+	callback chan url.Values
+
+	metaFetches, jwksFetches atomic.Int64
+}
+
+type fetchCounts struct{ metadata, jwks int64 }
+
+func (a *Agent) fetches() fetchCounts {
+	return fetchCounts{a.metaFetches.Load(), a.jwksFetches.Load()}
+}
+
+// NewAgent makes a fresh agent identity whose documents live under
+// baseURL: baseURL+"agent.json" is the client_id, "jwks.json" the keys and
+// "callback" the redirect URI. baseURL must be an https URL (the protocol
+// requires it); an http:// one is accepted only on a loopback host, for a
+// Company under development on the same machine that accepts one.
+func NewAgent(baseURL string) (*Agent, error) {
+	u, err := url.Parse(baseURL)
+	if err != nil || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return nil, fmt.Errorf("poppycheck: agent base URL %q is not an absolute URL", baseURL)
+	}
+	if u.Scheme != "https" && !(u.Scheme == "http" && isLoopback(u.Hostname())) {
+		return nil, fmt.Errorf("poppycheck: agent base URL %q must be https (http only on a loopback host)", baseURL)
+	}
+	if !strings.HasSuffix(u.Path, "/") {
+		u.Path += "/"
+	}
+	base := u.String()
+	priv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("poppycheck: %w", err)
+	}
+	kid, err := jose.Thumbprint(&priv.PublicKey)
+	if err != nil {
+		return nil, fmt.Errorf("poppycheck: %w", err)
+	}
+	sk, err := poppy.NewSigningKey(priv, kid)
+	if err != nil {
+		return nil, fmt.Errorf("poppycheck: %w", err)
+	}
+	id, err := poppy.NewIdentity(poppy.IdentityConfig{
+		ClientID:     base + "agent.json",
+		ClientName:   "poppy check",
+		JWKSURI:      base + "jwks.json",
+		RedirectURIs: []string{base + "callback"},
+		Keys:         []*poppy.SigningKey{sk},
+		Extensions:   map[string]string{"operations": "1", probeExtension: "1"},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("poppycheck: %w", err)
+	}
+	return &Agent{base: base, identity: id, key: priv, kid: kid, callback: make(chan url.Values, 1)}, nil
+}
+
+// probeExtension is an extension no Company knows, listed in the check's
+// client metadata: a Company must ignore it (CO-3.3-02).
+const probeExtension = "poppycheck.invalid/probe"
+
+// ClientID returns the agent's client_id.
+func (a *Agent) ClientID() string { return a.identity.ClientID() }
+
+// RedirectURI returns the agent's Direct Sign-In redirect URI.
+func (a *Agent) RedirectURI() string { return a.base + "callback" }
+
+// Handler serves the client metadata document, the JWKS and the Direct
+// Sign-In callback (which only an interactive run waits for).
+func (a *Agent) Handler() http.Handler {
+	cb := "/callback"
+	if u, err := url.Parse(a.base); err == nil {
+		cb = u.Path + "callback"
+	}
+	meta, jwks := "/agent.json", "/jwks.json"
+	if u, err := url.Parse(a.ClientID()); err == nil {
+		meta = u.Path
+	}
+	if u, err := url.Parse(a.identity.JWKSURI()); err == nil {
+		jwks = u.Path
+	}
+	h := a.identity.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != cb || r.Method != http.MethodGet {
+			http.NotFound(w, r)
+			return
+		}
+		select {
+		case a.callback <- r.URL.Query():
+		default:
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintln(w, "poppy check received the sign-in. You can close this page.")
+	}))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case meta:
+			a.metaFetches.Add(1)
+		case jwks:
+			a.jwksFetches.Add(1)
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// String names the agent by its client_id; no key is shown.
+func (a *Agent) String() string { return "poppycheck.Agent(" + a.ClientID() + ")" }
+
+// Options configures a check. Agent is required.
+type Options struct {
+	// Agent is the identity the check acts as (NewAgent), served where
+	// the Company can fetch it.
+	Agent *Agent
+	// HTTPClient sends every request. Nil means poppy.DefaultHTTPClient,
+	// which connects only to public addresses. The check never follows a
+	// redirect with it: it follows the well-known URL's redirects itself,
+	// one hop at a time.
+	HTTPClient *http.Client
+	// Person, if set, makes the run interactive: it walks a person
+	// through one sign-in of each type the Company offers, then checks
+	// Account Token use, rotation and sign-out (see Person).
+	Person Person
+	// MaxRequests bounds the requests one run sends. Zero means 400.
+	MaxRequests int
+	// RequestTimeout bounds each request, its answer included. Zero means
+	// 20 s.
+	RequestTimeout time.Duration
+	// Clock tells the time for proofs and assertions. Nil means the
+	// system clock.
+	Clock interface{ Now() time.Time }
+	// Logger receives a debug record per request (method, URL without
+	// query, status). Nil discards. No record holds a secret.
+	Logger *slog.Logger
+}
+
+// Report is the outcome of a check.
+type Report struct {
+	// Domain is the domain checked.
+	Domain string `json:"domain"`
+	// ClientID is the check's agent identity.
+	ClientID string `json:"client_id"`
+	// Interactive says whether a person signed in during the run.
+	Interactive bool `json:"interactive"`
+	// Started and Duration time the run.
+	Started  time.Time     `json:"started"`
+	Duration time.Duration `json:"duration_ns"`
+	// Requests counts the requests sent.
+	Requests int `json:"requests"`
+	// Results has one entry per Company rule, in the rules' order:
+	// every CO rule of the protocol and its operations extension.
+	Results []Result `json:"results"`
+	// Notes are observations that no Company rule governs but that
+	// decide how agents behave, such as the caching headers of the
+	// discovery documents.
+	Notes []string `json:"notes,omitempty"`
+	// Aborted is set when the run stopped early (the request budget ran
+	// out, ctx ended, or discovery failed so badly nothing else could
+	// run); the rules not reached are NotObserved.
+	Aborted string `json:"aborted,omitempty"`
+}
+
+// Result is what the run found for one Company rule.
+type Result struct {
+	Rule    string `json:"rule"`
+	Section string `json:"section"`
+	// Text is the rule, in the module's words (docs/conformance.md).
+	Text   string `json:"text"`
+	Status Status `json:"status"`
+	// Step is the step of the run that decided the status: the first
+	// failing observation, or the first passing one.
+	Step string `json:"step,omitempty"`
+	// Detail says what was seen (for Failed, what was wrong).
+	Detail string `json:"detail,omitempty"`
+	// Reason says why a NotObserved rule was not observed.
+	Reason string `json:"reason,omitempty"`
+	// Observations counts how often the run checked the rule.
+	Observations int `json:"observations"`
+	// Evidence is the request and answer of a failure, secrets replaced
+	// by fingerprints.
+	Evidence *Exchange `json:"evidence,omitempty"`
+}
+
+// Exchange is one request the check sent and the answer, as shown in a
+// report: every token, proof, assertion, code and credential the run
+// handled is replaced by a short fingerprint, «sha256:0123abcd».
+type Exchange struct {
+	Method         string            `json:"method"`
+	URL            string            `json:"url"`
+	RequestHeader  map[string]string `json:"request_header,omitempty"`
+	RequestBody    string            `json:"request_body,omitempty"`
+	Status         int               `json:"status,omitempty"`
+	ResponseHeader map[string]string `json:"response_header,omitempty"`
+	ResponseBody   string            `json:"response_body,omitempty"`
+	// Error is the transport error, if the request got no answer.
+	Error string `json:"error,omitempty"`
+}
+
+// Failed returns the failed results.
+func (r *Report) Failed() []Result {
+	var out []Result
+	for _, x := range r.Results {
+		if x.Status == Failed {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// Result returns the result for rule id.
+func (r *Report) Result(id string) (Result, bool) {
+	for _, x := range r.Results {
+		if x.Rule == id {
+			return x, true
+		}
+	}
+	return Result{}, false
+}
+
+// Count returns how many results have status st.
+func (r *Report) Count(st Status) int {
+	n := 0
+	for _, x := range r.Results {
+		if x.Status == st {
+			n++
+		}
+	}
+	return n
+}
+
+// ErrNoAgent is returned by Run without Options.Agent.
+var ErrNoAgent = errors.New("poppycheck: Options.Agent is required")
+
+// Run checks the Company at domain (a host name such as "example.com")
+// from outside, as an agent without a User would see it, and, with
+// Options.Person, through one sign-in of each type. It returns a report
+// even when the Company fails every rule; the error is for a run that
+// could not be made at all (bad options, ctx ended before the first
+// request).
+func Run(ctx context.Context, domain string, opts *Options) (*Report, error) {
+	if opts == nil || opts.Agent == nil {
+		return nil, ErrNoAgent
+	}
+	domain = strings.ToLower(strings.TrimSpace(domain))
+	if domain == "" || strings.ContainsAny(domain, "/:@ ?#") {
+		return nil, fmt.Errorf("poppycheck: %q is not a domain (a host name such as example.com)", domain)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	p := newProber(opts)
+	rep := &Report{Domain: domain, ClientID: opts.Agent.ClientID(), Interactive: opts.Person != nil, Started: time.Now()}
+	p.run(ctx, domain)
+	rep.Duration = time.Since(rep.Started)
+	rep.Requests = p.sent
+	rep.Notes = p.notes
+	rep.Aborted = p.aborted
+	rep.Results = p.results()
+	return rep, nil
+}
+
+// coRules returns the Company rules, withdrawn ones left out.
+func coRules() []rules.Rule {
+	var out []rules.Rule
+	for _, r := range rules.All() {
+		if strings.HasPrefix(r.ID, "CO-") && !r.Withdrawn {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// results turns the observations into one Result per Company rule.
+func (p *prober) results() []Result {
+	var out []Result
+	for _, r := range coRules() {
+		res := Result{Rule: r.ID, Section: r.Section, Text: r.Text, Status: NotObserved}
+		obs := p.obs[r.ID]
+		res.Observations = len(obs)
+		if i := slices.IndexFunc(obs, func(o observation) bool { return !o.ok }); i >= 0 {
+			res.Status, res.Step, res.Detail, res.Evidence = Failed, obs[i].step, obs[i].detail, obs[i].ex
+		} else if len(obs) > 0 {
+			res.Status, res.Step, res.Detail = Passed, obs[0].step, obs[0].detail
+		} else if why := p.why[r.ID]; why != "" {
+			res.Reason = why
+		} else {
+			res.Reason = unobservable[r.ID]
+			if res.Reason == "" {
+				res.Reason = conditional[r.ID]
+			}
+			if res.Reason == "" {
+				res.Reason = "not reached in this run"
+			}
+		}
+		out = append(out, res)
+	}
+	return out
+}

@@ -1,0 +1,146 @@
+package poppycheck
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/url"
+)
+
+// run runs the steps in order; a step that can't go on says why in
+// p.aborted, and later steps that need what it would have learnt don't
+// run.
+func (p *prober) run(ctx context.Context, domain string) {
+	defer func() {
+		if p.aborted == "" && ctx.Err() != nil {
+			p.aborted = "stopped: " + ctx.Err().Error()
+		}
+		p.mu.Lock()
+		if p.aborted == "" && p.sent >= p.max {
+			p.aborted = errBudget.Error()
+		}
+		p.mu.Unlock()
+	}()
+	if !p.discover(ctx, domain) || !p.metadata(ctx) {
+		return
+	}
+	s := p.startSession(ctx)
+	if s == nil {
+		return
+	}
+	p.pass("CO-3.3-02", nil, "the Company started a Session for an agent whose metadata lists an extension it can't know (%s)", probeExtension)
+	p.secondSession(ctx, s)
+	p.renew(ctx, s)
+	p.deviceScopes(ctx)
+	var open string
+	for _, api := range p.c.apis {
+		switch api["type"] {
+		case "openapi":
+			if o := p.openAPIEntry(ctx, s, api); open == "" {
+				open = o
+			}
+		case "mcp":
+			p.mcpServer(ctx, s, api)
+		}
+	}
+	if !hasAPI(p.c.apis, "mcp") {
+		p.notObserved("the Company lists no MCP server", "CO-6-04", "CO-6-07", "CO-4.3-11", "CO-4.3-13")
+	}
+	if !hasAPI(p.c.apis, "openapi") {
+		p.notObserved("the Company lists no OpenAPI API", "CO-6-03", "CO-6-09", "CO-6-10")
+	}
+	if open != "" && hasAPI(p.c.apis, "mcp") {
+		p.step = "dpop and bearer together"
+		if r, err := p.resourceRequest(ctx, s, http.MethodGet, open, nil, http.Header{"Accept": {"application/json"}}, "", proofOK); err == nil {
+			p.check("CO-4.3-13", r.status >= 200 && r.status < 300, r.ex, "after a Bearer token was issued to the Session, its DPoP token still works: %d", r.status)
+		}
+	}
+	conv := false
+	for _, proto := range p.c.protocols {
+		if proto["type"] == "poppy" {
+			p.conversation(ctx, s, proto)
+			conv = true
+			break
+		}
+	}
+	if !conv {
+		p.notObserved("the Company lists no poppy conversation protocol", "CO-7.3-01", "CO-7.5-06", "CO-7.12-02")
+	}
+	if _, ok := p.c.exts["operations"]; ok {
+		p.operationsEndpoint(ctx, s)
+	}
+	if p.c.browserEP != "" {
+		if isHTTPS(p.c.browserEP) {
+			p.browserSession(ctx, s)
+		}
+	} else {
+		p.notObserved("the Company lists no web.browser_session_endpoint", "CO-5-11", "CO-5-16", "CO-5-17", "CO-5-09", "CO-5-12")
+	}
+	if p.opts.Person != nil {
+		p.interactive(ctx, open)
+	}
+}
+
+// openAPIEntry checks one OpenAPI entry and returns the URL of the GET a
+// signed-out Session may call, if it found one.
+func (p *prober) openAPIEntry(ctx context.Context, s *session, api map[string]any) string {
+	if res, _ := api["resource"].(string); res != "" {
+		tok, ok := p.resourceToken(ctx, s, res, "CO-3-13")
+		if !ok {
+			return ""
+		}
+		saved := s.token
+		s.token = tok
+		defer func() { s.token = saved }()
+		open := p.openAPIRun(ctx, s, api)
+		if p.openClosed != "" {
+			// The signed-in steps use tokens issued without resource.
+			p.openClosed = ""
+		}
+		if open != "" {
+			p.pass("CO-3-13", nil, "the API took a token issued for its resource %s", res)
+			p.pass("CO-4.3-18", nil, "the API whose entry names resource %s took a token issued for it", res)
+		}
+		return ""
+	}
+	open := p.openAPIRun(ctx, s, api)
+	if open != "" {
+		p.pass("CO-4.3-17", nil, "the Session Token issued without resource works at the API %s", open)
+	}
+	return open
+}
+
+func (p *prober) openAPIRun(ctx context.Context, s *session, api map[string]any) string {
+	p.openURL = ""
+	p.openAPI(ctx, s, api)
+	return p.openURL
+}
+
+// secondSession starts another Session for the same User, with the same
+// key, and checks that both work (CO-4-02).
+func (p *prober) secondSession(ctx context.Context, s *session) {
+	p.step = "second session"
+	s2 := &session{userID: s.userID, key: s.key, nonces: map[string]string{}}
+	r, m, err := p.tokenRequest(ctx, s2, url.Values{"grant_type": {grantJWTBearer}}, false)
+	if err != nil || m == nil {
+		if r != nil && r.status == http.StatusTooManyRequests {
+			p.notObserved("the Company rate-limited the second Session start (a MAY, CO-4.1-08)", "CO-4-02")
+		} else if r != nil {
+			p.fail("CO-4-02", r.ex, "a second Session for the same User answered %d %q", r.status, errorCode(r.body))
+		}
+		return
+	}
+	id, _ := m["session_id"].(string)
+	p.check("CO-4-02", id != "" && id != s.id, r.ex, "a second Session for the same User: session_id %q beside %q", id, s.id)
+}
+
+func hasAPI(apis []map[string]any, typ string) bool {
+	for _, a := range apis {
+		if a["type"] == typ {
+			return true
+		}
+	}
+	return false
+}
+
+var _ = errors.New
