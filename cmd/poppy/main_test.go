@@ -64,9 +64,10 @@ func (l leakCheckM) Run() int {
 
 func TestMain(m *testing.M) {
 	testscript.Main(leakCheckM{realtest.Main(m)}, map[string]func(){
-		"poppy":       main, // unmodified: it reaches the fake as its HTTPS proxy (poppytest.Server.Env)
-		"fakeco":      func() { os.Exit(fakeCompanyMain()) },
-		"fakebrowser": func() { os.Exit(fakeBrowserMain()) },
+		"poppy":        main, // unmodified: it reaches the fake as its HTTPS proxy (poppytest.Server.Env)
+		"fakeco":       func() { os.Exit(fakeCompanyMain()) },
+		"fakebrowser":  func() { os.Exit(fakeBrowserMain()) },
+		"stuckcleanup": func() { os.Exit(stuckCleanupMain()) },
 	})
 }
 

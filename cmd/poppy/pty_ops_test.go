@@ -57,16 +57,16 @@ func TestPTYOpsConfirm(t *testing.T) {
 	}
 }
 
-// On a terminal, anything but "yes" declines: exit code 4.
+// On a terminal, a typed "no" declines: exit code 4, and the Company is
+// told.
 func TestPTYOpsDecline(t *testing.T) {
 	e := newCLIEnv(t, &poppytest.Options{})
 	e.init()
 	e.deviceSignIn(t)
-	out := e.mustRun("--json", "api", "example.test", "POST", "/orders/ord_1/exchanges", "--data", `{"item_id":"itm_4Qa","replacement_sku":"stormline-insulated-m"}`)
-	id := regexp.MustCompile(`"operation_id":"([^"]+)"`).FindStringSubmatch(out)[1]
+	id := e.proposeExchange(t, "ord_1")
 	ptmx, screen, wait := onPTY(t, e.command(nil, "ops", "confirm", "example.test", id))
 	screen.waitFor(t, regexp.MustCompile(`Type "yes" to approve`), 20*time.Second)
-	if _, err := ptmx.WriteString("y\r"); err != nil {
+	if _, err := ptmx.WriteString("no\r"); err != nil {
 		t.Fatal(err)
 	}
 	if code := wait(); code != exitDeclined {
@@ -75,4 +75,16 @@ func TestPTYOpsDecline(t *testing.T) {
 	if s := e.mustRun("--json", "ops", "show", "example.test", id); !strings.Contains(s, `"state":"cancelled"`) {
 		t.Fatalf("not declined at the Company: %s", s)
 	}
+}
+
+// proposeExchange has the Company propose an exchange of order and returns
+// the operation's ID.
+func (e *cliEnv) proposeExchange(t *testing.T, order string) string {
+	t.Helper()
+	out := e.mustRun("--json", "api", "example.test", "POST", "/orders/"+order+"/exchanges", "--data", `{"item_id":"itm_4Qa","replacement_sku":"stormline-insulated-m"}`)
+	m := regexp.MustCompile(`"operation_id":"([^"]+)"`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no operation: %s", out)
+	}
+	return m[1]
 }
