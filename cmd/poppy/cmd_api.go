@@ -16,6 +16,9 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"unicode"
+	"unicode/utf16"
+	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/spf13/cobra"
@@ -263,12 +266,40 @@ func (o *output) body(b []byte) {
 		_, _ = o.stdout.Write(b)
 		return
 	}
-	text := string(b)
 	var ind bytes.Buffer
-	if json.Valid(b) && json.Indent(&ind, b, "", "  ") == nil {
-		text = ind.String()
+	if json.Valid(b) && json.Indent(&ind, bytes.TrimRight(b, " \t\r\n"), "", "  ") == nil {
+		_, _ = fmt.Fprint(o.stdout, escJSON(ind.String()), "\n")
+		return
 	}
-	_, _ = fmt.Fprint(o.stdout, escText(strings.TrimSuffix(text, "\n")), "\n")
+	_, _ = fmt.Fprint(o.stdout, escText(strings.TrimSuffix(string(b), "\n")), "\n")
+}
+
+// escJSON makes indented JSON safe to print on a terminal and still the
+// same JSON: a rune a terminal would act on (a control character, a bidi
+// or other format character, a line or paragraph separator; valid JSON
+// has them only inside strings) is written as its \u escape, and a byte
+// that is not UTF-8 as \ufffd. Newlines and spaces, the indentation, stay.
+func escJSON(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && n <= 1:
+			b.WriteString(`\ufffd`)
+		case r == '\n' || r == ' ':
+			b.WriteRune(r)
+		case unicode.IsControl(r) || unicode.Is(unicode.Cf, r) || r == 0x2028 || r == 0x2029:
+			if r1, r2 := utf16.EncodeRune(r); r1 != utf8.RuneError {
+				fmt.Fprintf(&b, `\u%04x\u%04x`, r1, r2)
+			} else {
+				fmt.Fprintf(&b, `\u%04x`, r)
+			}
+		default:
+			b.WriteString(s[i : i+n])
+		}
+		i += n
+	}
+	return b.String()
 }
 
 // escText escapes what a terminal would act on in a Company's text of one

@@ -152,7 +152,10 @@ func (a *app) approve(ctx context.Context, req *operations.ApprovalRequest) (ope
 	}
 	w := a.out.prompt()
 	printApprovalRequest(w, a.out, req)
-	for range maxAsks {
+	for i := range maxAsks {
+		if i > 0 {
+			fmt.Fprintln(w, `  Please answer "yes" or "no".`)
+		}
 		fmt.Fprint(w, `Type "yes" to approve or "no" to decline: `)
 		line, err := a.in.ReadLine(ctx)
 		if errors.Is(err, io.EOF) {
@@ -169,7 +172,6 @@ func (a *app) approve(ctx context.Context, req *operations.ApprovalRequest) (ope
 		case "no":
 			return operations.Decline, nil
 		}
-		fmt.Fprintln(w, `  Please answer "yes" or "no".`)
 	}
 	return operations.Decline, errNoAnswer
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -87,4 +88,77 @@ func (e *cliEnv) proposeExchange(t *testing.T, order string) string {
 		t.Fatalf("no operation: %s", out)
 	}
 	return m[1]
+}
+
+// No answer leaves the operation as it is (issue 23, point 2): the end of
+// input at the prompt (Ctrl-D), or answers that are neither "yes" nor "no"
+// (asked again, then given up), exit with code 5, and the operation stays
+// proposed at the Company; nothing was declined.
+func TestPTYOpsNoAnswer(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		answers []string
+		asked   int
+	}{
+		{"eof", []string{"\x04"}, 1},
+		{"typo", []string{"y\r", "yess\r", "ok\r"}, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newCLIEnv(t, &poppytest.Options{})
+			e.init()
+			e.deviceSignIn(t)
+			id := e.proposeExchange(t, "ord_1")
+			p := startPTY(t, e.command(nil, "ops", "confirm", "example.test", id))
+			for i, ans := range tc.answers {
+				p.screen.waitFor(t, regexp.MustCompile(fmt.Sprintf(`(?s)(Type "yes" to approve or "no" to decline: .*){%d}`, i+1)), 20*time.Second)
+				if _, err := p.ptmx.WriteString(ans); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if code := p.wait(20 * time.Second); code != exitNoAnswer {
+				t.Fatalf("exit %d, want %d; the screen shows:\n%s", code, exitNoAnswer, p.screen.String())
+			}
+			s := p.screen.String()
+			if n := strings.Count(s, `Type "yes" to approve`); n != tc.asked {
+				t.Fatalf("asked %d times, want %d:\n%s", n, tc.asked, s)
+			}
+			if !strings.Contains(s, "stays proposed") || strings.Contains(s, "you declined") {
+				t.Fatalf("the screen does not say the operation stays proposed:\n%s", s)
+			}
+			if out := e.mustRun("--json", "ops", "show", "example.test", id); !strings.Contains(out, `"state":"proposed"`) {
+				t.Fatalf("no answer changed the operation: %s", out)
+			}
+			for _, r := range e.srv.RequestsTo(poppytest.EndpointOperations) {
+				if r.Method == "POST" {
+					t.Fatalf("no answer sent %s %s", r.Method, r.URL) // no confirm, no cancel
+				}
+			}
+		})
+	}
+}
+
+// poppy api on a terminal indents a JSON body, with real line breaks, in
+// the Company's order and with its numbers as written (issue 23, point 3).
+func TestPTYAPIBody(t *testing.T) {
+	e := newCLIEnv(t, &poppytest.Options{})
+	e.init()
+	body := `{"orders":[{"id":"ord_1","note":"two\nlines"}],"total":2.50,"a":1}`
+	p := startPTY(t, e.command(nil, "api", "example.test", "POST", "/echo", "--data", body))
+	if code := p.wait(30 * time.Second); code != 0 {
+		t.Fatalf("exit %d:\n%s", code, p.screen.String())
+	}
+	want := strings.ReplaceAll(`{
+  "orders": [
+    {
+      "id": "ord_1",
+      "note": "two\nlines"
+    }
+  ],
+  "total": 2.50,
+  "a": 1
+}
+`, "\n", "\r\n")
+	if got := p.screen.String(); !strings.Contains(got, want) {
+		t.Fatalf("the screen shows\n%q\nwant it to hold\n%q", got, want)
+	}
 }
