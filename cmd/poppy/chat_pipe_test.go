@@ -129,7 +129,6 @@ func TestChatPipedLongPoll(t *testing.T) {
 	}
 }
 
-
 // A Company that answers the message at once ("working") and replies later:
 // the chat whose stdin ended waits for the reply, pieces included, and the
 // end of the turn.
