@@ -313,7 +313,7 @@ func cmdHelpAll(ts *testscript.TestScript, neg bool, args []string) {
 		}
 		paths = append(paths, strings.Fields(c.CommandPath())[1:])
 	})
-	if len(paths) < 30 {
+	if len(paths) < 20 {
 		ts.Fatalf("helpall: only %d commands in the tree", len(paths))
 	}
 	run := func(args ...string) (string, string, int) {

@@ -302,4 +302,3 @@ func TestChatTurn(t *testing.T) {
 		t.Fatalf("shown:\n%s", s)
 	}
 }
-
