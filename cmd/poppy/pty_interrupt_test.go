@@ -202,3 +202,18 @@ func stuckCleanupMain() int {
 	fmt.Println("CLEANING UP")
 	select {}
 }
+
+// Ctrl-C at the approval prompt of ops confirm: exit 130, and the
+// operation stays proposed (neither approved nor declined).
+func TestPTYOpsConfirmInterrupted(t *testing.T) {
+	e := newCLIEnv(t, &poppytest.Options{})
+	e.init()
+	e.deviceSignIn(t)
+	id := e.proposeExchange(t, "ord_1")
+	p := startPTY(t, e.command(nil, "ops", "confirm", "example.test", id))
+	p.screen.waitFor(t, regexp.MustCompile(`Type "yes" to approve`), 20*time.Second)
+	p.mustInterrupt()
+	if out := e.mustRun("--json", "ops", "show", "example.test", id); !strings.Contains(out, `"state":"proposed"`) {
+		t.Fatalf("Ctrl-C changed the operation: %s", out)
+	}
+}
