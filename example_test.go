@@ -21,7 +21,7 @@ func exampleAgent(company *poppytest.Server, opts *poppy.AgentOptions) *poppy.Ag
 	if opts != nil {
 		o.Agent = *opts
 	}
-	agent, _ := agenttest.New(nil, company, o)
+	agent, _ := agenttest.New(nil, company, o) // the second result is the agent's Identity, not an error
 	return agent
 }
 

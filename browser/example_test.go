@@ -19,7 +19,7 @@ import (
 func Example() {
 	company := poppytest.NewServer(nil, nil)
 	defer company.Close()
-	agent, _ := agenttest.New(nil, company, nil)
+	agent, _ := agenttest.New(nil, company, nil) // the second result is the agent's Identity, not an error
 	ctx := context.Background()
 	c, _ := agent.Company(ctx, "example.test")
 	sess, _ := c.Session(ctx, "local-user-42", nil)

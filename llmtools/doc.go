@@ -75,7 +75,9 @@
 // [Ask] runs a bounded tool loop against any OpenAI-compatible endpoint.
 // [NewMCPServer] serves the tools to an MCP host (go-sdk), asking the User
 // through MCP elicitation: set Options.Approver to [ElicitationApprover];
-// a host without elicitation gets a refusal, never an approval. Over MCP,
+// a host without elicitation gets a refusal, never an approval, and with
+// Options.ApproveElsewhere the model is told where the User approves it
+// themselves (the CLI's "poppy ops confirm DOMAIN ID"). Over MCP,
 // leave Options.Prompter nil: poppy_sign_in then tells the model the User
 // must sign in in the agent's own interface (the CLI's poppy signin, which
 // shares the keystore).

@@ -44,6 +44,16 @@ type Options struct {
 	// the operation awaits the User's approval, and nothing is confirmed
 	// unless a standing permission covers it.
 	Approver operations.Approver
+	// ApproveElsewhere, when set, says where the User can approve an
+	// operation themselves when the Approver could not ask them (an MCP
+	// host without elicitation, a command without a terminal): a command
+	// or a link for the User, such as "poppy ops confirm example.com
+	// exc_1", given the Company's domain as added and the operation's ID.
+	// The model is told to show the User the operation's summary and terms
+	// and that, and the tool result carries it as "approve_with". Nil, or
+	// "": the model is told the operation awaits the User's approval in
+	// the agent's own interface.
+	ApproveElsewhere func(domain, operationID string) string
 	// Prompter shows the User where to sign in (a link and a code). Nil
 	// means poppy_sign_in answers that the User must sign in in the
 	// agent's own interface.

@@ -1,6 +1,7 @@
 package llmtools_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -124,6 +125,29 @@ func TestNoApproverWaits(t *testing.T) {
 	// An ID the model made up is not read.
 	if r := e.call(t, "poppy_get_operation", `{"domain":"example.test","operation_id":"op_made_up"}`); r["error"] == nil {
 		t.Errorf("made-up ID: %v", r)
+	}
+}
+
+// An Approver that could not ask the User (an MCP host without
+// elicitation) approves nothing; with Options.ApproveElsewhere the model is
+// told to show the operation and where the User approves it themselves.
+func TestApproveElsewhere(t *testing.T) {
+	cantAsk := operations.ApproverFunc(func(context.Context, *operations.ApprovalRequest) (operations.Decision, error) {
+		return operations.Decline, llmtools.ErrNoElicitation
+	})
+	e := newEnv(t, &llmtools.Options{Approver: cantAsk, ApproveElsewhere: func(domain, id string) string {
+		return "poppy ops confirm " + domain + " " + id
+	}}, nil)
+	e.signIn(t)
+	id := e.call(t, exchangeMCP, argsMCP)["operation"].(map[string]any)["operation_id"].(string)
+	r := e.call(t, "poppy_request_approval", `{"domain":"example.test","operation_id":"`+id+`"}`)
+	want := "poppy ops confirm example.test " + id
+	note, _ := r["approval"].(string)
+	if r["approve_with"] != want || !strings.Contains(note, want) || !strings.Contains(note, "elicitation") || e.performed() != 0 {
+		t.Fatalf("approval: %v, performed %d", r, e.performed())
+	}
+	if info, _ := e.Srv.Operation(id); info.State != "proposed" {
+		t.Errorf("state at the Company: %s", info.State)
 	}
 }
 

@@ -72,13 +72,21 @@
 //   - Unchanged: a binary that uses Go's standard transport (the SDK's
 //     default client, with no AgentOptions.HTTPClient) sends its requests
 //     through the fake, which Env names as HTTPS_PROXY, and trusts the
-//     fake's CA, which Env writes to the file named by SSL_CERT_FILE. The
-//     child runs on the real clock, so leave [Server.Clock] alone.
+//     fake's CA, which Env writes to the file named by SSL_CERT_FILE;
+//     NO_PROXY is emptied. Those three are all it needs. The child runs on
+//     the real clock, so leave [Server.Clock] alone.
 //   - With a test hook: a command that calls [ClientFromEnv] (and
 //     [ClockFromEnv]) gets the same client as [Server.Client] from the
 //     POPPYTEST_* variables. ClientFromEnv returns [ErrNoFake] when the
 //     environment names no fake, so the command can fall back to its
 //     production client.
+//
+// Every value of Env is one line, so a shell can take the fake's
+// environment too: written to a file, one entry per line,
+//
+//	while IFS= read -r kv; do export "$kv"; done < fake.env
+//
+// exports it as it is.
 //
 // The command's agent identity must be the one the test serves: share its
 // private key with the child (for example SigningKey.MarshalPrivateJWK in

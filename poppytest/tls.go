@@ -8,6 +8,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/base64"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -166,7 +167,8 @@ const (
 //
 //   - Through ClientFromEnv, in a child that imports poppytest:
 //     POPPYTEST_ADDR and POPPYTEST_PLAIN_ADDR (the TLS and plain
-//     listeners), POPPYTEST_CA (the CA certificate, PEM),
+//     listeners), POPPYTEST_CA (the CA certificate, DER in standard
+//     base64),
 //     POPPYTEST_HOSTS (the hosts served, comma-separated) and
 //     POPPYTEST_CLOCK_OFFSET (the Clock's offset at the time of the call,
 //     for ClockFromEnv).
@@ -181,7 +183,16 @@ const (
 //     wherever it is, loopback included, since the operator and not a
 //     Company chose it.
 //
+// An unmodified binary needs only HTTPS_PROXY, SSL_CERT_FILE and NO_PROXY
+// (and the lower-case https_proxy and no_proxy, which some programs read
+// instead); the POPPYTEST_* variables are for ClientFromEnv.
+//
 // Append the result to os.Environ() for exec.Cmd.Env: later entries win.
+// Every value is one line, so that the list, written to a file one entry
+// per line, is exported from a POSIX shell as it is:
+//
+//	while IFS= read -r kv; do export "$kv"; done < fake.env
+//
 // Env fails the test (or panics, without one) if the proxy can't start.
 func (s *Server) Env() []string {
 	s.hostsMu.RLock()
@@ -194,7 +205,7 @@ func (s *Server) Env() []string {
 	env := []string{
 		envAddr + "=" + s.ln.Addr().String(),
 		envPlainAddr + "=" + s.plainLn.Addr().String(),
-		envCA + "=" + string(s.tls.caPEM),
+		envCA + "=" + base64.StdEncoding.EncodeToString(s.tls.caDER()),
 		envHosts + "=" + strings.Join(hosts, ","),
 		envOffset + "=" + s.clock.Offset().String(),
 	}
@@ -222,9 +233,9 @@ func ClientFromEnv() (*http.Client, error) {
 	if addr == "" || ca == "" || hosts == "" {
 		return nil, ErrNoFake
 	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM([]byte(ca)) {
-		return nil, errors.New("poppytest: bad CA certificate in " + envCA)
+	pool, err := caPool(ca)
+	if err != nil {
+		return nil, err
 	}
 	set := map[string]bool{}
 	for _, h := range strings.Split(hosts, ",") {
@@ -232,6 +243,31 @@ func ClientFromEnv() (*http.Client, error) {
 	}
 	return &http.Client{Transport: newTransport(pool, addr, plain, func(h string) bool { return set[h] })}, nil
 }
+
+// caPool reads POPPYTEST_CA: DER in standard base64, as Env writes it, or
+// PEM, as earlier versions did.
+func caPool(ca string) (*x509.CertPool, error) {
+	pool := x509.NewCertPool()
+	if strings.HasPrefix(strings.TrimSpace(ca), "-----BEGIN") {
+		if !pool.AppendCertsFromPEM([]byte(ca)) {
+			return nil, errors.New("poppytest: bad CA certificate in " + envCA)
+		}
+		return pool, nil
+	}
+	der, err := base64.StdEncoding.DecodeString(ca)
+	if err != nil {
+		return nil, errors.New("poppytest: bad CA certificate in " + envCA)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, errors.New("poppytest: bad CA certificate in " + envCA)
+	}
+	pool.AddCert(cert)
+	return pool, nil
+}
+
+// caDER is the CA certificate, DER.
+func (m *tlsMaterial) caDER() []byte { return m.caCert.Raw }
 
 // ClockFromEnv returns a Clock with the offset the parent's Clock had when
 // Env was called. Later Advance calls in either process are not shared.

@@ -18,7 +18,7 @@ import (
 func ExampleDevice() {
 	company := poppytest.NewServer(nil, nil)
 	defer company.Close()
-	agent, _ := agenttest.New(nil, company, nil) // the fake's client and clock; identity on agent.test
+	agent, _ := agenttest.New(nil, company, nil) // the fake's client and clock; the second result is the Identity served on agent.test, not an error
 	ctx := context.Background()
 	c, _ := agent.Company(ctx, "example.test")
 	sess, _ := c.Session(ctx, "local-user-42", nil)
@@ -42,7 +42,7 @@ func ExampleDevice() {
 func ExampleMediated() {
 	company := poppytest.NewServer(nil, nil)
 	defer company.Close()
-	agent, _ := agenttest.New(nil, company, nil) // the fake's client and clock; identity on agent.test
+	agent, _ := agenttest.New(nil, company, nil) // the fake's client and clock; the second result is the Identity served on agent.test, not an error
 	ctx := context.Background()
 	c, _ := agent.Company(ctx, "example.test")
 	sess, _ := c.Session(ctx, "local-user-42", nil)

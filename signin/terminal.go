@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
@@ -39,12 +38,13 @@ type Terminal struct {
 
 // TerminalPrompter returns a UserPrompter that shows links and codes on out
 // and reads credentials and one-time codes, one line each, from in, usually
-// signin.TerminalPrompter(os.Stdout, os.Stdin). When in is a terminal,
-// secret fields are read without echo. Text from the Company is printed
-// with control characters escaped.
+// signin.TerminalPrompter(os.Stdout, os.Stdin). When in is a terminal (an
+// *os.File, or a reader over one whose Fd method names it, such as a
+// reader that a signal can interrupt), secret fields are read without echo.
+// Text from the Company is printed with control characters escaped.
 func TerminalPrompter(out io.Writer, in io.Reader) *Terminal {
 	t := &Terminal{out: out, in: in, fd: -1}
-	if f, ok := in.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+	if f, ok := in.(interface{ Fd() uintptr }); ok && int(f.Fd()) >= 0 && term.IsTerminal(int(f.Fd())) {
 		t.fd = int(f.Fd())
 	}
 	return t

@@ -182,8 +182,8 @@ func TestRunCheckFails(t *testing.T) {
 	a := testApp(&stdout, &bytes.Buffer{})
 	err = runCheck(context.Background(), &checkOptions{app: a, Domain: "example.test", AgentURL: "https://agent.test/check/", Listen: addr,
 		MaxRequests: 400, Timeout: 20 * time.Second, httpClient: srv.Client()})
-	if a.exit(err) != exitError {
-		t.Fatalf("exit %d for %v", a.exit(err), err)
+	if code := a.exit(context.Background(), nil, err); code != exitError {
+		t.Fatalf("exit %d for %v", code, err)
 	}
 	// CO-3.2-03
 	if out := stdout.String(); !strings.Contains(out, "FAILED CO-3.2-03") || !strings.Contains(out, "Stopped early") {

@@ -3,6 +3,7 @@ package main
 // poppy discover: what a Company offers (spec 3).
 
 import (
+	"context"
 	"sort"
 	"strings"
 
@@ -34,56 +35,73 @@ type extJSON struct {
 	Version string `json:"version"`
 }
 
-func addDiscoverCommand(root *cobra.Command, a *app) {
-	root.AddCommand(&cobra.Command{
-		Use:               "discover DOMAIN",
-		Short:             "Show what a Company offers: sign-in types, scopes, APIs, protocols, extensions",
+type discoverOptions struct {
+	app    *app
+	Domain string
+}
+
+func newCmdDiscover(a *app, runF func(context.Context, *discoverOptions) error) *cobra.Command {
+	opts := &discoverOptions{app: a}
+	return &cobra.Command{
+		Use:   "discover DOMAIN",
+		Short: "Show what a Company offers: sign-in types, scopes, APIs, protocols, extensions",
+		Example: `  poppy discover example.com
+  poppy --json discover example.com | jq .sign_in`,
 		GroupID:           "company",
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: a.completeDomains,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.company(cmd.Context(), args[0])
-			if err != nil {
-				return err
+			opts.Domain = args[0]
+			if runF != nil {
+				return runF(cmd.Context(), opts)
 			}
-			d := describeCompany(c)
-			a.out.emit(d)
-			o := a.out
-			o.printf("%s %s\n", o.bold(esc(d.Name)), o.dim("("+esc(d.Domain)+", protocol "+esc(d.Protocol)+")"))
-			if d.Issuer != "" {
-				o.kv("issuer", esc(d.Issuer))
-			}
-			if len(d.SignIn) == 0 {
-				o.printf("Sign-in: none offered\n")
-			}
-			for _, t := range d.SignIn {
-				o.kv("sign-in "+t.Type, escJoin(t.Scopes))
-			}
-			for _, f := range d.Mediated {
-				secret := ""
-				if f.Secret {
-					secret = " (secret)"
-				}
-				o.kv("  asks for", esc(f.Label)+secret)
-			}
-			for _, name := range sortedKeys(d.CustomScopes) {
-				o.kv("scope "+esc(name), esc(d.CustomScopes[name]))
-			}
-			for _, api := range d.APIs {
-				o.kv("api "+esc(api.Type), esc(api.URL)+"  "+esc(api.Description))
-			}
-			for _, p := range d.Protocols {
-				o.kv("protocol "+esc(p.Type), esc(p.Endpoint))
-			}
-			for _, name := range sortedKeys(d.Extensions) {
-				o.kv("extension "+esc(name), "version "+esc(d.Extensions[name].Version))
-			}
-			if d.BrowserSession != "" {
-				o.kv("browser sessions", esc(d.BrowserSession))
-			}
-			return nil
+			return runDiscover(cmd.Context(), opts)
 		},
-	})
+	}
+}
+
+func runDiscover(ctx context.Context, opts *discoverOptions) error {
+	a := opts.app
+	c, err := a.company(ctx, opts.Domain)
+	if err != nil {
+		return err
+	}
+	d := describeCompany(c)
+	a.out.emit(d)
+	o := a.out
+	o.printf("%s %s\n", o.bold(esc(d.Name)), o.dim("("+esc(d.Domain)+", protocol "+esc(d.Protocol)+")"))
+	if d.Issuer != "" {
+		o.kv("issuer", esc(d.Issuer))
+	}
+	if len(d.SignIn) == 0 {
+		o.printf("Sign-in: none offered\n")
+	}
+	for _, t := range d.SignIn {
+		o.kv("sign-in "+t.Type, escJoin(t.Scopes))
+	}
+	for _, f := range d.Mediated {
+		secret := ""
+		if f.Secret {
+			secret = " (secret)"
+		}
+		o.kv("  asks for", esc(f.Label)+secret)
+	}
+	for _, name := range sortedKeys(d.CustomScopes) {
+		o.kv("scope "+esc(name), esc(d.CustomScopes[name]))
+	}
+	for _, api := range d.APIs {
+		o.kv("api "+esc(api.Type), esc(api.URL)+"  "+esc(api.Description))
+	}
+	for _, p := range d.Protocols {
+		o.kv("protocol "+esc(p.Type), esc(p.Endpoint))
+	}
+	for _, name := range sortedKeys(d.Extensions) {
+		o.kv("extension "+esc(name), "version "+esc(d.Extensions[name].Version))
+	}
+	if d.BrowserSession != "" {
+		o.kv("browser sessions", esc(d.BrowserSession))
+	}
+	return nil
 }
 
 func describeCompany(c *poppy.Company) *discoverJSON {

@@ -33,15 +33,17 @@ import (
 	"github.com/poppyproto/poppy/operations"
 )
 
-func addLLMCommands(root *cobra.Command, a *app) {
-	root.AddCommand(newMCPServerCmd(a), newAskCmd(a))
-}
-
 type nopWriteCloser struct{ io.Writer }
 
 func (nopWriteCloser) Close() error { return nil }
 
-func newMCPServerCmd(a *app) *cobra.Command {
+type mcpServerOptions struct {
+	app     *app
+	Domains []string
+}
+
+func newCmdMCPServer(a *app, runF func(context.Context, *mcpServerOptions) error) *cobra.Command {
+	opts := &mcpServerOptions{app: a}
 	return &cobra.Command{
 		Use:   "mcp-server [DOMAIN...]",
 		Short: "Serve your Personal Agent's tools to an MCP host over stdio",
@@ -53,49 +55,70 @@ poppy_discover_company.
 
 Sign-ins are those of "poppy signin" (the same keystore and profile). An
 operation a Company proposes is approved only by you, in the host's own UI
-(MCP elicitation); a host that cannot ask you gets a refusal. The model can
-never approve.
+(MCP elicitation). A host that cannot ask you approves nothing: the model is
+told to show you the operation's summary and terms and to have you run
+"poppy ops confirm DOMAIN ID" in a terminal. The model can never approve.
 
 Host configuration:
 
   {"mcpServers": {"poppy": {"command": "poppy", "args": ["mcp-server"]}}}`,
+		Example: `  poppy mcp-server example.com
+  poppy --profile alice mcp-server example.com shop.example`,
 		GroupID: "apis",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			agent, err := a.loadAgent(ctx)
-			if err != nil {
-				return err
+			opts.Domains = args
+			if runF != nil {
+				return runF(cmd.Context(), opts)
 			}
-			k, err := llmtools.New(agent, a.profile, &llmtools.Options{Approver: llmtools.ElicitationApprover, Logger: a.log})
-			if err != nil {
-				return err
-			}
-			defer k.Close()
-			for _, d := range args {
-				if _, err := k.AddCompany(ctx, d); err != nil {
-					return err
-				}
-			}
-			in, ok := a.stdin.(io.ReadCloser)
-			if !ok {
-				in = io.NopCloser(a.stdin)
-			}
-			srv := llmtools.NewMCPServer(k, nil)
-			err = srv.Run(ctx, &mcp.IOTransport{Reader: in, Writer: nopWriteCloser{a.stdout}})
-			if err != nil && (ctx.Err() != nil || errors.Is(err, io.EOF)) {
-				return nil // the host closed the connection, or Ctrl-C
-			}
-			return err
+			return runMCPServer(cmd.Context(), opts)
 		},
 	}
+}
+
+// approveElsewhere is where the User approves an operation the model's
+// host could not ask them about.
+func (a *app) approveElsewhere(domain, id string) string {
+	return a.cmdline("ops", "confirm", shellQuote(domain), shellQuote(id))
+}
+
+func runMCPServer(ctx context.Context, opts *mcpServerOptions) error {
+	a := opts.app
+	agent, err := a.loadAgent(ctx)
+	if err != nil {
+		return err
+	}
+	k, err := llmtools.New(agent, a.profile, &llmtools.Options{Approver: llmtools.ElicitationApprover, ApproveElsewhere: a.approveElsewhere, Logger: a.log})
+	if err != nil {
+		return err
+	}
+	defer k.Close()
+	for _, d := range opts.Domains {
+		if _, err := k.AddCompany(ctx, d); err != nil {
+			return err
+		}
+	}
+	srv := llmtools.NewMCPServer(k, nil)
+	err = srv.Run(ctx, &mcp.IOTransport{Reader: io.NopCloser(a.in), Writer: nopWriteCloser{a.stdout}})
+	if err != nil && (ctx.Err() != nil || errors.Is(err, io.EOF)) {
+		return nil // the host closed the connection, or Ctrl-C
+	}
+	return err
 }
 
 // askTimeout bounds each model call.
 const askTimeout = 5 * time.Minute
 
-func newAskCmd(a *app) *cobra.Command {
-	var baseURL, model string
-	var maxSteps int
+type askOptions struct {
+	app      *app
+	Domain   string
+	Task     string
+	BaseURL  string
+	Model    string
+	MaxSteps int
+}
+
+func newCmdAsk(a *app, runF func(context.Context, *askOptions) error) *cobra.Command {
+	opts := &askOptions{app: a}
 	cmd := &cobra.Command{
 		Use:   "ask DOMAIN TASK",
 		Short: "Let a model do a task at a Company with your Personal Agent's tools",
@@ -105,76 +128,90 @@ the Personal Agent's tools and those of DOMAIN, runs the tools it calls, and
 shows each step as it happens (with --json, one JSON line per step, then the
 answer). The API key is read from OPENAI_API_KEY and never printed.
 
-An operation the Company proposes is done only if you approve it here: you
-are asked on the terminal and only a typed "yes" approves; without a
-terminal on stdin nothing is approved. The model can never approve.
---max-steps bounds the model calls.`,
+An operation the Company proposes is done only if you approve it here, as
+"poppy ops confirm" asks: on the terminal, only a typed "yes" approves and
+only a typed "no" declines; no answer leaves it proposed. Without a
+terminal on stdin nothing is asked and nothing approved: the operation
+stays proposed, for "poppy ops confirm DOMAIN ID" later. The model can
+never approve. --max-steps bounds the model calls.`,
+		Example: `  OPENAI_API_KEY=... poppy ask example.com "exchange my jacket for a warmer one" --model gpt-4.1
+  poppy ask example.com "what did I order last month?" --base-url http://127.0.0.1:8080/v1/ --model local
+  poppy --json ask example.com "list my orders" --model gpt-4.1-mini --max-steps 4`,
 		GroupID:           "apis",
 		Args:              cobra.ExactArgs(2),
 		ValidArgsFunction: a.completeDomains,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			if model == "" {
-				return usageError{errors.New("poppy: --model is required")}
+			opts.Domain, opts.Task = args[0], args[1]
+			if opts.Model == "" {
+				return usageError{err: errors.New("poppy: --model is required")}
 			}
-			if maxSteps < 1 || maxSteps > 1000 {
-				return usageError{errors.New("poppy: --max-steps must be between 1 and 1000")}
+			if opts.MaxSteps < 1 || opts.MaxSteps > 1000 {
+				return usageError{err: errors.New("poppy: --max-steps must be between 1 and 1000")}
 			}
-			u, err := url.Parse(baseURL)
+			u, err := url.Parse(opts.BaseURL)
 			if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.User != nil {
-				return usageError{errors.New("poppy: --base-url must be an http(s) URL such as https://api.openai.com/v1/")}
+				return usageError{err: errors.New("poppy: --base-url must be an http(s) URL such as https://api.openai.com/v1/")}
 			}
-			agent, err := a.loadAgent(ctx)
-			if err != nil {
-				return err
+			if runF != nil {
+				return runF(cmd.Context(), opts)
 			}
-			k, err := llmtools.New(agent, a.profile, &llmtools.Options{
-				Approver: operations.ApproverFunc(a.approveOnTerminal), Logger: a.log})
-			if err != nil {
-				return err
-			}
-			defer k.Close()
-			if _, err := k.AddCompany(ctx, args[0]); err != nil {
-				return err
-			}
-			opts := []option.RequestOption{
-				option.WithBaseURL(baseURL),
-				option.WithHTTPClient(&http.Client{Timeout: askTimeout}),
-				option.WithMaxRetries(1),
-			}
-			if key := a.env.getenv("OPENAI_API_KEY"); key != "" {
-				opts = append(opts, option.WithAPIKey(key))
-			} else {
-				opts = append(opts, option.WithAPIKey("none"))
-			}
-			client := openai.NewClient(opts...)
-			answer, err := k.Ask(ctx, client, args[1], &llmtools.AskOptions{
-				Model: model, MaxSteps: maxSteps, OnStep: a.printStep})
-			if err != nil {
-				return err
-			}
-			if a.out.json {
-				a.out.emit(map[string]string{"answer": answer})
-			} else {
-				a.out.printf("%s\n", esc(answer))
-			}
-			return nil
+			return runAsk(cmd.Context(), opts)
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&baseURL, "base-url", "https://api.openai.com/v1/", "the OpenAI-compatible endpoint")
-	f.StringVar(&model, "model", "", "the model name (required)")
-	f.IntVar(&maxSteps, "max-steps", 16, "the most model calls")
+	f.StringVar(&opts.BaseURL, "base-url", "https://api.openai.com/v1/", "the OpenAI-compatible endpoint")
+	f.StringVar(&opts.Model, "model", "", "the model name (required)")
+	f.IntVar(&opts.MaxSteps, "max-steps", 16, "the most model calls")
 	return cmd
 }
 
-// approveOnTerminal is approve (cmd_ops.go), but never from a stdin that
-// is not a terminal, with or without --json: the model drives ask, and a
-// piped stdin must not answer for the User.
+func runAsk(ctx context.Context, opts *askOptions) error {
+	a := opts.app
+	agent, err := a.loadAgent(ctx)
+	if err != nil {
+		return err
+	}
+	k, err := llmtools.New(agent, a.profile, &llmtools.Options{
+		Approver: operations.ApproverFunc(a.approveOnTerminal), ApproveElsewhere: a.approveElsewhere, Logger: a.log})
+	if err != nil {
+		return err
+	}
+	defer k.Close()
+	if _, err := k.AddCompany(ctx, opts.Domain); err != nil {
+		return err
+	}
+	ropts := []option.RequestOption{
+		option.WithBaseURL(opts.BaseURL),
+		option.WithHTTPClient(&http.Client{Timeout: askTimeout}),
+		option.WithMaxRetries(1),
+	}
+	if key := a.env.getenv("OPENAI_API_KEY"); key != "" {
+		ropts = append(ropts, option.WithAPIKey(key))
+	} else {
+		ropts = append(ropts, option.WithAPIKey("none"))
+	}
+	client := openai.NewClient(ropts...)
+	answer, err := k.Ask(ctx, client, opts.Task, &llmtools.AskOptions{
+		Model: opts.Model, MaxSteps: opts.MaxSteps, OnStep: a.printStep})
+	if err != nil {
+		return err
+	}
+	if a.out.json {
+		a.out.emit(map[string]string{"answer": answer})
+	} else {
+		a.out.printf("%s\n", esc(answer))
+	}
+	return nil
+}
+
+// approveOnTerminal is approve (cmd_ops.go), the one rule for every
+// approval: the model drives ask, and a stdin that is not a terminal is
+// never read for an answer, with or without --json; the operation then
+// stays proposed, and the model is told where the User approves it.
 func (a *app) approveOnTerminal(ctx context.Context, req *operations.ApprovalRequest) (operations.Decision, error) {
-	if !isTerminal(a.stdin) {
-		fmt.Fprintln(a.out.prompt(), "poppy: the Company proposes an operation; approval needs your answer on a terminal, so it is not approved")
-		return operations.Decline, errNoTerminal
+	if !isTerminal(a.in) {
+		fmt.Fprintln(a.out.prompt(), "poppy: the Company proposes an operation; approval needs your answer on a terminal, so it stays proposed: "+
+			a.approveElsewhere(req.Domain, req.OperationID))
 	}
 	return a.approve(ctx, req)
 }

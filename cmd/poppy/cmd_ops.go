@@ -8,10 +8,14 @@ package main
 // the operation from the Company (Client.Get) in any case, so an ID seen
 // elsewhere works too.
 //
-// Approval comes only from the User at the terminal, as a typed "yes", or
-// from a standing permission that covers every term. With --json, the
-// command never approves from a stdin that is not a terminal: a script
-// can't approve for the User.
+// One rule for every approval the command asks for (ops confirm, ask):
+// approval comes from the User at a terminal, as a typed "yes"; from the
+// --approve flag of ops confirm, for the revision it showed; or from a
+// standing permission that covers every term. Only a typed "no" declines
+// (and the Company is told). No answer (the end of input, answers that are
+// neither, or a stdin that is not a terminal, which is never read for an
+// answer) leaves the operation proposed, as it was, with exit code 5: a
+// script can't approve, nor decline, by what it pipes in.
 
 import (
 	"bytes"
@@ -93,9 +97,12 @@ func (a *app) recalledOps(ctx context.Context, domain string) ([]opRecord, error
 }
 
 // opsClient returns the operations Client of the Session, asking the User
-// through the terminal.
-func (a *app) opsClient(s *poppy.Session) (*operations.Client, error) {
-	c, err := operations.New(s, &operations.Options{Approver: operations.ApproverFunc(a.approve), Logger: a.log})
+// through approver (nil: the terminal, as approve does).
+func (a *app) opsClient(s *poppy.Session, approver operations.Approver) (*operations.Client, error) {
+	if approver == nil {
+		approver = operations.ApproverFunc(a.approve)
+	}
+	c, err := operations.New(s, &operations.Options{Approver: approver, Logger: a.log})
 	if errors.Is(err, operations.ErrNotSupported) {
 		return nil, &hintError{err: err, code: exitError, hint: "the Company does not offer the operations extension (see: poppy discover DOMAIN)"}
 	}
@@ -124,17 +131,57 @@ func opJSON(op *operations.Operation) json.RawMessage {
 	return b
 }
 
-// errNoTerminal: the User can't be asked.
-var errNoTerminal = errors.New("poppy: approval needs your answer on a terminal, and --json was given without one")
+// errNoAnswer: the User neither approved nor declined; the operation is
+// left as it is. errNoTerminal is the case of a stdin that is not a
+// terminal, where no answer is read.
+var (
+	errNoAnswer   = errors.New("poppy: no answer: the operation was neither approved nor declined")
+	errNoTerminal = fmt.Errorf("%w (approval needs your answer on a terminal, and stdin is not one)", errNoAnswer)
+)
 
-// approve asks the User on the terminal (OPS 5.1). Only an explicit "yes"
-// approves.
+// maxAsks is how often an answer that is neither "yes" nor "no" is asked
+// again before the question counts as unanswered.
+const maxAsks = 3
+
+// approve asks the User on the terminal (OPS 5.1): "yes" approves, "no"
+// declines, anything else is asked again; the end of input, or maxAsks
+// answers that are neither, is no answer (errNoAnswer), and so is a stdin
+// that is not a terminal, which is never read.
 func (a *app) approve(ctx context.Context, req *operations.ApprovalRequest) (operations.Decision, error) {
-	if a.out.json && !isTerminal(a.stdin) {
+	if !isTerminal(a.in) {
 		return operations.Decline, errNoTerminal
 	}
 	w := a.out.prompt()
-	fmt.Fprintf(w, "\n%s %s asks you to approve:\n", a.out.bold(esc(req.Company)), "("+esc(req.Domain)+")")
+	printApprovalRequest(w, a.out, req)
+	for i := range maxAsks {
+		if i > 0 {
+			fmt.Fprintln(w, `  Please answer "yes" or "no".`)
+		}
+		fmt.Fprint(w, `Type "yes" to approve or "no" to decline: `)
+		line, err := a.in.ReadLine(ctx)
+		if errors.Is(err, io.EOF) {
+			fmt.Fprintln(w)
+			return operations.Decline, errNoAnswer
+		}
+		if err != nil {
+			fmt.Fprintln(w)
+			return operations.Decline, err
+		}
+		switch strings.ToLower(strings.TrimSpace(line)) {
+		case "yes":
+			return operations.Approve, nil
+		case "no":
+			return operations.Decline, nil
+		}
+	}
+	return operations.Decline, errNoAnswer
+}
+
+// printApprovalRequest shows the User what an approval covers: the
+// Company, the summary and terms as it wrote them (escaped), the
+// operation, its revision and expiry, and why they are asked again.
+func printApprovalRequest(w io.Writer, o *output, req *operations.ApprovalRequest) {
+	fmt.Fprintf(w, "\n%s %s asks you to approve:\n", o.bold(esc(req.Company)), "("+esc(req.Domain)+")")
 	fmt.Fprintf(w, "  %s\n", esc(req.Summary))
 	if len(req.Terms) > 0 {
 		// Indented as they are, not decoded: every member shows, in the
@@ -164,51 +211,26 @@ func (a *app) approve(ctx context.Context, req *operations.ApprovalRequest) (ope
 	case "user_approval_required":
 		fmt.Fprintln(w, "  The Company wants your own approval, not a standing permission.")
 	}
-	fmt.Fprint(w, `Type "yes" to approve, anything else declines: `)
-	line, err := readLine(ctx, a.stdin)
-	fmt.Fprintln(w)
-	if err != nil && !errors.Is(err, io.EOF) {
-		return operations.Decline, err
-	}
-	if strings.TrimSpace(strings.ToLower(line)) == "yes" {
-		return operations.Approve, nil
-	}
-	return operations.Decline, nil
 }
 
-// readLine reads one line of stdin, or stops with ctx.
-func readLine(ctx context.Context, r io.Reader) (string, error) {
-	type res struct {
-		s   string
-		err error
+// flagApprover is the Approver of "ops confirm --approve": the User's
+// approval, given on the command line, of the revision the command showed
+// when it started. Any other revision (the terms changed) is asked as
+// approve asks.
+type flagApprover struct {
+	a        *app
+	id       string
+	revision int
+}
+
+func (f *flagApprover) Approve(ctx context.Context, req *operations.ApprovalRequest) (operations.Decision, error) {
+	if req.OperationID != f.id || req.Revision != f.revision {
+		return f.a.approve(ctx, req)
 	}
-	ch := make(chan res, 1)
-	go func() {
-		// Byte by byte, so that nothing after the line is consumed: a
-		// second question (terms changed) reads the next line.
-		var b strings.Builder
-		one := make([]byte, 1)
-		for b.Len() < 4096 {
-			n, err := r.Read(one)
-			if n == 1 {
-				if one[0] == '\n' {
-					break
-				}
-				b.WriteByte(one[0])
-			}
-			if err != nil {
-				ch <- res{b.String(), err}
-				return
-			}
-		}
-		ch <- res{b.String(), nil}
-	}()
-	select {
-	case v := <-ch:
-		return v.s, v.err
-	case <-ctx.Done():
-		return "", ctx.Err()
-	}
+	w := f.a.out.prompt()
+	printApprovalRequest(w, f.a.out, req)
+	fmt.Fprintf(w, "Approved with --approve (revision %d).\n", req.Revision)
+	return operations.Approve, nil
 }
 
 // printOp shows an operation: state, summary, terms and result.
@@ -230,7 +252,7 @@ func (a *app) printOp(op *operations.Operation) {
 	}
 }
 
-func addOpsCommands(root *cobra.Command, a *app) {
+func newCmdOps(a *app) *cobra.Command {
 	ops := &cobra.Command{
 		Use:   "ops",
 		Short: "Review, approve, track and cancel the operations a Company proposed",
@@ -243,142 +265,299 @@ proposed that are not done until you approve them.
   ops cancel DOMAIN ID   decline a proposal, or ask to stop one in progress
   ops track DOMAIN ID    wait until the operation is final
 
-confirm asks you on the terminal: only a typed "yes" approves; a standing
+confirm asks you on the terminal: only a typed "yes" approves, only a typed
+"no" declines (exit code 4). No answer (the end of input, or answers that
+are neither) leaves the operation proposed (exit code 5); a stdin that is
+not a terminal is never asked, so "yes | poppy ops confirm" approves
+nothing. From a script, --approve approves the revision shown. A standing
 permission ("poppy permissions") that covers every term approves without
-asking. Declining exits with code 4.`,
+asking.`,
+		Example: `  poppy ops list example.com
+  poppy ops show example.com exc_123
+  poppy ops confirm example.com exc_123
+  poppy ops confirm example.com exc_123 --approve
+  poppy ops cancel example.com exc_123`,
 		GroupID: "apis",
 	}
-	withOp := func(use, short string, run func(ctx context.Context, c *poppy.Company, oc *operations.Client, domain, id string) error) *cobra.Command {
-		return &cobra.Command{
-			Use: use + " DOMAIN ID", Short: short, Args: wrapArgs(cobra.ExactArgs(2)), ValidArgsFunction: a.completeDomains,
-			RunE: func(cmd *cobra.Command, args []string) error {
-				ctx := cmd.Context()
-				c, s, err := a.session(ctx, args[0])
-				if err != nil {
-					return err
-				}
-				oc, err := a.opsClient(s)
-				if err != nil {
-					return err
-				}
-				return run(ctx, c, oc, args[0], args[1])
-			},
-		}
-	}
-	get := func(ctx context.Context, c *poppy.Company, oc *operations.Client, domain, id string) (*operations.Operation, error) {
-		op, err := oc.Get(ctx, id)
-		if err != nil {
-			return nil, a.apiError(err, c, domain, nil)
-		}
-		if r, ok := a.recalledOp(ctx, c.Domain(), id); ok && r.Action.Channel != "" {
-			if v, err := oc.Observe(op, r.Action); err == nil {
-				op = v
-			}
-		}
-		a.rememberOp(ctx, c.Domain(), op, nil)
-		return op, nil
-	}
-	final := func(ctx context.Context, c *poppy.Company, domain string, op *operations.Operation, err error) error {
-		if op != nil {
-			a.rememberOp(ctx, c.Domain(), op, nil)
-			if err == nil {
-				a.out.emit(map[string]any{"operation": opJSON(op)})
-			}
-			a.printOp(op)
-		}
-		if err != nil {
-			return a.opsError(err, c, domain, op)
-		}
-		if op != nil && (op.State == operations.StateFailed || op.State == operations.StateExpired) {
-			return fmt.Errorf("poppy: the operation %s", op.State)
-		}
-		return nil
-	}
+	ops.AddCommand(newCmdOpsList(a, nil), newCmdOpsShow(a, nil), newCmdOpsConfirm(a, nil), newCmdOpsCancel(a, nil), newCmdOpsTrack(a, nil))
+	return ops
+}
 
-	ops.AddCommand(&cobra.Command{
-		Use: "list DOMAIN", Short: "List the operations seen at the Company", Args: wrapArgs(cobra.ExactArgs(1)), ValidArgsFunction: a.completeDomains,
+// opOptions is the options of the ops commands that take DOMAIN ID.
+type opOptions struct {
+	app    *app
+	Domain string
+	ID     string
+}
+
+// opsConfirmOptions is the options of ops confirm.
+type opsConfirmOptions struct {
+	opOptions
+	Approve bool
+}
+
+// newOpCmd is an ops command on DOMAIN ID.
+func newOpCmd(a *app, opts *opOptions, use, short, example string, run func(context.Context) error) *cobra.Command {
+	return &cobra.Command{
+		Use: use + " DOMAIN ID", Short: short, Example: example,
+		Args: cobra.ExactArgs(2), ValidArgsFunction: a.completeDomains,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			c, err := a.company(ctx, args[0])
-			if err != nil {
-				return err
-			}
-			recs, err := a.recalledOps(ctx, c.Domain())
-			if err != nil {
-				return err
-			}
-			type item struct {
-				ID      string            `json:"operation_id"`
-				State   string            `json:"state"`
-				Summary string            `json:"summary"`
-				Action  operations.Action `json:"action"`
-				Seen    time.Time         `json:"seen"`
-			}
-			items := []item{}
-			for _, r := range recs {
-				items = append(items, item{r.ID, r.State, r.Summary, r.Action, r.Seen})
-			}
-			a.out.emit(map[string]any{"domain": c.Domain(), "operations": items})
-			a.out.printf("%s at %s (as last seen; poppy ops show DOMAIN ID reads one again):\n", a.out.bold("Operations"), esc(c.Name()))
-			if len(items) == 0 {
-				a.out.printf("  (none)\n")
-			}
-			for _, it := range items {
-				a.out.printf("  %-14s %-11s %s\n", esc(it.ID), esc(it.State), esc(it.Summary))
-			}
-			return nil
+			opts.Domain, opts.ID = args[0], args[1]
+			return run(cmd.Context())
 		},
-	})
-	ops.AddCommand(withOp("show", "Show an operation as the Company has it now", func(ctx context.Context, c *poppy.Company, oc *operations.Client, domain, id string) error {
-		op, err := get(ctx, c, oc, domain, id)
-		if err != nil {
-			return err
+	}
+}
+
+type opsListOptions struct {
+	app    *app
+	Domain string
+}
+
+func newCmdOpsList(a *app, runF func(context.Context, *opsListOptions) error) *cobra.Command {
+	opts := &opsListOptions{app: a}
+	return &cobra.Command{
+		Use: "list DOMAIN", Short: "List the operations seen at the Company",
+		Example: `  poppy ops list example.com
+  poppy --json ops list example.com`,
+		Args: cobra.ExactArgs(1), ValidArgsFunction: a.completeDomains,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.Domain = args[0]
+			if runF != nil {
+				return runF(cmd.Context(), opts)
+			}
+			return runOpsList(cmd.Context(), opts)
+		},
+	}
+}
+
+func runOpsList(ctx context.Context, opts *opsListOptions) error {
+	a := opts.app
+	c, err := a.company(ctx, opts.Domain)
+	if err != nil {
+		return err
+	}
+	recs, err := a.recalledOps(ctx, c.Domain())
+	if err != nil {
+		return err
+	}
+	type item struct {
+		ID      string            `json:"operation_id"`
+		State   string            `json:"state"`
+		Summary string            `json:"summary"`
+		Action  operations.Action `json:"action"`
+		Seen    time.Time         `json:"seen"`
+	}
+	items := []item{}
+	for _, r := range recs {
+		items = append(items, item{r.ID, r.State, r.Summary, r.Action, r.Seen})
+	}
+	a.out.emit(map[string]any{"domain": c.Domain(), "operations": items})
+	a.out.printf("%s at %s (as last seen; poppy ops show DOMAIN ID reads one again):\n", a.out.bold("Operations"), esc(c.Name()))
+	if len(items) == 0 {
+		a.out.printf("  (none)\n")
+	}
+	for _, it := range items {
+		a.out.printf("  %-14s %-11s %s\n", esc(it.ID), esc(it.State), esc(it.Summary))
+	}
+	return nil
+}
+
+func newCmdOpsShow(a *app, runF func(context.Context, *opOptions) error) *cobra.Command {
+	opts := &opOptions{app: a}
+	return newOpCmd(a, opts, "show", "Show an operation as the Company has it now",
+		"  poppy ops show example.com exc_123\n  poppy --json ops show example.com exc_123 | jq .operation.state",
+		func(ctx context.Context) error {
+			if runF != nil {
+				return runF(ctx, opts)
+			}
+			return runOpsShow(ctx, opts)
+		})
+}
+
+func runOpsShow(ctx context.Context, opts *opOptions) error {
+	a := opts.app
+	c, oc, err := a.opsSession(ctx, opts.Domain, nil)
+	if err != nil {
+		return err
+	}
+	op, err := a.getOp(ctx, c, oc, opts.Domain, opts.ID)
+	if err != nil {
+		return err
+	}
+	a.out.emit(map[string]any{"operation": opJSON(op)})
+	a.printOp(op)
+	if op.State == operations.StateProposed {
+		a.out.printf("\nNot done until you approve it: %s\n", a.cmdline("ops", "confirm", shellQuote(opts.Domain), shellQuote(opts.ID)))
+	}
+	return nil
+}
+
+func newCmdOpsConfirm(a *app, runF func(context.Context, *opsConfirmOptions) error) *cobra.Command {
+	opts := &opsConfirmOptions{opOptions: opOptions{app: a}}
+	cmd := newOpCmd(a, &opts.opOptions, "confirm", "Ask you to approve the operation, confirm it and track it to its result",
+		`  poppy ops confirm example.com exc_123
+  poppy --json ops confirm example.com exc_123
+  poppy ops confirm example.com exc_123 --approve    # from a script: approve the revision shown`,
+		func(ctx context.Context) error {
+			if runF != nil {
+				return runF(ctx, opts)
+			}
+			return runOpsConfirm(ctx, opts)
+		})
+	cmd.Long = `confirm reads the operation from the Company, shows its summary and terms,
+and asks you: a typed "yes" approves, a typed "no" declines (the Company is
+told; exit code 4). No answer (the end of input, or answers that are
+neither) leaves it proposed, as it was (exit code 5). A stdin that is not
+a terminal is never read for an answer: from a script, --approve is your
+approval of the revision shown (terms that change afterwards are asked on
+a terminal, never approved by the flag). A standing permission that
+covers every term approves without asking. Once approved, the operation
+is confirmed and tracked until it is final.`
+	cmd.Flags().BoolVar(&opts.Approve, "approve", false, "approve the operation's current revision without asking (you answer yes on the command line)")
+	return cmd
+}
+
+func runOpsConfirm(ctx context.Context, opts *opsConfirmOptions) error {
+	a := opts.app
+	// The Approver needs the revision shown, read below.
+	fa := &flagApprover{a: a}
+	var approver operations.Approver
+	if opts.Approve {
+		approver = fa
+	}
+	c, oc, err := a.opsSession(ctx, opts.Domain, approver)
+	if err != nil {
+		return err
+	}
+	op, err := a.getOp(ctx, c, oc, opts.Domain, opts.ID)
+	if err != nil {
+		return err
+	}
+	if op.State != operations.StateProposed {
+		op, err = oc.Track(ctx, op.ID)
+		return a.finalOp(ctx, c, opts.Domain, op, err)
+	}
+	fa.id, fa.revision = op.ID, op.Revision
+	done, err := oc.Handle(ctx, op)
+	return a.finalOp(ctx, c, opts.Domain, done, err)
+}
+
+func newCmdOpsCancel(a *app, runF func(context.Context, *opOptions) error) *cobra.Command {
+	opts := &opOptions{app: a}
+	return newOpCmd(a, opts, "cancel", "Decline a proposed operation, or ask the Company to stop it",
+		"  poppy ops cancel example.com exc_123",
+		func(ctx context.Context) error {
+			if runF != nil {
+				return runF(ctx, opts)
+			}
+			return runOpsCancel(ctx, opts)
+		})
+}
+
+func runOpsCancel(ctx context.Context, opts *opOptions) error {
+	a := opts.app
+	c, oc, err := a.opsSession(ctx, opts.Domain, nil)
+	if err != nil {
+		return err
+	}
+	op, err := oc.Cancel(ctx, opts.ID)
+	return a.finalOp(ctx, c, opts.Domain, op, err)
+}
+
+func newCmdOpsTrack(a *app, runF func(context.Context, *opOptions) error) *cobra.Command {
+	opts := &opOptions{app: a}
+	return newOpCmd(a, opts, "track", "Wait until the operation is final and show its result",
+		"  poppy ops track example.com exc_123\n  poppy --json ops track example.com exc_123",
+		func(ctx context.Context) error {
+			if runF != nil {
+				return runF(ctx, opts)
+			}
+			return runOpsTrack(ctx, opts)
+		})
+}
+
+func runOpsTrack(ctx context.Context, opts *opOptions) error {
+	a := opts.app
+	c, oc, err := a.opsSession(ctx, opts.Domain, nil)
+	if err != nil {
+		return err
+	}
+	if _, err := a.getOp(ctx, c, oc, opts.Domain, opts.ID); err != nil {
+		return err
+	}
+	op, err := oc.Track(ctx, opts.ID)
+	return a.finalOp(ctx, c, opts.Domain, op, err)
+}
+
+// opsSession resolves domain and returns its operations Client.
+func (a *app) opsSession(ctx context.Context, domain string, approver operations.Approver) (*poppy.Company, *operations.Client, error) {
+	c, s, err := a.session(ctx, domain)
+	if err != nil {
+		return nil, nil, err
+	}
+	oc, err := a.opsClient(s, approver)
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, oc, nil
+}
+
+// getOp reads the operation from the Company, observed with the action
+// that proposed it when this keystore remembers one.
+func (a *app) getOp(ctx context.Context, c *poppy.Company, oc *operations.Client, domain, id string) (*operations.Operation, error) {
+	op, err := oc.Get(ctx, id)
+	if err != nil {
+		return nil, a.apiError(err, c, domain, nil)
+	}
+	if r, ok := a.recalledOp(ctx, c.Domain(), id); ok && r.Action.Channel != "" {
+		if v, err := oc.Observe(op, r.Action); err == nil {
+			op = v
 		}
-		a.out.emit(map[string]any{"operation": opJSON(op)})
+	}
+	a.rememberOp(ctx, c.Domain(), op, nil)
+	return op, nil
+}
+
+// finalOp shows how confirm, cancel or track ended.
+func (a *app) finalOp(ctx context.Context, c *poppy.Company, domain string, op *operations.Operation, err error) error {
+	if op != nil {
+		a.rememberOp(ctx, c.Domain(), op, nil)
+		if err == nil {
+			a.out.emit(map[string]any{"operation": opJSON(op)})
+		}
 		a.printOp(op)
-		if op.State == operations.StateProposed {
-			a.out.printf("\nNot done until you approve it: %s\n", a.cmdline("ops", "confirm", shellQuote(domain), shellQuote(id)))
-		}
-		return nil
-	}))
-	ops.AddCommand(withOp("confirm", "Ask you to approve the operation, confirm it and track it to its result", func(ctx context.Context, c *poppy.Company, oc *operations.Client, domain, id string) error {
-		op, err := get(ctx, c, oc, domain, id)
-		if err != nil {
-			return err
-		}
-		if op.State != operations.StateProposed {
-			op, err = oc.Track(ctx, id)
-			return final(ctx, c, domain, op, err)
-		}
-		done, err := oc.Handle(ctx, op)
-		return final(ctx, c, domain, done, err)
-	}))
-	ops.AddCommand(withOp("cancel", "Decline a proposed operation, or ask the Company to stop it", func(ctx context.Context, c *poppy.Company, oc *operations.Client, domain, id string) error {
-		op, err := oc.Cancel(ctx, id)
-		return final(ctx, c, domain, op, err)
-	}))
-	ops.AddCommand(withOp("track", "Wait until the operation is final and show its result", func(ctx context.Context, c *poppy.Company, oc *operations.Client, domain, id string) error {
-		if _, err := get(ctx, c, oc, domain, id); err != nil {
-			return err
-		}
-		op, err := oc.Track(ctx, id)
-		return final(ctx, c, domain, op, err)
-	}))
-	root.AddCommand(ops)
-	root.AddCommand(newPermissionsCmd(a))
+	}
+	if err != nil {
+		return a.opsError(err, c, domain, op)
+	}
+	if op != nil && (op.State == operations.StateFailed || op.State == operations.StateExpired) {
+		return fmt.Errorf("poppy: the operation %s", op.State)
+	}
+	return nil
 }
 
 // opsError says what to do after a failed confirm, cancel or track.
 func (a *app) opsError(err error, c *poppy.Company, domain string, op *operations.Operation) error {
 	switch {
-	case errors.Is(err, errNoTerminal):
-		return &hintError{err: err, code: exitDeclined, hint: "nothing was approved; run it on a terminal without --json: " + a.cmdline("ops", "confirm", shellQuote(domain), shellQuote(opID(op)))}
+	case errors.Is(err, errNoAnswer):
+		confirm := a.cmdline("ops", "confirm", shellQuote(domain), shellQuote(opID(op)))
+		return &hintError{err: err, code: exitNoAnswer,
+			hint: "nothing was approved or declined; the operation stays proposed" + until(op) +
+				". Answer on a terminal: " + confirm + " (from a script, add --approve to approve it)"}
 	case errors.Is(err, operations.ErrDeclined):
 		return &hintError{err: err, code: exitDeclined, hint: "you declined; the Company was told, and nothing was done"}
 	case errors.Is(err, operations.ErrOperationExpired):
 		return &hintError{err: err, code: exitError, hint: "ask the Company again for a new proposal (the same poppy api or mcp call)"}
 	}
 	return a.apiError(err, c, domain, nil)
+}
+
+// until says until when op can be approved, if it says.
+func until(op *operations.Operation) string {
+	if op == nil || op.ExpiresAt.IsZero() {
+		return ""
+	}
+	return " until " + op.ExpiresAt.Local().Format("2006-01-02 15:04:05 MST")
 }
 
 func opID(op *operations.Operation) string {
@@ -388,7 +567,7 @@ func opID(op *operations.Operation) string {
 	return op.ID
 }
 
-func newPermissionsCmd(a *app) *cobra.Command {
+func newCmdPermissions(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "permissions",
 		Short: "Grant, list and revoke standing permissions for operations",
@@ -396,12 +575,30 @@ func newPermissionsCmd(a *app) *cobra.Command {
 time, of operations of one action at one Company whose every term stays
 within the limits you set. They are kept in the keystore and apply only
 while you are signed in to the same account.`,
+		Example: `  poppy permissions grant example.com --action 'openapi:POST /orders/{id}/exchanges' --any order_id --at-most price_difference.amount=100
+  poppy permissions list example.com
+  poppy permissions revoke example.com perm_123`,
 		GroupID: "apis",
 	}
-	var action, desc string
-	var anyT, eqT, atMost, atLeast []string
-	var ttl time.Duration
-	grant := &cobra.Command{
+	cmd.AddCommand(newCmdPermissionsGrant(a, nil), newCmdPermissionsList(a, nil), newCmdPermissionsRevoke(a, nil))
+	return cmd
+}
+
+type permissionsGrantOptions struct {
+	app         *app
+	Domain      string
+	Action      string
+	Any         []string
+	Eq          []string
+	AtMost      []string
+	AtLeast     []string
+	For         time.Duration
+	Description string
+}
+
+func newCmdPermissionsGrant(a *app, runF func(context.Context, *permissionsGrantOptions) error) *cobra.Command {
+	opts := &permissionsGrantOptions{app: a}
+	cmd := &cobra.Command{
 		Use:   "grant DOMAIN --action ACTION [--at-most PATH=N] [--eq PATH=JSON] [--any PATH]...",
 		Short: "Approve ahead of time the operations of one action within limits",
 		Long: `grant stores a standing permission. --action is "openapi:METHOD /path/{template}",
@@ -409,141 +606,184 @@ while you are signed in to the same account.`,
 --any PATH (any value), --eq PATH=JSON, --at-most PATH=N, --at-least PATH=N;
 PATH joins nested keys with ".", or is a JSON Pointer ("/total.amount") for
 a key that holds a dot. --for sets how long it lasts.`,
-		Args:              wrapArgs(cobra.ExactArgs(1)),
+		Example: `  poppy permissions grant example.com --action 'openapi:POST /orders/{id}/exchanges' \
+      --any order_id --any item_id --any replacement_sku --at-most price_difference.amount=100 --for 2h
+  poppy permissions grant example.com --action mcp:save_size_profile --any height_cm --any chest_cm`,
+		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: a.completeDomains,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			act, err := parseAction(action)
-			if err != nil {
-				return err
+			opts.Domain = args[0]
+			if runF != nil {
+				return runF(cmd.Context(), opts)
 			}
-			var terms []operations.Term
-			for _, s := range anyT {
-				p, err := operations.ParsePath(s)
-				if err != nil {
-					return usageError{err}
-				}
-				terms = append(terms, operations.AnyValue(p))
-			}
-			for _, kv := range eqT {
-				s, v, ok := strings.Cut(kv, "=")
-				p, err := operations.ParsePath(s)
-				if !ok || err != nil || !json.Valid([]byte(v)) {
-					return usageError{fmt.Errorf("poppy: --eq %q: want PATH=JSON", kv)}
-				}
-				terms = append(terms, operations.Term{Path: p, Op: operations.OpEqual, Values: []json.RawMessage{json.RawMessage(v)}})
-			}
-			for _, kv := range atMost {
-				s, v, ok := strings.Cut(kv, "=")
-				p, err := operations.ParsePath(s)
-				if !ok || err != nil {
-					return usageError{fmt.Errorf("poppy: --at-most %q: want PATH=N", kv)}
-				}
-				terms = append(terms, operations.AtMost(p, v))
-			}
-			for _, kv := range atLeast {
-				s, v, ok := strings.Cut(kv, "=")
-				p, err := operations.ParsePath(s)
-				if !ok || err != nil {
-					return usageError{fmt.Errorf("poppy: --at-least %q: want PATH=N", kv)}
-				}
-				terms = append(terms, operations.AtLeast(p, v))
-			}
-			if len(terms) == 0 {
-				return usageError{errors.New("poppy: a standing permission needs at least one term (--any, --eq, --at-most, --at-least)")}
-			}
-			c, s, err := a.session(ctx, args[0])
-			if err != nil {
-				return err
-			}
-			if s.Account() == "" {
-				return a.signInHint(errors.New("poppy: a standing permission applies to a signed-in account, and this Session is signed out"), c, args[0], nil)
-			}
-			oc, err := a.opsClient(s)
-			if err != nil {
-				return err
-			}
-			p, err := oc.Grant(ctx, operations.Permission{Account: s.Account(), Action: act, Terms: terms, Expires: time.Now().Add(ttl), Description: desc})
-			if err != nil {
-				return usageError{err}
-			}
-			a.out.emit(map[string]any{"permission": p})
-			a.out.printf("%s %s for %s at %s, until %s\n", a.out.green("Granted"), esc(p.ID), esc(actionFlag(act)), esc(c.Name()), p.Expires.Local().Format(time.RFC3339))
-			return nil
+			return runPermissionsGrant(cmd.Context(), opts)
 		},
 	}
-	grant.Flags().StringVar(&action, "action", "", `the action: "openapi:METHOD /path", "mcp:TOOL" or "conversation"`)
-	grant.Flags().StringArrayVar(&anyT, "any", nil, "cover the term at PATH with any value (repeatable)")
-	grant.Flags().StringArrayVar(&eqT, "eq", nil, "cover the term at PATH when it equals the JSON value: PATH=JSON (repeatable)")
-	grant.Flags().StringArrayVar(&atMost, "at-most", nil, "cover the number at PATH up to N: PATH=N (repeatable)")
-	grant.Flags().StringArrayVar(&atLeast, "at-least", nil, "cover the number at PATH from N: PATH=N (repeatable)")
-	grant.Flags().DurationVar(&ttl, "for", 24*time.Hour, "how long the permission lasts")
-	grant.Flags().StringVar(&desc, "description", "", "your own words, shown when listing")
-	cmd.AddCommand(grant)
-
-	withClient := func(ctx context.Context, domain string) (*poppy.Company, *operations.Client, error) {
-		c, s, err := a.session(ctx, domain)
-		if err != nil {
-			return nil, nil, err
-		}
-		oc, err := a.opsClient(s)
-		return c, oc, err
-	}
-	cmd.AddCommand(&cobra.Command{
-		Use: "list DOMAIN", Short: "List your standing permissions at the Company", Args: wrapArgs(cobra.ExactArgs(1)), ValidArgsFunction: a.completeDomains,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, oc, err := withClient(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			ps, err := oc.Permissions(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if ps == nil {
-				ps = []operations.Permission{}
-			}
-			a.out.emit(map[string]any{"domain": c.Domain(), "permissions": ps})
-			a.out.printf("%s at %s:\n", a.out.bold("Standing permissions"), esc(c.Name()))
-			if len(ps) == 0 {
-				a.out.printf("  (none)\n")
-			}
-			for _, p := range ps {
-				state := "until " + p.Expires.Local().Format(time.RFC3339)
-				if time.Now().After(p.Expires) {
-					state = "expired"
-				}
-				a.out.printf("  %s  %s  account %s, %s\n", esc(p.ID), esc(actionFlag(p.Action)), esc(p.Account), state)
-				for _, t := range p.Terms {
-					vals := make([]string, len(t.Values))
-					for i, v := range t.Values {
-						vals[i] = string(v)
-					}
-					a.out.printf("      %s %s %s\n", esc(t.Path.String()), t.Op, esc(strings.Join(vals, " ")))
-				}
-				if p.Description != "" {
-					a.out.printf("      %s\n", esc(p.Description))
-				}
-			}
-			return nil
-		},
-	})
-	cmd.AddCommand(&cobra.Command{
-		Use: "revoke DOMAIN ID", Short: "Revoke a standing permission", Args: wrapArgs(cobra.ExactArgs(2)), ValidArgsFunction: a.completeDomains,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			_, oc, err := withClient(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			if err := oc.Revoke(cmd.Context(), args[1]); err != nil {
-				return err
-			}
-			a.out.emit(map[string]any{"revoked": args[1]})
-			a.out.printf("Revoked %s\n", esc(args[1]))
-			return nil
-		},
-	})
+	cmd.Flags().StringVar(&opts.Action, "action", "", `the action: "openapi:METHOD /path", "mcp:TOOL" or "conversation"`)
+	cmd.Flags().StringArrayVar(&opts.Any, "any", nil, "cover the term at PATH with any value (repeatable)")
+	cmd.Flags().StringArrayVar(&opts.Eq, "eq", nil, "cover the term at PATH when it equals the JSON value: PATH=JSON (repeatable)")
+	cmd.Flags().StringArrayVar(&opts.AtMost, "at-most", nil, "cover the number at PATH up to N: PATH=N (repeatable)")
+	cmd.Flags().StringArrayVar(&opts.AtLeast, "at-least", nil, "cover the number at PATH from N: PATH=N (repeatable)")
+	cmd.Flags().DurationVar(&opts.For, "for", 24*time.Hour, "how long the permission lasts")
+	cmd.Flags().StringVar(&opts.Description, "description", "", "your own words, shown when listing")
 	return cmd
+}
+
+func runPermissionsGrant(ctx context.Context, opts *permissionsGrantOptions) error {
+	a := opts.app
+	act, err := parseAction(opts.Action)
+	if err != nil {
+		return err
+	}
+	var terms []operations.Term
+	for _, s := range opts.Any {
+		p, err := operations.ParsePath(s)
+		if err != nil {
+			return usageError{err: err}
+		}
+		terms = append(terms, operations.AnyValue(p))
+	}
+	for _, kv := range opts.Eq {
+		s, v, ok := strings.Cut(kv, "=")
+		p, err := operations.ParsePath(s)
+		if !ok || err != nil || !json.Valid([]byte(v)) {
+			return usageError{err: fmt.Errorf("poppy: --eq %q: want PATH=JSON", kv)}
+		}
+		terms = append(terms, operations.Term{Path: p, Op: operations.OpEqual, Values: []json.RawMessage{json.RawMessage(v)}})
+	}
+	for _, kv := range opts.AtMost {
+		s, v, ok := strings.Cut(kv, "=")
+		p, err := operations.ParsePath(s)
+		if !ok || err != nil {
+			return usageError{err: fmt.Errorf("poppy: --at-most %q: want PATH=N", kv)}
+		}
+		terms = append(terms, operations.AtMost(p, v))
+	}
+	for _, kv := range opts.AtLeast {
+		s, v, ok := strings.Cut(kv, "=")
+		p, err := operations.ParsePath(s)
+		if !ok || err != nil {
+			return usageError{err: fmt.Errorf("poppy: --at-least %q: want PATH=N", kv)}
+		}
+		terms = append(terms, operations.AtLeast(p, v))
+	}
+	if len(terms) == 0 {
+		return usageError{err: errors.New("poppy: a standing permission needs at least one term (--any, --eq, --at-most, --at-least)")}
+	}
+	c, s, err := a.session(ctx, opts.Domain)
+	if err != nil {
+		return err
+	}
+	if s.Account() == "" {
+		return a.signInHint(errors.New("poppy: a standing permission applies to a signed-in account, and this Session is signed out"), c, opts.Domain, nil)
+	}
+	oc, err := a.opsClient(s, nil)
+	if err != nil {
+		return err
+	}
+	p, err := oc.Grant(ctx, operations.Permission{Account: s.Account(), Action: act, Terms: terms, Expires: time.Now().Add(opts.For), Description: opts.Description})
+	if err != nil {
+		return usageError{err: err}
+	}
+	a.out.emit(map[string]any{"permission": p})
+	a.out.printf("%s %s for %s at %s, until %s\n", a.out.green("Granted"), esc(p.ID), esc(actionFlag(act)), esc(c.Name()), p.Expires.Local().Format(time.RFC3339))
+	return nil
+}
+
+type permissionsListOptions struct {
+	app    *app
+	Domain string
+}
+
+func newCmdPermissionsList(a *app, runF func(context.Context, *permissionsListOptions) error) *cobra.Command {
+	opts := &permissionsListOptions{app: a}
+	return &cobra.Command{
+		Use: "list DOMAIN", Short: "List your standing permissions at the Company",
+		Example: `  poppy permissions list example.com
+  poppy --json permissions list example.com`,
+		Args: cobra.ExactArgs(1), ValidArgsFunction: a.completeDomains,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.Domain = args[0]
+			if runF != nil {
+				return runF(cmd.Context(), opts)
+			}
+			return runPermissionsList(cmd.Context(), opts)
+		},
+	}
+}
+
+func runPermissionsList(ctx context.Context, opts *permissionsListOptions) error {
+	a := opts.app
+	c, oc, err := a.opsSession(ctx, opts.Domain, nil)
+	if err != nil {
+		return err
+	}
+	ps, err := oc.Permissions(ctx)
+	if err != nil {
+		return err
+	}
+	if ps == nil {
+		ps = []operations.Permission{}
+	}
+	a.out.emit(map[string]any{"domain": c.Domain(), "permissions": ps})
+	a.out.printf("%s at %s:\n", a.out.bold("Standing permissions"), esc(c.Name()))
+	if len(ps) == 0 {
+		a.out.printf("  (none)\n")
+	}
+	for _, p := range ps {
+		state := "until " + p.Expires.Local().Format(time.RFC3339)
+		if time.Now().After(p.Expires) {
+			state = "expired"
+		}
+		a.out.printf("  %s  %s  account %s, %s\n", esc(p.ID), esc(actionFlag(p.Action)), esc(p.Account), state)
+		for _, t := range p.Terms {
+			vals := make([]string, len(t.Values))
+			for i, v := range t.Values {
+				vals[i] = string(v)
+			}
+			a.out.printf("      %s %s %s\n", esc(t.Path.String()), t.Op, esc(strings.Join(vals, " ")))
+		}
+		if p.Description != "" {
+			a.out.printf("      %s\n", esc(p.Description))
+		}
+	}
+	return nil
+}
+
+type permissionsRevokeOptions struct {
+	app    *app
+	Domain string
+	ID     string
+}
+
+func newCmdPermissionsRevoke(a *app, runF func(context.Context, *permissionsRevokeOptions) error) *cobra.Command {
+	opts := &permissionsRevokeOptions{app: a}
+	return &cobra.Command{
+		Use: "revoke DOMAIN ID", Short: "Revoke a standing permission",
+		Example: "  poppy permissions revoke example.com perm_123",
+		Args:    cobra.ExactArgs(2), ValidArgsFunction: a.completeDomains,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.Domain, opts.ID = args[0], args[1]
+			if runF != nil {
+				return runF(cmd.Context(), opts)
+			}
+			return runPermissionsRevoke(cmd.Context(), opts)
+		},
+	}
+}
+
+func runPermissionsRevoke(ctx context.Context, opts *permissionsRevokeOptions) error {
+	a := opts.app
+	_, oc, err := a.opsSession(ctx, opts.Domain, nil)
+	if err != nil {
+		return err
+	}
+	if err := oc.Revoke(ctx, opts.ID); err != nil {
+		return err
+	}
+	a.out.emit(map[string]any{"revoked": opts.ID})
+	a.out.printf("Revoked %s\n", esc(opts.ID))
+	return nil
 }
 
 // parseAction reads --action.
@@ -559,7 +799,7 @@ func parseAction(s string) (operations.Action, error) {
 			return operations.OpenAPIAction(strings.ToUpper(m), p), nil
 		}
 	}
-	return operations.Action{}, usageError{fmt.Errorf(`poppy: --action %q: want "openapi:METHOD /path", "mcp:TOOL" or "conversation"`, s)}
+	return operations.Action{}, usageError{err: fmt.Errorf(`poppy: --action %q: want "openapi:METHOD /path", "mcp:TOOL" or "conversation"`, s)}
 }
 
 // escLines escapes each line of s, indented.

@@ -49,10 +49,17 @@ type signedInJSON struct {
 	Reused    bool     `json:"reused"`
 }
 
-func addSignInCommand(root *cobra.Command, a *app) {
-	var method, account string
-	var scopes []string
-	var noOpen bool
+type signInOptions struct {
+	app     *app
+	Domain  string
+	Method  string
+	Scopes  []string
+	Account string
+	NoOpen  bool
+}
+
+func newCmdSignIn(a *app, runF func(context.Context, *signInOptions) error) *cobra.Command {
+	opts := &signInOptions{app: a}
 	cmd := &cobra.Command{
 		Use:   "signin DOMAIN",
 		Short: "Sign in to your account at a Company (direct, device or mediated)",
@@ -60,90 +67,116 @@ func addSignInCommand(root *cobra.Command, a *app) {
 poppy:read), or does nothing when a stored sign-in covers them.
   --method device    shows a code, a link and a QR code; approve on any device
   --method direct    opens the Company's page in your browser (--no-open prints
-                     the link); needs "poppy serve-identity" running
+                     the link); needs "poppy serve-identity" running, able to
+                     reach the Company: it exchanges the code there itself
   --method mediated  asks for exactly the credentials the Company declares
 Without --method, the first the Company offers for the scopes of device,
 direct, mediated. With --json it prints JSON Lines: a "device_code" or
-"authorization_url" event, then "signed_in".`,
+"authorization_url" event, then "signed_in". Ctrl-C stops waiting (exit 130).`,
+		Example: `  poppy signin example.com
+  poppy signin example.com --method device --scope poppy:read --scope poppy:write
+  poppy signin example.com --method direct --no-open
+  poppy --json signin example.com --method mediated < credentials.txt`,
 		GroupID:           "company",
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: a.completeDomains,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			domain := args[0]
-			if len(scopes) == 0 {
-				scopes = []string{"poppy:read"}
+			opts.Domain = args[0]
+			if opts.Method != "" && !slices.Contains(methodPreference, opts.Method) {
+				return usageError{err: fmt.Errorf("--method must be direct, device or mediated, not %q", opts.Method)}
 			}
-			if method != "" && !slices.Contains(methodPreference, method) {
-				return usageError{fmt.Errorf("--method must be direct, device or mediated, not %q", method)}
+			if runF != nil {
+				return runF(cmd.Context(), opts)
 			}
-			c, err := a.company(ctx, domain)
-			if err != nil {
-				return err
-			}
-			s, err := c.Session(ctx, a.profile, nil)
-			if err != nil {
-				return err
-			}
-			opts := &poppy.SignInOptions{Scopes: scopes, Account: account}
-			// A stored sign-in that covers the scopes is used whatever the
-			// method (spec 4.4, 4.8).
-			if res, ok, err := s.UseAccountToken(ctx, opts); err != nil {
-				return err
-			} else if ok {
-				return a.reportSignIn(c, method, res)
-			}
-			eligible := c.EligibleSignInTypes(scopes)
-			if method == "" {
-				for _, m := range methodPreference {
-					if slices.Contains(eligible, m) {
-						method = m
-						break
-					}
-				}
-			}
-			if method == "" || !slices.Contains(eligible, method) {
-				msg := fmt.Sprintf("poppy: %s offers no sign-in for %s", c.Name(), strings.Join(scopes, " "))
-				if method != "" {
-					msg = fmt.Sprintf("poppy: %s does not offer %s sign-in for %s", c.Name(), method, strings.Join(scopes, " "))
-				}
-				hint := "run: " + a.cmdline("discover", shellQuote(domain)) + " to see what it offers"
-				if len(eligible) > 0 {
-					hint = "it offers: " + strings.Join(eligible, ", ")
-				}
-				return &hintError{err: errors.New(msg), hint: hint, code: exitError}
-			}
-			p := &cliPrompter{a: a, Terminal: signin.TerminalPrompter(a.out.prompt(), a.stdin), noOpen: noOpen}
-			defer p.stopCountdown()
-			var res *poppy.SignInResult
-			switch method {
-			case "device":
-				res, err = signin.Device(ctx, s, opts, p)
-			case "mediated":
-				res, err = signin.Mediated(ctx, s, opts, p)
-			case "direct":
-				a.checkIdentityServed(ctx)
-				var d *signin.Direct
-				if d, err = signin.NewDirect(a.agent, nil); err == nil {
-					res, err = d.SignIn(ctx, s, opts, p)
-				}
-			}
-			p.stopCountdown()
-			if err != nil {
-				if errors.Is(err, signin.ErrAccessDenied) {
-					return &hintError{err: fmt.Errorf("poppy: you declined the sign-in at %s: %w", c.Name(), err), code: exitDeclined}
-				}
-				return err
-			}
-			return a.reportSignIn(c, method, res)
+			return runSignIn(cmd.Context(), opts)
 		},
 	}
-	cmd.Flags().StringVar(&method, "method", "", "direct, device or mediated (default: the first offered of device, direct, mediated)")
-	cmd.Flags().StringArrayVar(&scopes, "scope", nil, "a scope to sign in for (repeatable; default poppy:read)")
-	cmd.Flags().StringVar(&account, "account", "", `a label for the account, for several accounts at one Company (default "default")`)
-	cmd.Flags().BoolVar(&noOpen, "no-open", false, "direct: print the link instead of opening the browser")
+	cmd.Flags().StringVar(&opts.Method, "method", "", "direct, device or mediated (default: the first offered of device, direct, mediated)")
+	cmd.Flags().StringArrayVar(&opts.Scopes, "scope", nil, "a scope to sign in for (repeatable; default poppy:read)")
+	cmd.Flags().StringVar(&opts.Account, "account", "", `a label for the account, for several accounts at one Company (default "default")`)
+	cmd.Flags().BoolVar(&opts.NoOpen, "no-open", false, "direct: print the link instead of opening the browser")
 	_ = cmd.RegisterFlagCompletionFunc("method", cobra.FixedCompletions([]string{"device", "direct", "mediated"}, cobra.ShellCompDirectiveNoFileComp))
-	root.AddCommand(cmd)
+	return cmd
+}
+
+func runSignIn(ctx context.Context, opts *signInOptions) error {
+	a := opts.app
+	domain, method, scopes := opts.Domain, opts.Method, opts.Scopes
+	if len(scopes) == 0 {
+		scopes = []string{"poppy:read"}
+	}
+	c, err := a.company(ctx, domain)
+	if err != nil {
+		return err
+	}
+	s, err := c.Session(ctx, a.profile, nil)
+	if err != nil {
+		return err
+	}
+	sopts := &poppy.SignInOptions{Scopes: scopes, Account: opts.Account}
+	// A stored sign-in that covers the scopes is used whatever the
+	// method (spec 4.4, 4.8).
+	if res, ok, err := s.UseAccountToken(ctx, sopts); err != nil {
+		return err
+	} else if ok {
+		return a.reportSignIn(c, method, res)
+	}
+	eligible := c.EligibleSignInTypes(scopes)
+	if method == "" {
+		for _, m := range methodPreference {
+			if slices.Contains(eligible, m) {
+				method = m
+				break
+			}
+		}
+	}
+	if method == "" || !slices.Contains(eligible, method) {
+		msg := fmt.Sprintf("poppy: %s offers no sign-in for %s", c.Name(), strings.Join(scopes, " "))
+		if method != "" {
+			msg = fmt.Sprintf("poppy: %s does not offer %s sign-in for %s", c.Name(), method, strings.Join(scopes, " "))
+		}
+		hint := "run: " + a.cmdline("discover", shellQuote(domain)) + " to see what it offers"
+		if len(eligible) > 0 {
+			hint = "it offers: " + strings.Join(eligible, ", ")
+		}
+		return &hintError{err: errors.New(msg), hint: hint, code: exitError}
+	}
+	p := &cliPrompter{a: a, Terminal: signin.TerminalPrompter(a.out.prompt(), a.in), noOpen: opts.NoOpen}
+	defer p.stopCountdown()
+	var res *poppy.SignInResult
+	switch method {
+	case "device":
+		res, err = signin.Device(ctx, s, sopts, p)
+	case "mediated":
+		res, err = signin.Mediated(ctx, s, sopts, p)
+	case "direct":
+		a.checkIdentityServed(ctx)
+		var d *signin.Direct
+		if d, err = signin.NewDirect(a.agent, nil); err == nil {
+			res, err = d.SignIn(ctx, s, sopts, p)
+		}
+	}
+	p.stopCountdown()
+	if err != nil {
+		return a.signInError(err, c, method)
+	}
+	return a.reportSignIn(c, method, res)
+}
+
+// signInError says what a failed sign-in means for the User.
+func (a *app) signInError(err error, c *poppy.Company, method string) error {
+	switch {
+	case errors.Is(err, signin.ErrAccessDenied):
+		return &hintError{err: fmt.Errorf("poppy: you declined the sign-in at %s: %w", c.Name(), err), code: exitDeclined}
+	case method == "direct" && errors.Is(err, signin.ErrSignInFailed):
+		// The callback reached serve-identity, which exchanges the code
+		// at the Company itself (signin.Direct.Complete) and could not.
+		return &hintError{code: exitError,
+			err: fmt.Errorf("poppy: poppy serve-identity received the Company's redirect but could not exchange the code at %s: %w", c.Name(), err),
+			hint: "serve-identity exchanges the code itself, so it must reach the Company as this command does: " +
+				"run it with the same network settings (HTTPS_PROXY, NO_PROXY, SSL_CERT_FILE, DNS) and keystore, then sign in again"}
+	}
+	return err
 }
 
 // reportSignIn prints how a sign-in ended.

@@ -9,21 +9,31 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/spf13/cobra"
+
 	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/signin"
 )
 
-// The exit codes, documented in the package doc and "poppy --help".
+// The exit codes, documented in the package doc, "poppy --help" and
+// docs/cli.md.
 const (
-	exitOK       = 0
-	exitError    = 1
-	exitUsage    = 2
-	exitSignIn   = 3 // sign-in needed
-	exitDeclined = 4 // the User declined
+	exitOK          = 0
+	exitError       = 1
+	exitUsage       = 2
+	exitSignIn      = 3   // sign-in needed
+	exitDeclined    = 4   // the User declined
+	exitNoAnswer    = 5   // the User gave no answer: the operation stays proposed
+	exitInterrupted = 130 // Ctrl-C (SIGINT)
+	exitTerminated  = 143 // SIGTERM
 )
 
-// usageError is a command-line mistake: exit code 2.
-type usageError struct{ err error }
+// usageError is a command-line mistake: exit code 2. hint, when set, is
+// the next step to suggest instead of the command's --help.
+type usageError struct {
+	err  error
+	hint string
+}
 
 func (e usageError) Error() string { return e.err.Error() }
 func (e usageError) Unwrap() error { return e.err }
@@ -71,8 +81,27 @@ func (a *app) signInHint(err error, c *poppy.Company, domain string, scopes []st
 	return &hintError{err: err, hint: "run: " + a.cmdline(args...), code: exitSignIn}
 }
 
-// exit prints err, with what to do next, and returns the exit code.
-func (a *app) exit(err error) int {
+// exit prints err, with what to do next, and returns the exit code. cmd is
+// the command that ran (or failed to parse). A run that a signal stopped
+// says so in one word and exits 130 (143 for SIGTERM), whatever the command
+// returned.
+func (a *app) exit(ctx context.Context, cmd *cobra.Command, err error) int {
+	if a.out == nil {
+		a.out = newOutput(a.stdout, a.stderr, a.jsonOut, a.env.getenv)
+	}
+	var ie interruptError
+	if errors.As(context.Cause(ctx), &ie) {
+		if a.out.json {
+			a.out.emit(map[string]any{"error": map[string]any{"message": ie.Error(), "code": ie.Error(), "exit_code": ie.code(), "hint": ""}})
+		} else {
+			nl := ""
+			if a.out.errTTY {
+				nl = "\n" // after the ^C the terminal echoed
+			}
+			fmt.Fprintln(a.stderr, nl+ie.Error())
+		}
+		return ie.code()
+	}
 	if err == nil {
 		return exitOK
 	}
@@ -83,7 +112,10 @@ func (a *app) exit(err error) int {
 	case errors.As(err, &he):
 		code, hint = he.code, he.hint
 	case errors.As(err, &ue) || isCobraUsage(err):
-		code, hint = exitUsage, "see: poppy --help"
+		code, hint = exitUsage, ue.hint
+		if hint == "" {
+			hint = "see: " + helpCommand(cmd)
+		}
 	case errors.Is(err, errNotInitialised):
 		hint = "run: poppy init --base-url https://YOUR-HOST/poppy/ (then serve it with poppy serve-identity)"
 	case errors.Is(err, signin.ErrAccessDenied):
@@ -94,13 +126,8 @@ func (a *app) exit(err error) int {
 		hint = "the Company refused the agent's identity: check that poppy serve-identity is reachable at the client_id URL (poppy identity shows it)"
 	case errors.Is(err, poppy.ErrInsecureURL):
 		hint = "the protocol requires HTTPS; --unsafe-allow-loopback-http allows http:// to this machine for development"
-	case errors.Is(err, context.Canceled):
-		hint = "interrupted"
 	}
 	msg := err.Error()
-	if a.out == nil {
-		a.out = newOutput(a.stdout, a.stderr, a.jsonOut, a.env.getenv)
-	}
 	if a.out.json {
 		a.out.emit(map[string]any{"error": map[string]any{"message": msg, "code": errorCode(err), "exit_code": code, "hint": hint}})
 	} else {
@@ -110,6 +137,15 @@ func (a *app) exit(err error) int {
 		}
 	}
 	return code
+}
+
+// helpCommand is the "poppy … --help" of cmd, the command a usage error
+// is about.
+func helpCommand(cmd *cobra.Command) string {
+	if cmd == nil {
+		return "poppy --help"
+	}
+	return cmd.CommandPath() + " --help"
 }
 
 func (o *output) errStyle(s string) string {
@@ -133,6 +169,8 @@ func errorCode(err error) string {
 		return "no_account_token"
 	case errors.Is(err, errNotInitialised):
 		return "not_initialised"
+	case errors.Is(err, errNoAnswer):
+		return "no_answer"
 	case errors.As(err, new(usageError)) || isCobraUsage(err):
 		return "usage"
 	}

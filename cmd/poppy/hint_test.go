@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"os/exec"
 	"strings"
@@ -39,7 +40,7 @@ func TestShellQuote(t *testing.T) {
 }
 
 func TestSignInHint(t *testing.T) {
-	a := newApp(nil, &bytes.Buffer{}, &bytes.Buffer{}, &environment{getenv: func(string) string { return "" }})
+	a := newApp(newInput(context.Background(), nil), &bytes.Buffer{}, &bytes.Buffer{}, &environment{getenv: func(string) string { return "" }})
 	a.profile = "bob smith"
 	err := a.signInHint(&poppy.Error{Code: "insufficient_scope", Scope: []string{"orders:write"}, SignInTypes: []string{"mediated", "direct"}}, nil, "shop.example", nil)
 	var he *hintError
@@ -55,7 +56,7 @@ func TestSignInHint(t *testing.T) {
 	}
 	var stderr bytes.Buffer
 	a.stderr = &stderr
-	if code := a.exit(err); code != exitSignIn || !strings.Contains(stderr.String(), want) {
+	if code := a.exit(context.Background(), nil, err); code != exitSignIn || !strings.Contains(stderr.String(), want) {
 		t.Fatalf("exit %d, stderr %q", code, stderr.String())
 	}
 }

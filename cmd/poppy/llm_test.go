@@ -111,6 +111,53 @@ func TestMCPServerCommand(t *testing.T) {
 	}
 }
 
+// An MCP host that can't elicit approves nothing, and the model is told
+// to show the User the operation and to have them run "poppy ops confirm
+// DOMAIN ID" (issue 23, point 8); the operation stays proposed.
+func TestMCPServerWithoutElicitation(t *testing.T) {
+	e := newCLIEnv(t, &poppytest.Options{})
+	e.init()
+	e.deviceSignIn(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	client := mcp.NewClient(&mcp.Implementation{Name: "host", Version: "1"}, nil) // no ElicitationHandler
+	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: e.command(nil, "mcp-server", "example.test")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	call := func(name, args string) map[string]any {
+		t.Helper()
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: json.RawMessage(args)})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(res.Content[0].(*mcp.TextContent).Text), &m); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		return m
+	}
+	op, _ := call(exchangeTool, exchangeArgs)["operation"].(map[string]any)
+	id, _ := op["operation_id"].(string)
+	if id == "" {
+		t.Fatalf("no operation: %v", op)
+	}
+	r := call("poppy_request_approval", `{"domain":"example.test","operation_id":"`+id+`"}`)
+	approval, _ := r["approval"].(string)
+	want := "poppy ops confirm example.test " + id
+	if r["approve_with"] != want || !strings.Contains(approval, want) || !strings.Contains(approval, "summary and terms") ||
+		!strings.Contains(approval, "elicitation") {
+		t.Fatalf("the model is not told what to show and where the User approves: %v", r)
+	}
+	if n := len(e.srv.PerformedActions()); n != 0 {
+		t.Fatalf("performed %d without the User", n)
+	}
+	if out := e.mustRun("--json", "ops", "show", "example.test", id); !strings.Contains(out, `"state":"proposed"`) {
+		t.Fatalf("the operation changed: %s", out)
+	}
+}
+
 // fakeModel is a scripted chat-completions server: answer n is script[n]
 // given the request, a list of tool calls or (nil) the final text "done".
 type fakeModel struct {
@@ -179,8 +226,15 @@ func TestPTYAsk(t *testing.T) {
 		typed     string
 		performed int
 		note      string
-	}{{"yes", 1, "The User's approval was given"}, {"no", 0, "DECLINED"}} {
-		t.Run(tc.typed, func(t *testing.T) {
+	}{
+		{"yes", 1, "The User's approval was given"},
+		{"no", 0, "DECLINED"},
+		// Answers that are neither (issue 23, point 2): asked again, then
+		// no answer; the operation stays proposed, and the model is told
+		// where the User approves it.
+		{"y\rok\rsure", 0, `approve it themselves with: poppy ops confirm example.test exc_`},
+	} {
+		t.Run(strings.ReplaceAll(tc.typed, "\r", "_"), func(t *testing.T) {
 			e := newCLIEnv(t, &poppytest.Options{})
 			e.init()
 			e.deviceSignIn(t)
@@ -209,6 +263,15 @@ func TestPTYAsk(t *testing.T) {
 			if strings.Contains(s, key) {
 				t.Fatal("the API key reached the screen")
 			}
+			if tc.performed == 0 && tc.typed != "no" {
+				id := regexp.MustCompile(`"operation_id":"(exc_[^"]+)"`).FindStringSubmatch(s)
+				if id == nil {
+					t.Fatalf("no operation on the screen:\n%s", s)
+				}
+				if out := e.mustRun("--json", "ops", "show", "example.test", id[1]); !strings.Contains(out, `"state":"proposed"`) {
+					t.Fatalf("no answer changed the operation: %s", out)
+				}
+			}
 			model.mu.Lock()
 			defer model.mu.Unlock()
 			if len(model.bodies) != 3 || model.auth[0] != "Bearer "+key {
@@ -236,6 +299,10 @@ func TestAskNoTerminal(t *testing.T) {
 	}
 	if !strings.Contains(string(out), `"tool":"poppy_request_approval"`) {
 		t.Fatalf("no approval step:\n%s", out)
+	}
+	// The model is told where the User approves it themselves.
+	if !regexp.MustCompile(`"approve_with":"poppy ops confirm example.test exc_[^"]+"`).Match(out) {
+		t.Fatalf("the model is not told to have the User run poppy ops confirm:\n%s", out)
 	}
 	// A model that never stops is stopped after --max-steps model calls.
 	loop := func(string) []modelCall { return []modelCall{{"poppy_list_operations", `{"domain":"example.test"}`}} }

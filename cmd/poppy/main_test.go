@@ -17,6 +17,8 @@ package main
 //	spawn NAME PROG ARGS...     start PROG in the background, output to NAME.out / NAME.err
 //	await NAME [EXIT]           wait for NAME to end with EXIT (default 0)
 //	waitfor FILE REGEXP [VAR]   wait until FILE matches; set VAR to the first group
+//	helpall                     every command's --help has examples of it, and a
+//	                            usage error names that command's --help
 
 import (
 	"bufio"
@@ -39,6 +41,7 @@ import (
 	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
+	"github.com/spf13/cobra"
 	"go.uber.org/goleak"
 
 	"github.com/poppyproto/poppy/internal/realtest"
@@ -64,9 +67,10 @@ func (l leakCheckM) Run() int {
 
 func TestMain(m *testing.M) {
 	testscript.Main(leakCheckM{realtest.Main(m)}, map[string]func(){
-		"poppy":       main, // unmodified: it reaches the fake as its HTTPS proxy (poppytest.Server.Env)
-		"fakeco":      func() { os.Exit(fakeCompanyMain()) },
-		"fakebrowser": func() { os.Exit(fakeBrowserMain()) },
+		"poppy":        main, // unmodified: it reaches the fake as its HTTPS proxy (poppytest.Server.Env)
+		"fakeco":       func() { os.Exit(fakeCompanyMain()) },
+		"fakebrowser":  func() { os.Exit(fakeBrowserMain()) },
+		"stuckcleanup": func() { os.Exit(stuckCleanupMain()) },
 	})
 }
 
@@ -90,6 +94,7 @@ func scriptParams(dir string) testscript.Params {
 			"spawn":   cmdSpawn,
 			"await":   cmdAwait,
 			"waitfor": cmdWaitFor,
+			"helpall": cmdHelpAll,
 		},
 	}
 }
@@ -289,5 +294,63 @@ func cmdWaitFor(ts *testscript.TestScript, neg bool, args []string) {
 			ts.Fatalf("waitfor %s %q: not seen in 30 s; it holds:\n%s", args[0], args[1], b)
 		case <-time.After(50 * time.Millisecond):
 		}
+	}
+}
+
+// cmdHelpAll checks every command of the tree (newRootCmd, cobra's help
+// and completion included, hidden ones aside): "poppy CMD --help" has an
+// Examples section that shows CMD, and a usage error (an unknown flag)
+// exits 2 and names "poppy CMD --help", not the generic "poppy --help".
+func cmdHelpAll(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 0 {
+		ts.Fatalf("usage: helpall")
+	}
+	root := newRootCmd(newApp(newInput(context.Background(), nil), io.Discard, io.Discard, nil))
+	var paths [][]string
+	eachCommand(root, func(c *cobra.Command) {
+		if c.Hidden || strings.HasPrefix(c.Name(), "__") {
+			return
+		}
+		paths = append(paths, strings.Fields(c.CommandPath())[1:])
+	})
+	if len(paths) < 20 {
+		ts.Fatalf("helpall: only %d commands in the tree", len(paths))
+	}
+	run := func(args ...string) (string, string, int) {
+		path, err := exec.LookPath("poppy")
+		ts.Check(err)
+		cmd := exec.Command(path, args...)
+		cmd.Dir, cmd.Env = ts.Getenv("PWD"), scriptEnv(ts)
+		var out, errOut strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		err = cmd.Run()
+		code := 0
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			code = ee.ExitCode()
+		} else {
+			ts.Check(err)
+		}
+		return out.String(), errOut.String(), code
+	}
+	for _, p := range paths {
+		name := strings.Join(append([]string{"poppy"}, p...), " ")
+		out, _, code := run(append(p, "--help")...)
+		_, examples, ok := strings.Cut(out, "\nExamples:\n")
+		if code != 0 || !ok {
+			ts.Fatalf("%s --help: exit %d, no Examples section:\n%s", name, code, out)
+		}
+		examples, _, _ = strings.Cut(examples, "\n\n")
+		if !strings.Contains(examples, name) {
+			ts.Fatalf("%s --help: no example of %s:\n%s", name, name, examples)
+		}
+		_, errOut, code := run(append(p, "--no-such-flag")...)
+		if code != exitUsage || !strings.Contains(errOut, "see: "+name+" --help") {
+			ts.Fatalf("%s --no-such-flag: exit %d, want %d naming %q:\n%s", name, code, exitUsage, name+" --help", errOut)
+		}
+		if name != "poppy" && strings.Contains(errOut, "poppy --help") {
+			ts.Fatalf("%s --no-such-flag: the generic help is named:\n%s", name, errOut)
+		}
+		ts.Logf("%s: examples and usage error ok", name)
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"strings"
 
 	"golang.org/x/term"
@@ -31,9 +30,11 @@ type output struct {
 	color          bool
 }
 
-func isTerminal(w any) bool {
-	f, ok := w.(*os.File)
-	return ok && term.IsTerminal(int(f.Fd()))
+// isTerminal reports whether f (an *os.File, or stdin's input) is a
+// terminal.
+func isTerminal(f any) bool {
+	fd, ok := f.(interface{ Fd() uintptr })
+	return ok && fd.Fd() != ^uintptr(0) && term.IsTerminal(int(fd.Fd()))
 }
 
 func newOutput(stdout, stderr io.Writer, jsonOut bool, getenv func(string) string) *output {

@@ -22,18 +22,25 @@ import (
 	"github.com/poppyproto/poppy/poppytest"
 )
 
-// onPTY starts cmd on a new pseudo-terminal and returns the screen and a
-// function that waits for the process and returns its exit code.
-func onPTY(t *testing.T, cmd *exec.Cmd) (*os.File, *syncBuffer, func() int) {
+// ptyProc is a process on a pseudo-terminal of its own.
+type ptyProc struct {
+	t      *testing.T
+	cmd    *exec.Cmd
+	ptmx   *os.File
+	screen *syncBuffer
+	copied chan struct{}
+	exited chan int
+}
+
+// startPTY starts cmd on a new pseudo-terminal.
+func startPTY(t *testing.T, cmd *exec.Cmd) *ptyProc {
 	t.Helper()
 	ptmx, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 60, Cols: 160})
 	if err != nil {
 		t.Skipf("no pseudo-terminal here: %v", err)
 	}
-	screen := &syncBuffer{}
-	copied := make(chan struct{})
-	go func() { _, _ = io.Copy(screen, ptmx); close(copied) }()
-	exited := make(chan int, 1)
+	p := &ptyProc{t: t, cmd: cmd, ptmx: ptmx, screen: &syncBuffer{}, copied: make(chan struct{}), exited: make(chan int, 1)}
+	go func() { _, _ = io.Copy(p.screen, ptmx); close(p.copied) }()
 	go func() {
 		err := cmd.Wait()
 		var ee *exec.ExitError
@@ -41,30 +48,58 @@ func onPTY(t *testing.T, cmd *exec.Cmd) (*os.File, *syncBuffer, func() int) {
 		if errors.As(err, &ee) {
 			code = ee.ExitCode()
 		}
-		exited <- code
+		p.exited <- code
 	}()
-	wait := func() int {
-		select {
-		case code := <-exited:
-			// The child is gone: the master reads EOF (EIO) once the
-			// output is drained.
-			select {
-			case <-copied:
-			case <-time.After(5 * time.Second):
-			}
-			return code
-		case <-time.After(60 * time.Second):
-			_ = cmd.Process.Kill()
-			t.Fatalf("still running after 60 s; the screen shows:\n%s", screen.String())
-			return -1
-		}
-	}
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGKILL)
 		_ = ptmx.Close()
-		<-copied
+		<-p.copied
 	})
-	return ptmx, screen, wait
+	return p
+}
+
+// wait waits up to d for the process to exit and returns its exit code;
+// the test fails if it is still running then.
+func (p *ptyProc) wait(d time.Duration) int {
+	p.t.Helper()
+	select {
+	case code := <-p.exited:
+		// The child is gone: the master reads EOF (EIO) once the
+		// output is drained.
+		select {
+		case <-p.copied:
+		case <-time.After(5 * time.Second):
+		}
+		return code
+	case <-time.After(d):
+		_ = p.cmd.Process.Kill()
+		p.t.Fatalf("still running after %v; the screen shows:\n%s", d, p.screen.String())
+		return -1
+	}
+}
+
+// interrupt types Ctrl-C and waits up to 10 s (a generous bound on a
+// shared machine) for the process to end; it returns the exit code and
+// how long the process took to end, which the test logs.
+func (p *ptyProc) interrupt() (int, time.Duration) {
+	p.t.Helper()
+	start := time.Now()
+	if _, err := p.ptmx.Write([]byte{3}); err != nil {
+		p.t.Fatal(err)
+	}
+	code := p.wait(10 * time.Second)
+	d := time.Since(start)
+	p.t.Logf("exit %d %v after Ctrl-C", code, d.Round(time.Millisecond))
+	return code, d
+}
+
+// onPTY starts cmd on a new pseudo-terminal and returns the screen and a
+// function that waits (up to 60 s) for the process and returns its exit
+// code.
+func onPTY(t *testing.T, cmd *exec.Cmd) (*os.File, *syncBuffer, func() int) {
+	t.Helper()
+	p := startPTY(t, cmd)
+	return p.ptmx, p.screen, func() int { return p.wait(60 * time.Second) }
 }
 
 func TestPTYDeviceSignInQRAndCountdown(t *testing.T) {
@@ -166,25 +201,5 @@ func TestPTYColour(t *testing.T) {
 	out := e.mustRun("status")
 	if strings.Contains(out, "\x1b[") {
 		t.Fatalf("escape sequences on a pipe: %q", out)
-	}
-}
-
-// Ctrl-C while the code is shown stops polling, clears the countdown line
-// and exits 1, with nothing stored.
-func TestPTYDeviceInterrupted(t *testing.T) {
-	e := newCLIEnv(t, nil)
-	e.init()
-	ptmx, screen, wait := onPTY(t, e.command(nil, "signin", "example.test", "--method", "device"))
-	screen.waitFor(t, regexp.MustCompile(`Waiting for you to approve\.\.\. \d+:\d\d left`), 20*time.Second)
-	_, _ = ptmx.Write([]byte{3}) // Ctrl-C
-	if code := wait(); code != exitError {
-		t.Fatalf("exit %d after Ctrl-C:\n%s", code, screen.String())
-	}
-	got := screen.String()
-	if !strings.Contains(got, "interrupted") {
-		t.Fatalf("no word of the interruption:\n%s", got)
-	}
-	if out := e.mustRun("--json", "status"); strings.Contains(out, `"signed_in":true`) {
-		t.Fatalf("signed in after Ctrl-C: %s", out)
 	}
 }

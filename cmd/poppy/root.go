@@ -6,6 +6,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os/user"
@@ -17,9 +18,11 @@ import (
 	"github.com/poppyproto/poppy/keystore"
 )
 
-// app holds one run's flags, output and lazily opened state.
+// app is what the commands of one run share (gh's Factory): the streams,
+// the global flags and the state opened on first use. Each command's
+// options hold it.
 type app struct {
-	stdin          io.Reader
+	in             *input
 	stdout, stderr io.Writer
 	env            *environment
 
@@ -39,8 +42,14 @@ type app struct {
 	cfg    *identityConfig
 }
 
-func newApp(stdin io.Reader, stdout, stderr io.Writer, env *environment) *app {
-	return &app{stdin: stdin, stdout: stdout, stderr: stderr, env: env, log: slog.New(slog.DiscardHandler)}
+func newApp(in *input, stdout, stderr io.Writer, env *environment) *app {
+	if env == nil {
+		env = &environment{}
+	}
+	if env.getenv == nil {
+		env.getenv = func(string) string { return "" }
+	}
+	return &app{in: in, stdout: stdout, stderr: stderr, env: env, log: slog.New(slog.DiscardHandler)}
 }
 
 func (a *app) close() {
@@ -49,8 +58,41 @@ func (a *app) close() {
 	}
 }
 
-// newRootCmd builds the command tree. Each command group lives in its own
-// file (cmd_*.go) and adds itself here with one line.
+// The groups "poppy --help" lists the commands in.
+var commandGroups = []*cobra.Group{
+	{ID: "agent", Title: "Your agent's identity:"},
+	{ID: "company", Title: "Companies and sign-in:"},
+	{ID: "apis", Title: "The Company's APIs and operations:"},
+}
+
+// commands returns the top-level commands, in the order "poppy --help"
+// lists them within their groups. Each is built by its newCmdX in its
+// cmd_*.go file; a new command is one line here.
+func commands(a *app) []*cobra.Command {
+	return []*cobra.Command{
+		newCmdInit(a, nil),          // cmd_identity.go
+		newCmdIdentity(a, nil),      // cmd_identity.go
+		newCmdServeIdentity(a, nil), // cmd_identity.go
+		newCmdDiscover(a, nil),      // cmd_discover.go
+		newCmdSession(a, nil),       // cmd_session.go
+		newCmdSignIn(a, nil),        // cmd_signin.go
+		newCmdStatus(a, nil),        // cmd_status.go
+		newCmdSignOut(a, nil),       // cmd_status.go
+		newCmdAPIs(a, nil),          // cmd_api.go
+		newCmdAPI(a, nil),           // cmd_api.go
+		newCmdMCP(a),                // cmd_api.go: mcp tools, mcp call
+		newCmdOps(a),                // cmd_ops.go: ops list, show, confirm, cancel, track
+		newCmdPermissions(a),        // cmd_ops.go: permissions grant, list, revoke
+		newCmdBrowse(a, nil),        // cmd_browse.go
+		newCmdChat(a, nil),          // cmd_chat.go
+		newCmdMCPServer(a, nil),     // cmd_llm.go
+		newCmdAsk(a, nil),           // cmd_llm.go
+		newCmdCheck(a, nil),         // cmd_check.go
+		newCmdFake(a, nil),          // cmd_fake.go
+	}
+}
+
+// newRootCmd builds the command tree.
 func newRootCmd(a *app) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "poppy",
@@ -61,7 +103,13 @@ your account, calls its APIs, asks you before any operation it proposes is
 done, browses its website in a headless Chromium joined to your Session, and
 shows what is kept, with every secret in the keystore.
 
-Exit codes: 0 ok, 1 error, 2 usage error, 3 sign-in needed, 4 declined by the User.`,
+Exit codes: 0 ok, 1 error, 2 usage error, 3 sign-in needed, 4 declined by the User,
+5 no answer (the operation stays proposed), 130 interrupted (Ctrl-C).`,
+		Example: `  poppy init --base-url https://agent.example/poppy/
+  poppy serve-identity &
+  poppy signin example.com
+  poppy api example.com GET /orders
+  poppy --json status`,
 		SilenceUsage:      true,
 		SilenceErrors:     true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error { return a.setup(cmd) },
@@ -73,30 +121,68 @@ Exit codes: 0 ok, 1 error, 2 usage error, 3 sign-in needed, 4 declined by the Us
 	f.BoolVar(&a.jsonOut, "json", false, "print JSON (JSON Lines for progress) instead of text")
 	f.BoolVar(&a.allowLoopback, "unsafe-allow-loopback-http", false, "allow http:// on loopback addresses, for development only")
 	f.BoolVar(&a.verbose, "verbose", false, "log debug records to stderr (secrets are never logged)")
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err: err} })
 
-	root.AddGroup(&cobra.Group{ID: "agent", Title: "Your agent's identity:"},
-		&cobra.Group{ID: "company", Title: "Companies and sign-in:"})
-	addIdentityCommands(root, a)                             // cmd_identity.go: init, identity, serve-identity
-	addDiscoverCommand(root, a)                              // cmd_discover.go
-	addSessionCommand(root, a)                               // cmd_session.go
-	addSignInCommand(root, a)                                // cmd_signin.go
-	addStatusCommands(root, a)                               // cmd_status.go: status, signout
-	addAPICommands(root, a)                                  // cmd_api.go: apis, api, mcp
-	addOpsCommands(root, a)                                  // cmd_ops.go: ops, permissions
-	addBrowseCommand(root, a)                                // cmd_browse.go
-	addChatCommand(root, a)                                  // cmd_chat.go
-	addLLMCommands(root, a)                                  // cmd_llm.go: mcp-server, ask
-	root.AddCommand(newCmdCheck(a, nil), newCmdFake(a, nil)) // cmd_check.go, cmd_fake.go
-
-	for _, c := range root.Commands() {
+	root.AddGroup(commandGroups...)
+	root.AddCommand(commands(a)...)
+	addBuiltinExamples(root)
+	eachCommand(root, func(c *cobra.Command) {
+		if c.HasSubCommands() && c.Run == nil && c.RunE == nil {
+			c.Args, c.RunE = unknownSubcommand, showHelp
+		}
 		c.Args = wrapArgs(c.Args)
-	}
-	root.SetIn(a.stdin)
+	})
+	root.SetIn(a.in)
 	root.SetOut(a.stdout)
 	root.SetErr(a.stderr)
 	return root
 }
+
+// addBuiltinExamples gives cobra's own help and completion commands
+// examples, as every command has.
+func addBuiltinExamples(root *cobra.Command) {
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		switch c.Name() {
+		case "help":
+			c.Example = "  poppy help signin\n  poppy help ops confirm"
+		case "completion":
+			c.Example = "  source <(poppy completion bash)\n  poppy completion zsh > \"${fpath[1]}/_poppy\""
+			for _, sh := range c.Commands() {
+				switch sh.Name() {
+				case "bash":
+					sh.Example = "  source <(poppy completion bash)\n  poppy completion bash > /etc/bash_completion.d/poppy"
+				case "zsh":
+					sh.Example = "  poppy completion zsh > \"${fpath[1]}/_poppy\""
+				case "fish":
+					sh.Example = "  poppy completion fish > ~/.config/fish/completions/poppy.fish"
+				case "powershell":
+					sh.Example = "  poppy completion powershell | Out-String | Invoke-Expression"
+				}
+			}
+		}
+	}
+}
+
+// eachCommand calls fn for c and every command below it.
+func eachCommand(c *cobra.Command, fn func(*cobra.Command)) {
+	fn(c)
+	for _, sub := range c.Commands() {
+		eachCommand(sub, fn)
+	}
+}
+
+// unknownSubcommand is the Args of a command that only groups others
+// (ops, mcp, permissions): an argument is a subcommand it doesn't have.
+func unknownSubcommand(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return fmt.Errorf("unknown command %q for %q", args[0], cmd.CommandPath())
+	}
+	return nil
+}
+
+func showHelp(cmd *cobra.Command, _ []string) error { return cmd.Help() }
 
 // wrapArgs makes argument-count errors usage errors (exit code 2).
 func wrapArgs(v cobra.PositionalArgs) cobra.PositionalArgs {
@@ -105,7 +191,11 @@ func wrapArgs(v cobra.PositionalArgs) cobra.PositionalArgs {
 	}
 	return func(cmd *cobra.Command, args []string) error {
 		if err := v(cmd, args); err != nil {
-			return usageError{err}
+			var ue usageError
+			if errors.As(err, &ue) {
+				return err
+			}
+			return usageError{err: err}
 		}
 		return nil
 	}
@@ -125,7 +215,7 @@ func (a *app) setup(cmd *cobra.Command) error {
 		a.profile = defaultProfile(a.env.getenv)
 	}
 	if strings.TrimSpace(a.profile) == "" {
-		return usageError{errors.New("--profile is empty")}
+		return usageError{err: errors.New("--profile is empty")}
 	}
 	return nil
 }
@@ -145,12 +235,20 @@ func (a *app) openStore() (keystore.Store, error) {
 	if a.store != nil {
 		return a.store, nil
 	}
-	s, closer, err := openStore(a.statePath, a.useKeyring)
+	s, closer, err := openStore(a.statePath, a.useKeyring, a.warn)
 	if err != nil {
 		return nil, err
 	}
 	a.store, a.closer = s, closer
 	return s, nil
+}
+
+// warn prints a warning on stderr, before or after setup.
+func (a *app) warn(msg string) {
+	if a.out == nil {
+		a.out = newOutput(a.stdout, a.stderr, a.jsonOut, a.env.getenv)
+	}
+	a.out.warn(msg)
 }
 
 // loadAgent opens the keystore, loads the identity "poppy init" made and
@@ -175,16 +273,22 @@ func (a *app) loadAgent(ctx context.Context) (*poppy.Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	agent, err := poppy.NewAgent(id, &poppy.AgentOptions{
-		Store:                   store,
-		Logger:                  a.log,
-		UnsafeAllowLoopbackHTTP: a.allowLoopback,
-	})
+	agent, err := poppy.NewAgent(id, a.agentOptions(store))
 	if err != nil {
 		return nil, err
 	}
 	a.agent, a.cfg = agent, cfg
 	return agent, nil
+}
+
+func (a *app) agentOptions(store keystore.Store) *poppy.AgentOptions {
+	return &poppy.AgentOptions{
+		Store:                   store,
+		Logger:                  a.log,
+		UnsafeAllowLoopbackHTTP: a.allowLoopback,
+		HTTPClient:              a.env.httpClient,
+		Clock:                   a.env.clock,
+	}
 }
 
 // company resolves domain and records it for "poppy status".
@@ -201,6 +305,19 @@ func (a *app) company(ctx context.Context, domain string) (*poppy.Company, error
 		a.log.Debug("poppy: remembering the Company", "err", err)
 	}
 	return c, nil
+}
+
+// session resolves domain and starts or resumes the profile's Session.
+func (a *app) session(ctx context.Context, domain string) (*poppy.Company, *poppy.Session, error) {
+	c, err := a.company(ctx, domain)
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := c.Session(ctx, a.profile, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, s, nil
 }
 
 // cmdline returns a poppy command line to suggest, with the global flags

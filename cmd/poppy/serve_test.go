@@ -137,3 +137,60 @@ func selfSigned(t *testing.T, dir string) (certFile, keyFile string, pool *x509.
 	pool.AddCert(c)
 	return certFile, keyFile, pool
 }
+
+// The keystore's directory is the OS user's alone, as ssh insists for
+// ~/.ssh (issue 20, section 5): an existing default directory that others
+// can write is made 0700, with a warning; a --state directory that others
+// can write is refused (unless sticky, as /tmp), and so is a parent that
+// others can write.
+func TestStateDirPrivate(t *testing.T) {
+	e := newCLIEnv(t, nil)
+	dir := filepath.Join(e.dir, ".config", "poppy")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	_, errOut, code := e.run("init", "--base-url", "https://agent.test/poppy/")
+	if code != 0 {
+		t.Fatalf("init: exit %d: %s", code, errOut)
+	}
+	if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("the keystore's directory after init: %v %v", fi.Mode(), err)
+	}
+	if !strings.Contains(errOut, "others could write the keystore's directory") || !strings.Contains(errOut, "0777") {
+		t.Fatalf("no warning of the repair: %q", errOut)
+	}
+
+	shared := filepath.Join(e.dir, "shared")
+	if err := os.Mkdir(shared, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(shared, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	_, errOut, code = e.run("--state", filepath.Join(shared, "ks.db"), "init", "--base-url", "https://agent.test/poppy/")
+	if code != exitError || !strings.Contains(errOut, "can write the keystore's directory") || !strings.Contains(errOut, "chmod go-w") {
+		t.Fatalf("--state in a directory others can write: exit %d: %s", code, errOut)
+	}
+	if _, err := os.Stat(filepath.Join(shared, "ks.db")); err == nil {
+		t.Fatal("the keystore was created there")
+	}
+	if fi, _ := os.Stat(shared); fi.Mode().Perm() != 0o777 {
+		t.Fatalf("a --state directory was changed: %v", fi.Mode())
+	}
+	_, errOut, code = e.run("--state", filepath.Join(shared, "sub", "ks.db"), "init", "--base-url", "https://agent.test/poppy/")
+	if code != exitError || !strings.Contains(errOut, "where the keystore's directory is") {
+		t.Fatalf("a parent others can write: exit %d: %s", code, errOut)
+	}
+
+	sticky := filepath.Join(e.dir, "sticky")
+	if err := os.Mkdir(sticky, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(sticky, 0o777|os.ModeSticky); err != nil {
+		t.Fatal(err)
+	}
+	e.mustRun("--state", filepath.Join(sticky, "ks.db"), "init", "--base-url", "https://agent.test/poppy/")
+}

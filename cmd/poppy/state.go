@@ -34,14 +34,20 @@ const (
 
 // openStore opens the SQLite keystore at path (default under
 // os.UserConfigDir), sealed with a key from the OS keyring when
-// useKeyring is set.
-func openStore(path string, useKeyring bool) (keystore.Store, func(), error) {
+// useKeyring is set. Its directory must be writable by the OS user alone
+// (see privateStateDir); warn reports a repair.
+func openStore(path string, useKeyring bool, warn func(string)) (keystore.Store, func(), error) {
 	if path == "" {
 		dir, err := os.UserConfigDir()
 		if err != nil {
 			return nil, nil, fmt.Errorf("poppy: no config directory for the keystore (use --state): %w", err)
 		}
 		path = filepath.Join(dir, "poppy", defaultStateFile)
+		if err := privateStateDir(filepath.Dir(path), true, warn); err != nil {
+			return nil, nil, err
+		}
+	} else if err := privateStateDir(filepath.Dir(path), false, warn); err != nil {
+		return nil, nil, err
 	}
 	var opts sqlitestore.Options
 	if useKeyring {
@@ -113,7 +119,7 @@ func (c *identityConfig) identity(keys []*poppy.SigningKey) (*poppy.Identity, er
 func normaliseBaseURL(raw string) (string, error) {
 	u, err := url.Parse(raw)
 	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
-		return "", usageError{errors.New("--base-url must be an https:// URL without query or fragment, such as https://agent.example/poppy/")}
+		return "", usageError{err: errors.New("--base-url must be an https:// URL without query or fragment, such as https://agent.example/poppy/")}
 	}
 	if !strings.HasSuffix(u.Path, "/") {
 		u.Path += "/"

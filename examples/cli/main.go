@@ -26,8 +26,10 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
+	"strings"
 
 	"github.com/poppyproto/poppy"
+	"github.com/poppyproto/poppy/api"
 	"github.com/poppyproto/poppy/keystore/sqlitestore"
 	"github.com/poppyproto/poppy/signin"
 )
@@ -114,13 +116,28 @@ func run(ctx context.Context, cfg Config, out io.Writer, in io.Reader) error {
 	} else {
 		fmt.Fprintf(out, "Signed in to %s.\n", signin.Escape(company.Name()))
 	}
-	api := company.Document().APIs
-	if len(api) == 0 || cfg.APIPath == "" {
+	if cfg.APIPath == "" {
 		return nil
 	}
-	// The API's base URL is servers[0].url of its OpenAPI description;
-	// the fake and most Companies serve it on api.{domain}.
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://api."+company.Domain()+cfg.APIPath, nil)
+	// The API's base URL is the server URL of its OpenAPI description
+	// (servers[0].url), which package api reads: never a guess from the
+	// domain, since a Company may serve its API on any of its hosts.
+	var base string
+	for _, e := range api.List(company) {
+		if e.Type != api.TypeOpenAPI {
+			continue
+		}
+		oa, err := api.LoadOpenAPI(ctx, sess, e, nil)
+		if err != nil {
+			return err
+		}
+		base = oa.ServerURL()
+		break
+	}
+	if base == "" {
+		return nil // no OpenAPI API
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(base, "/")+cfg.APIPath, nil)
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -93,5 +94,45 @@ func TestRunTwice(t *testing.T) {
 	}
 	if n := len(srv.RequestsTo(poppytest.EndpointDevice)); n != 1 {
 		t.Fatalf("%d device authorizations, want 1", n)
+	}
+}
+
+// The API's base URL is the server URL of the Company's OpenAPI
+// description, not a guess from the domain (issue 23, point 10): a Company
+// reached through its second domain serves its API on api.{first domain}.
+func TestAPIBaseFromDescription(t *testing.T) {
+	ctx := context.Background()
+	srv := poppytest.NewServer(t, &poppytest.Options{Domains: []string{"shop.test", "example.test"}})
+	path := filepath.Join(t.TempDir(), "keystore.db")
+	const clientID = "https://agent.test/agent.json"
+	store, err := sqlitestore.Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := poppy.LoadSigningKeys(ctx, store, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	store.Close()
+	id, err := poppy.NewIdentity(poppy.IdentityConfig{ClientID: clientID, Keys: keys})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.HandleAgent("agent.test", id.Handler(nil))
+	cfg := Config{ClientID: clientID, Domain: "example.test", User: "alice", StorePath: path, APIPath: "/orders",
+		HTTPClient: srv.Client(), Clock: srv.Clock()}
+	scr := &screen{srv: srv}
+	if err := run(ctx, cfg, scr, strings.NewReader("")); err != nil {
+		t.Fatalf("run: %v\n%s", err, scr.buf.String())
+	}
+	if !strings.Contains(scr.buf.String(), "GET /orders: 200") {
+		t.Fatalf("run:\n%s", scr.buf.String())
+	}
+	var got []string
+	for _, r := range srv.RequestsTo(poppytest.EndpointAPI) {
+		got = append(got, r.Method+" "+r.URL)
+	}
+	if want := "GET https://api.shop.test/orders"; !slices.Contains(got, want) {
+		t.Fatalf("API requests %q, want %q among them", got, want)
 	}
 }

@@ -15,7 +15,8 @@
 //
 //	func TestOrders(t *testing.T) {
 //		srv := poppytest.NewServer(t, nil) // fails t on any protocol violation
-//		agent, _ := agenttest.New(t, srv, nil)
+//		agent, identity := agenttest.New(t, srv, nil) // the Agent, and its Identity served on agent.test
+//		t.Log("the Company sees client_id", identity.ClientID())
 //		c, err := agent.Company(ctx, "example.test")
 //		...
 //		sess, err := c.Session(ctx, "alice", nil)
