@@ -107,6 +107,10 @@ there were any.`,
   poppy fake --config fake.json --misconfig.organization-domain other.test`,
 		GroupID: "company",
 		Args:    cobra.NoArgs,
+		// Ctrl-C (or SIGTERM) is how a fake is stopped, not an
+		// interruption: its exit status says whether the agent broke a
+		// rule (errors.go).
+		Annotations: map[string]string{annotationEndsOnSignal: "true"},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if runF != nil {
 				return runF(cmd.Context(), opts)

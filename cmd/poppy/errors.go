@@ -81,16 +81,24 @@ func (a *app) signInHint(err error, c *poppy.Company, domain string, scopes []st
 	return &hintError{err: err, hint: "run: " + a.cmdline(args...), code: exitSignIn}
 }
 
+// annotationEndsOnSignal marks a command whose normal end is a signal
+// (poppy fake): its exit status is what it returns, not 130.
+const annotationEndsOnSignal = "poppy:ends-on-signal"
+
+func endsOnSignal(cmd *cobra.Command) bool {
+	return cmd != nil && cmd.Annotations[annotationEndsOnSignal] == "true"
+}
+
 // exit prints err, with what to do next, and returns the exit code. cmd is
 // the command that ran (or failed to parse). A run that a signal stopped
 // says so in one word and exits 130 (143 for SIGTERM), whatever the command
-// returned.
+// returned, unless the command ends on a signal by design.
 func (a *app) exit(ctx context.Context, cmd *cobra.Command, err error) int {
 	if a.out == nil {
 		a.out = newOutput(a.stdout, a.stderr, a.jsonOut, a.env.getenv)
 	}
 	var ie interruptError
-	if errors.As(context.Cause(ctx), &ie) {
+	if errors.As(context.Cause(ctx), &ie) && !endsOnSignal(cmd) {
 		if a.out.json {
 			a.out.emit(map[string]any{"error": map[string]any{"message": ie.Error(), "code": ie.Error(), "exit_code": ie.code(), "hint": ""}})
 		} else {
