@@ -548,33 +548,6 @@ func TestPA_7_7_Status(t *testing.T) {
 	}
 }
 
-func TestIDRingBounded(t *testing.T) {
-	// at most RememberEvents IDs are remembered.
-	e := newEnv(t, poppytest.ConversationOptions{Agent: quiet, PageSize: 6})
-	c, err := conversation.Start(ctx, e.sess, conversation.Text("Hello."), &conversation.StartOptions{Options: conversation.Options{RememberEvents: 3}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.Srv.SetConversationFaults(poppytest.ConversationFaults{Replay: 5})
-	for i := range 16 {
-		e.Srv.Say(c.ID(), poppytest.Reply{Text: "Part " + string(rune('a'+i))})
-	}
-	e.Srv.CloseConversation(c.ID())
-	count := map[string]int{}
-	for _, ev := range collect(t, c, &conversation.EventsOptions{LongPoll: true}, nil) {
-		count[ev.ID]++
-	}
-	// Replays from a cursor reach back 5 events, beyond the 3 remembered:
-	// some are yielded again, which a bounded memory allows.
-	again := 0
-	for _, n := range count {
-		again += n - 1
-	}
-	if len(count) != 19 || again == 0 {
-		t.Fatalf("%d distinct events, %d yielded again", len(count), again)
-	}
-}
-
 func TestStreamIdleReconnect(t *testing.T) {
 	// A stream that sends nothing for StreamIdleTimeout is reconnected.
 	e := newEnv(t, poppytest.ConversationOptions{Agent: quiet, Streaming: true})
