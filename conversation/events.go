@@ -808,6 +808,11 @@ func (r *reader) streamOnce(ctx context.Context) (bool, error) {
 		if _, err := r.handlePage(ctx, p, cursor); err != nil {
 			return false, err
 		}
+		if *p.HasMore {
+			if err := r.noteMore(ctx, cursor, c.Cursor()); err != nil {
+				return false, err
+			}
+		}
 		return false, nil
 	}
 	r.streamed = true
