@@ -157,8 +157,22 @@ func TestIdlePaceEndsOnSend(t *testing.T) {
 // events read is answered with has_more: true, no events and the
 // request's cursor; after limit reads it answers conversation_not_found,
 // so that a loop that never gives up ends.
-func stuckCompany(t *testing.T, e *env, limit int) (arm func()) {
-	rw := e.withRewriter(t)
+func stuckCompany(t testing.TB, e *env, limit int) (arm func()) {
+	return stuckCompanyClock(t, e, limit, nil)
+}
+
+// stuckCompanyClock is stuckCompany with the agent's clock given (nil: the
+// fake Company's).
+func stuckCompanyClock(t testing.TB, e *env, limit int, clock poppy.Clock) (arm func()) {
+	t.Helper()
+	rw := &rewriter{base: e.Srv.Client().Transport}
+	co, err := e.NewAgent(&poppy.AgentOptions{HTTPClient: &http.Client{Transport: rw}, Clock: clock}).Company(ctx, "example.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.sess, err = co.Session(ctx, "alice", nil); err != nil {
+		t.Fatal(err)
+	}
 	var mu sync.Mutex
 	n, armed := 0, false
 	rw.fn = func(req *http.Request, resp *http.Response) *http.Response {
