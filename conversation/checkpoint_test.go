@@ -112,6 +112,51 @@ func TestCheckpointEachEvent(t *testing.T) {
 	}
 }
 
+// TestCheckpointWhenStreamFallsSilent: a stream that stops sending has
+// the cursor of the events it brought saved while the loop still waits on
+// it, though neither Checkpoint.Events nor Checkpoint.Interval was reached:
+// at once after a first burst, and, for a burst that ends soon after a
+// save, a little later.
+func TestCheckpointWhenStreamFallsSilent(t *testing.T) {
+	e := newEnv(t, poppytest.ConversationOptions{Agent: quiet, Streaming: true})
+	c := e.start(t, conversation.Text("Hello."), nil)
+	collect(t, c, &conversation.EventsOptions{LongPoll: true, UntilIdle: true}, nil)
+	first := appendMany(e, c.ID(), 2)
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// waitSaved reports whether id becomes the saved cursor, within a
+	// bound on the wait (should it never be saved).
+	waitSaved := func(id string) bool {
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			if savedCursor(t, e, c.ID()) == id {
+				return true
+			}
+		}
+		return false
+	}
+	done := make(chan bool, 1)
+	for ev, err := range c.Events(rctx, &conversation.EventsOptions{Checkpoint: conversation.Checkpoint{Events: 1000, Interval: time.Hour}}) {
+		if err != nil {
+			break
+		}
+		if ev.ID == first[1] {
+			go func() {
+				defer cancel()
+				if !waitSaved(first[1]) {
+					done <- false
+					return
+				}
+				// A second burst, right after that save.
+				second := appendMany(e, c.ID(), 3)
+				done <- waitSaved(second[2])
+			}()
+		}
+	}
+	if !<-done {
+		t.Fatal("the cursor was not saved while the stream was silent")
+	}
+}
+
 // The child of TestCheckpointCrash: it reads the conversation from its
 // saved cursor with a policy, writes each event ID it is given to a file,
 // and dies (os.Exit: no deferred save) in the loop body of event number

@@ -271,6 +271,7 @@ type reader struct {
 	ck           Checkpoint
 	unsaved      int
 	firstUnsaved time.Time
+	lastSave     time.Time
 	dirty        bool  // status or cursor changed without an event
 	saveErr      error // a checkpoint failed inside a stream read
 
@@ -534,7 +535,7 @@ func (r *reader) checkpoint(ctx context.Context, force bool) error {
 	if err := r.c.save(ctx); err != nil {
 		return err
 	}
-	r.unsaved, r.dirty = 0, false
+	r.unsaved, r.dirty, r.lastSave = 0, false, r.c.clock.Now()
 	return nil
 }
 
@@ -817,15 +818,7 @@ func (r *reader) streamOnce(ctx context.Context) (bool, error) {
 	}
 	r.streamed = true
 	idle.Reset(c.opts.StreamIdleTimeout)
-	body := &streamBody{r: resp.Body, t: idle, d: c.opts.StreamIdleTimeout, before: func() error {
-		// The parser wants more bytes: every event received in full was
-		// handled, and the stream may now wait. The end of a burst.
-		if err := r.checkpoint(ctx, true); err != nil {
-			r.saveErr = err
-			return err
-		}
-		return nil
-	}}
+	body := &streamBody{ctx: ctx, rd: r, r: resp.Body, t: idle, d: c.opts.StreamIdleTimeout}
 	progress := false
 	for sev, err := range sse.Read(body, &sse.ReadConfig{MaxEventSize: c.opts.MaxEventBytes}) {
 		if r.saveErr != nil {
@@ -918,24 +911,70 @@ func (r *reader) dropPartials(ctx context.Context) bool {
 	return true
 }
 
-// streamBody is a stream's body: before each read of more bytes it calls
-// before (the checkpoint at the end of a burst), and every read resets
-// the idle watchdog.
+// streamBody is a stream's body. When the SSE parser asks it for more
+// bytes, every event received in full was handled, and the stream may now
+// wait: the end of a burst, where the cursor is saved (burstEnd). Every
+// read resets the idle watchdog.
 type streamBody struct {
-	r      interface{ Read([]byte) (int, error) }
-	t      *time.Timer
-	d      time.Duration
-	before func() error
+	ctx context.Context
+	rd  *reader
+	r   interface{ Read([]byte) (int, error) }
+	t   *time.Timer
+	d   time.Duration
 }
 
 func (b *streamBody) Read(p []byte) (int, error) {
-	if err := b.before(); err != nil {
+	wait, err := b.rd.burstEnd(b.ctx)
+	if err != nil {
 		return 0, err
 	}
 	b.t.Reset(b.d)
 	n, err := b.r.Read(p)
 	b.t.Reset(b.d)
+	if wait != nil {
+		if err := wait(); err != nil {
+			b.rd.saveErr = err
+			return 0, err
+		}
+	}
 	return n, err
+}
+
+// burstGap is the least time between the checkpoints at the ends of a
+// stream's bursts, so that a stream whose bytes come in small pieces
+// doesn't pay a keystore write for each.
+const burstGap = 20 * time.Millisecond
+
+// burstEnd is called before a stream reads more bytes. The cursor is saved
+// now if the last save is burstGap old; otherwise burstGap after the last
+// save, should the read still be waiting then: a stream that falls silent
+// has its cursor saved within burstGap. wait, when not nil, must be called
+// once the read returned.
+func (r *reader) burstEnd(ctx context.Context) (wait func() error, err error) {
+	if r.unsaved == 0 && !r.dirty {
+		return nil, nil
+	}
+	since := r.c.clock.Now().Sub(r.lastSave)
+	if since >= burstGap {
+		if err := r.checkpoint(ctx, true); err != nil {
+			r.saveErr = err
+			return nil, err
+		}
+		return nil, nil
+	}
+	done := make(chan error, 1)
+	t := time.AfterFunc(burstGap-since, func() { done <- r.c.save(ctx) })
+	return func() error {
+		if t.Stop() {
+			return nil // bytes came first: the events stay unsaved for now
+		}
+		// Saved while the read waited; nothing was handled meanwhile.
+		if err := <-done; err != nil {
+			return err
+		}
+		r.unsaved, r.dirty, r.lastSave = 0, false, r.c.clock.Now()
+		return nil
+	}, nil
 }
 
 // wireEvent is an event as the Company sends it.
