@@ -458,7 +458,8 @@ func (c *Conversation) OpenDirect() string {
 	return c.openDirect
 }
 
-// Cursor returns the cursor of the last event handled, "" before any.
+// Cursor returns the cursor of the last event handled, "" before any. The
+// keystore holds it once the Events loop checkpointed it (see Checkpoint).
 func (c *Conversation) Cursor() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
