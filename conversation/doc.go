@@ -43,16 +43,17 @@
 // The cursor is saved by checkpoints, as a Kafka consumer commits its
 // offsets (EventsOptions.Checkpoint): after each JSON page; in a stream at
 // the end of each burst, before it waits for more bytes (at most every
-// 20 ms, so a stream that falls silent is saved within 20 ms); at the
-// latest after Checkpoint.Events events (default 256) or once the oldest
-// unsaved event was handled Checkpoint.Interval ago (default 1 s); and
-// whenever the loop returns, by a break, an error or a panic in its body.
-// The cost of a crash is thus at most 256 events, handled within the last
-// second, yielded again; Checkpoint{Events: 1} makes it the event in
-// flight alone, at one keystore write per event (on SQLite about 40 times
-// slower than with the default: see docs/performance.md). Outbox records
-// hold the message as sent; a store that seals only secret kinds keeps
-// them in clear.
+// 20 ms, so a stream that falls silent is saved within 20 ms); once
+// Checkpoint.Events events are unsaved (default 256), or when an event
+// returns Checkpoint.Interval (default 1 s) or more after the oldest
+// unsaved one was handled; and whenever the loop returns, by a break, an
+// error or a panic in its body. What a crash costs is the events handled
+// since the last checkpoint, yielded again with their IDs, and the one in
+// flight: at most 256 with the default policy. Checkpoint{Events: 1}
+// makes it the event in flight alone, at one keystore write per event (on
+// SQLite a few hundred events a second, against tens of thousands with
+// the default: see docs/performance.md). Outbox records hold the message
+// as sent; a store that seals only secret kinds keeps them in clear.
 //
 // # Reading a turn
 //

@@ -175,14 +175,15 @@ type EventsOptions struct {
 // Checkpoint is when an Events loop saves its cursor (the last event
 // handled) in the keystore, as a Kafka consumer commits its offsets. The
 // cursor is always saved after each JSON page, before a stream waits for
-// more data (the end of a burst), and when the loop returns; Events and
-// Interval bound how far it may lag in between, while events keep coming.
+// more data (the end of a burst; at most every 20 ms, so a stream that
+// falls silent is saved within 20 ms), and when the loop returns; Events
+// and Interval bound how far it may lag in between, while events keep
+// coming.
 //
 // What comes again after a crash is what was handled but not yet saved,
-// each event with its ID: at most Events events, handled within Interval
-// (the defaults: 256 events, 1 s). Events: 1 saves after every event, so
-// that only the event in flight comes again, at one keystore write per
-// event.
+// each event with its ID, and the event in flight: fewer than Events
+// events (default 256). Events: 1 saves after every event, so that only
+// the event in flight comes again, at one keystore write per event.
 type Checkpoint struct {
 	// Events saves once that many handled events are unsaved. Default 256.
 	Events int
