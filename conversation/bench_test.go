@@ -129,7 +129,7 @@ func savedCursorIn(b *testing.B, store keystore.Store, e *env, id string) string
 }
 
 // BenchmarkUnknownEventsSQLite reads pages of 100 events of an unknown
-// type (skipped, PA-7.5-04) by long poll, with the cursor in SQLite: the
+// type (skipped, spec 7.5) by long poll, with the cursor in SQLite: the
 // cost of skipping, per event.
 func BenchmarkUnknownEventsSQLite(b *testing.B) {
 	store, err := sqlitestore.Open(filepath.Join(b.TempDir(), "keystore.db"), nil)

@@ -50,7 +50,7 @@ func TestPA_7_5_ReadsAndCursor(t *testing.T) {
 	}
 	collect(t, c, &conversation.EventsOptions{UntilIdle: true}, nil)
 	// PA-7.5-01: the next read's cursor is the cursor the previous answer
-	// gave (PA-7.5-05 has its own test, with random IDs and pages).
+	// gave (taken verbatim, with random IDs and pages: its own test).
 	next := reads(e)[len(first)]
 	if got := query(t, next).Get("cursor"); got == "" || got != cur {
 		t.Fatalf("cursor %q, want %q", got, cur)
