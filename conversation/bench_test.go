@@ -11,6 +11,7 @@ package conversation_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"net/http"
 	"path/filepath"
 	"slices"
@@ -22,6 +23,7 @@ import (
 	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/conversation"
 	"github.com/poppyproto/poppy/internal/testenv"
+	"github.com/poppyproto/poppy/keystore"
 	"github.com/poppyproto/poppy/keystore/sqlitestore"
 	"github.com/poppyproto/poppy/poppytest"
 )
@@ -68,8 +70,18 @@ func benchThroughput(b *testing.B, longPoll bool) {
 
 func BenchmarkEventsSSE(b *testing.B) { benchThroughput(b, false) }
 
-// BenchmarkEventsSSESQLite saves each cursor in an SQLite keystore on disk.
-func BenchmarkEventsSSESQLite(b *testing.B) {
+// BenchmarkEventsSSESQLite reads the stream with the cursor saved in an
+// SQLite keystore on disk, by the default checkpoint policy (after each
+// burst, at most 256 events or 1 s apart).
+func BenchmarkEventsSSESQLite(b *testing.B) { benchSQLite(b, nil) }
+
+// BenchmarkEventsSSESQLiteEachEvent saves the cursor after every event
+// (Checkpoint.Events 1): one SQLite commit per event.
+func BenchmarkEventsSSESQLiteEachEvent(b *testing.B) {
+	benchSQLite(b, &conversation.EventsOptions{Checkpoint: conversation.Checkpoint{Events: 1}})
+}
+
+func benchSQLite(b *testing.B, opts *conversation.EventsOptions) {
 	store, err := sqlitestore.Open(filepath.Join(b.TempDir(), "keystore.db"), nil)
 	if err != nil {
 		b.Fatal(err)
@@ -84,10 +96,12 @@ func BenchmarkEventsSSESQLite(b *testing.B) {
 	start := time.Now()
 	go produce(e, c.ID(), b.N)
 	got := 0
-	for _, err := range c.Events(ctx, nil) {
+	var last string
+	for ev, err := range c.Events(ctx, opts) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		last = ev.ID
 		if got++; got == b.N {
 			break
 		}
@@ -98,7 +112,132 @@ func BenchmarkEventsSSESQLite(b *testing.B) {
 	if b.N >= 100 && rate < 10 {
 		b.Fatalf("implausible: %.0f events/s", rate)
 	}
+	// The loop returned: the last event handled is on disk.
+	if got := savedCursorIn(b, store, e, c.ID()); got != last {
+		b.Fatalf("saved cursor %q, want %q", got, last)
+	}
 }
+
+func savedCursorIn(b *testing.B, store keystore.Store, e *env, id string) string {
+	raw, err := store.Get(ctx, keystore.Key{Kind: keystore.KindCursor, User: "alice", Issuer: e.Srv.Issuer(), ID: id})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var rec struct{ Cursor string }
+	json.Unmarshal(raw, &rec)
+	return rec.Cursor
+}
+
+// BenchmarkUnknownEventsSQLite reads pages of 100 events of an unknown
+// type (skipped, spec 7.5) by long poll, with the cursor in SQLite: the
+// cost of skipping, per event.
+func BenchmarkUnknownEventsSQLite(b *testing.B) {
+	store, err := sqlitestore.Open(filepath.Join(b.TempDir(), "keystore.db"), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer store.Close()
+	e := &env{Env: testenv.New(b, &poppytest.Options{Conversation: poppytest.ConversationOptions{Agent: quiet, PageSize: 100}}, &poppy.AgentOptions{Store: store})}
+	e.sess = e.Session("alice")
+	c := e.start(b, conversation.Text("Hello."), nil)
+	collect(b, c, &conversation.EventsOptions{UntilIdle: true}, nil)
+	for range b.N {
+		e.Srv.AppendEvent(c.ID(), map[string]any{"type": "poll"})
+	}
+	e.Srv.Say(c.ID(), poppytest.Reply{Text: "After the polls."})
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	for ev, err := range c.Events(ctx, &conversation.EventsOptions{LongPoll: true}) {
+		if err != nil {
+			b.Fatal(err)
+		}
+		if ev.Type == conversation.EventMessage {
+			break
+		}
+	}
+	el := time.Since(start)
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/el.Seconds(), "events/s")
+	b.ReportMetric(float64(el.Microseconds())/float64(b.N), "µs/event")
+}
+
+// realClock sleeps for real: the benchmarks of reads per second need the
+// SDK's pauses to take time.
+type realClock struct{}
+
+func (realClock) Now() time.Time { return time.Now() }
+func (realClock) Sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// idleWindow is how long BenchmarkIdleReads and BenchmarkStuckCursorReads
+// watch a loop (whatever b.N is: the figure is reads per second).
+const idleWindow = 2 * time.Second
+
+// BenchmarkIdleReads counts the reads per second of an idle Events loop
+// against a Company that answers each long poll after 1 ms (MaxWait; spec
+// 7.5 lets it), over idleWindow.
+func BenchmarkIdleReads(b *testing.B) {
+	e := &env{Env: testenv.New(b, &poppytest.Options{Conversation: poppytest.ConversationOptions{Agent: quiet, MaxWait: time.Millisecond}}, &poppy.AgentOptions{Clock: realClock{}})}
+	e.sess = e.Session("alice")
+	c := e.start(b, conversation.Text("Hello."), nil)
+	collect(b, c, &conversation.EventsOptions{UntilIdle: true}, nil)
+	base := len(reads(e))
+	b.ResetTimer()
+	rctx, cancel := context.WithTimeout(ctx, idleWindow)
+	defer cancel()
+	start := time.Now()
+	for _, err := range c.Events(rctx, nil) {
+		if err != nil && rctx.Err() == nil {
+			b.Fatal(err)
+		}
+	}
+	el := time.Since(start)
+	b.StopTimer()
+	n := len(reads(e)) - base
+	if n < 1 {
+		b.Fatalf("implausible: %d reads", n)
+	}
+	b.ReportMetric(float64(n)/el.Seconds(), "reads/s")
+}
+
+// BenchmarkStuckCursorReads counts the reads per second against a Company
+// that answers every read with has_more: true, no events and the same
+// cursor, until the loop gives up (ErrCursorStuck) or idleWindow ends.
+func BenchmarkStuckCursorReads(b *testing.B) {
+	e := &env{Env: testenv.New(b, &poppytest.Options{Conversation: poppytest.ConversationOptions{Agent: quiet, MaxWait: time.Millisecond}}, &poppy.AgentOptions{Clock: realClock{}})}
+	arm := stuckCompanyClock(b, e, 1<<30, realClock{})
+	c := e.start(b, conversation.Text("Hello."), nil)
+	collect(b, c, &conversation.EventsOptions{UntilIdle: true}, nil)
+	arm()
+	base := len(reads(e))
+	b.ResetTimer()
+	rctx, cancel := context.WithTimeout(ctx, idleWindow)
+	defer cancel()
+	start := time.Now()
+	var last error
+	for _, err := range c.Events(rctx, &conversation.EventsOptions{LongPoll: true}) {
+		last = err
+	}
+	el := time.Since(start)
+	b.StopTimer()
+	n := len(reads(e)) - base
+	if n < 1 {
+		b.Fatalf("implausible: %d reads", n)
+	}
+	b.ReportMetric(float64(n)/el.Seconds(), "reads/s")
+	b.ReportMetric(float64(n), "reads")
+	b.Logf("%d reads in %v, ending with %v", n, el, last)
+}
+
 func BenchmarkEventsLongPoll(b *testing.B) { benchThroughput(b, true) }
 
 // BenchmarkFloorBareSSE reads the same stream with net/http and

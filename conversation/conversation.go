@@ -98,8 +98,11 @@ type Options struct {
 	// MaxEventBytes caps one streamed event. Default 1 MiB.
 	MaxEventBytes int
 	// RememberEvents is how many handled event IDs (and as many message
-	// IDs) are remembered to skip events delivered again (A-26). Default
-	// 1024, about 100 KiB per conversation once that many were handled.
+	// IDs) are remembered to skip the events a Company delivers again
+	// before the cursor of a reconnect (A-26); the last 32 of them are
+	// saved with the cursor. Default 1024, about 100 KiB per conversation
+	// once that many were handled. Events up to the cursor are skipped by
+	// position whatever this says.
 	RememberEvents int
 }
 
@@ -167,6 +170,21 @@ type Conversation struct {
 	seen       *idRing // event IDs handled
 	seenMsgs   *idRing // message IDs delivered
 	pending    []Event // events from a POST's reply, not yet yielded
+
+	wake chan struct{} // a message was sent: an Events loop's pause ends
+}
+
+// savedHandled is how many of the last handled event IDs the conversation
+// record keeps beside the cursor (A-26).
+const savedHandled = 32
+
+// nudge ends the pause of an Events loop that is pacing idle reads: a
+// message was sent, and its reply is worth reading at once.
+func (c *Conversation) nudge() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
 }
 
 // record is the conversation as kept in the keystore.
@@ -177,6 +195,9 @@ type record struct {
 	Status     Status    `json:"status,omitempty"`
 	Responder  Responder `json:"responder,omitempty"`
 	OpenDirect string    `json:"open_direct,omitempty"`
+	// Handled are the last event IDs handled, up to the cursor, oldest
+	// first (A-26).
+	Handled []string `json:"handled,omitempty"`
 }
 
 // outboxRecord is an unacknowledged message as kept in the keystore.
@@ -240,6 +261,7 @@ func newConversation(sess *poppy.Session, id, endpoint string, opts *Options) *C
 		sendSem:  make(chan struct{}, 1),
 		seen:     newIDRing(o.RememberEvents),
 		seenMsgs: newIDRing(o.RememberEvents),
+		wake:     make(chan struct{}, 1),
 	}
 	c.sess.Store(sess)
 	return c
@@ -459,7 +481,8 @@ func (c *Conversation) OpenDirect() string {
 	return c.openDirect
 }
 
-// Cursor returns the cursor of the last event handled, "" before any.
+// Cursor returns the cursor of the last event handled, "" before any. The
+// keystore holds it once the Events loop checkpointed it (see Checkpoint).
 func (c *Conversation) Cursor() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -820,6 +843,7 @@ func (c *Conversation) applyAnswer(ans *answer) {
 		queued[ev.ID] = struct{}{}
 		c.pending = append(c.pending, ev)
 	}
+	c.nudge()
 }
 
 func (c *Conversation) setState(s Status, r Responder) {
@@ -979,6 +1003,9 @@ func (c *Conversation) load(ctx context.Context) error {
 		c.parent = r.Parent
 	}
 	c.cursor, c.status, c.responder, c.openDirect = r.Cursor, r.Status, r.Responder, r.OpenDirect
+	for _, id := range r.Handled {
+		c.seen.add(id)
+	}
 	return nil
 }
 
@@ -987,6 +1014,9 @@ func (c *Conversation) load(ctx context.Context) error {
 func (c *Conversation) save(ctx context.Context) error {
 	c.mu.Lock()
 	r := record{Endpoint: c.endpoint, Parent: c.parent, Cursor: c.cursor, Status: c.status, Responder: c.responder, OpenDirect: c.openDirect}
+	if c.cursor != "" {
+		r.Handled = c.seen.tail(savedHandled)
+	}
 	c.mu.Unlock()
 	b, err := json.Marshal(r)
 	if err != nil {

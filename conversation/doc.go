@@ -36,8 +36,9 @@
 // receipts of the messages the Company answered (one record per
 // conversation, written before the answered message leaves the outbox)
 // and the conversation record (keystore.KindCursor: endpoint, status,
-// responder, open Direct Conversation and the cursor of the last event
-// handled, written after the loop body returned from that event).
+// responder, open Direct Conversation, the cursor of the last event
+// handled and the last 32 event IDs up to it, written by checkpoints after
+// the loop body returned from the events they cover).
 //
 //   - Sending: a message is held by the Company exactly once. It is retried
 //     with the same ID and the same bytes while the outcome is unknown, and
@@ -45,8 +46,9 @@
 //     outbox on Resume (or Recover, for a start). This holds whoever chose
 //     the ID: see below for an app whose process may die during Send.
 //   - Reading: within a process, each event is yielded once, in order.
-//     Across a crash, the event whose handling had not returned is yielded
-//     again, with its ID: handle events idempotently by Event.ID.
+//     Across a crash, the events handled since the last checkpoint are
+//     yielded again, each with its ID, and never one the saved cursor
+//     covers: handle events idempotently by Event.ID.
 //
 // # Exactly once when the SDK chooses the IDs
 //
@@ -77,10 +79,29 @@
 // its own IDs (Message.ID, unique for the User) can also simply send
 // again with the same ID: the Company holds it once.
 //
-// Each handled event is one keystore write (the cursor), so a keystore on
-// disk bounds the event rate by its write latency; the in-memory store
-// doesn't. Outbox records hold the message as sent; a store that seals
-// only secret kinds keeps them in clear.
+// The cursor is saved by checkpoints, as a Kafka consumer commits its
+// offsets (EventsOptions.Checkpoint): after each JSON page; in a stream at
+// the end of each burst, before it waits for more bytes (at most every
+// 20 ms, so a stream that falls silent is saved within 20 ms); once
+// Checkpoint.Events events are unsaved (default 256), or when an event
+// returns Checkpoint.Interval (default 1 s) or more after the oldest
+// unsaved one was handled; and whenever the loop returns, by a break, an
+// error or a panic in its body. What a crash costs is the events handled
+// since the last checkpoint, yielded again with their IDs, and the one in
+// flight: at most 256 with the default policy. Checkpoint{Events: 1}
+// makes it the event in flight alone, at one keystore write per event (on
+// SQLite a few hundred events a second, against tens of thousands with
+// the default: see docs/performance.md). Outbox records hold the message
+// as sent; a store that seals only secret kinds keeps them in clear.
+//
+// # Reading a turn
+//
+// EventsOptions.UntilIdle returns once the Company's turn is over (status
+// idle, queued or closed) and every event up to then was yielded,
+// streaming where the Company streams, text-delta pieces included. Reads
+// that bring nothing new are paced (250 ms doubling to 5 s while idle,
+// ended at once by a message sent), and a Company that keeps answering
+// has_more without moving its cursor ends the loop with ErrCursorStuck.
 //
 // # Decisions on the specification's open points
 //
@@ -98,19 +119,28 @@
 //     The reply's events come out of the next Events loop, each once.
 //   - A-25 (cursor of an empty read without cursor): null, "" or a missing
 //     member all mean "no cursor yet"; the SDK keeps the one it has.
-//   - A-26 (how many handled IDs to remember): the last 1024 event IDs
+//   - A-26 (how many handled IDs to remember): none are needed for the
+//     guarantee, which goes by position: the events handled are those up
+//     to the cursor, in the Company's order. An answer read from the
+//     cursor that holds the cursor's event again starts after it, and a
+//     read from the beginning yields nothing up to the cursor's
+//     event, for any length of history. A ring of the last 1024 event IDs
 //     (and message IDs, to void stale text-delta pieces) per Conversation
-//     (Options.RememberEvents), about 100 KiB once full, nothing while
-//     idle; a duplicate older than that is yielded again, with its ID. The
-//     persisted cursor guards the rest: a Company that resumes from the
-//     cursor never sends events older than it.
+//     (Options.RememberEvents, about 100 KiB once full, nothing while
+//     idle), seeded after a restart from the last 32 saved with the
+//     cursor, catches what a stream replays before its Last-Event-ID,
+//     where no answer can be looked ahead in.
 //   - A-27 (SSE details): an ordinary event may carry any SSE event name
 //     or none; its type and ID are read from the JSON data, never from the
 //     SSE id (go-sse's LastEventID carries over to frames without one).
-//     Only "event: text-delta" frames are pieces. The first stream request
-//     of an Events loop carries the saved cursor as a query, as a read does
-//     (so a Company that answers JSON reads from it); every reconnect sends
-//     Last-Event-ID with the last event handled and no cursor query. A
+//     Only "event: text-delta" frames are pieces, and their SSE id, if
+//     any, is ignored (PA-7.6-07). The first stream request of an Events
+//     loop carries the saved cursor both as the cursor query and as
+//     Last-Event-ID, the same ID, so that a Company resuming a stream from
+//     either reads from it (spec 7.6 says a reconnect sends Last-Event-ID
+//     "in place of cursor"; some Companies resume every stream from it
+//     alone), and one that answers JSON reads from the query; every
+//     reconnect sends Last-Event-ID alone, with no cursor query. A
 //     stream that closes, is cut or sends nothing for
 //     Options.StreamIdleTimeout is reconnected with capped, jittered
 //     backoff; errors come as the HTTP answer to the reconnect.
@@ -125,9 +155,13 @@
 //     a Company's 400 invalid_request comes back as a *poppy.Error.
 //   - A-31 (clearing a context field): not possible; Context sends only
 //     the fields that are set, and the Company keeps the others.
-//   - A-32 (invalid_cursor): the cursor is dropped and the conversation
-//     read from its beginning, skipping the remembered handled IDs, as for
-//     cursor_expired; only cursor_expired also yields EventHistoryGap.
+//   - A-32 (invalid_cursor): as for cursor_expired, the conversation is
+//     read from its beginning by JSON, yielding nothing until the cursor's
+//     event, and from there on as usual; only cursor_expired also yields
+//     EventHistoryGap. A history read to its end without that event no
+//     longer holds it, nor (a Company drops its oldest events first)
+//     anything before it: none of its events was handled, and all are
+//     yielded. Nothing is saved meanwhile, so a crash scans again.
 //
 // Other choices: Company IDs are checked only against the alphabet and
 // length of spec 7.2 (a bad one is ErrProtocol); Company text (messages,

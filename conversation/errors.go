@@ -33,6 +33,11 @@ var (
 	ErrMarkupInText   = errors.New("conversation: text holds JSON or markup; put structure in Data")
 	ErrInvalidID      = errors.New("conversation: an ID must be 1 to 256 characters of A-Z a-z 0-9 - _")
 
+	// ErrCursorStuck: the Company answered has_more: true several times
+	// in a row without moving the cursor, so reading on would never end
+	// (spec 7.5). The error also matches ErrProtocol.
+	ErrCursorStuck = errors.New("conversation: the Company keeps saying it has more events without moving the cursor")
+
 	// ErrProtocol: the Company's answer breaks the protocol (a bad ID, a
 	// missing member, a body that isn't JSON).
 	ErrProtocol = errors.New("conversation: the Company's answer breaks the protocol")

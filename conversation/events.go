@@ -15,13 +15,29 @@ package conversation
 // recognised by its event name alone: it never moves the cursor or
 // Last-Event-ID (PA-7.6-07).
 //
-// Every event goes through deliver: skipped if its ID was handled before
-// (a ring of the last RememberEvents IDs, A-26), applied to the status,
-// responder and open Direct Conversation, yielded, and only when the loop
-// body has returned from it is its ID saved as the cursor (PA-7.5-08).
-// Unknown types are skipped, but the cursor moves past them (PA-7.5-04).
-// A stream that ends with text-delta pieces of a message not yet received
-// in full yields one EventPartialDropped per such message (PA-7.6-08).
+// Every event goes through deliver: skipped if it was handled before,
+// applied to the status, responder and open Direct Conversation, yielded,
+// and only when the loop body has returned from it does its ID become the
+// cursor (PA-7.5-08). Unknown types are skipped, but the cursor moves past
+// them (PA-7.5-04). A stream that ends with text-delta pieces of a message
+// not yet received in full yields one EventPartialDropped per such message
+// (PA-7.6-08).
+//
+// What was handled is known by position, not by a set of IDs (PA-7.5-09):
+// the events handled are those up to the cursor, in the Company's order.
+// An answer read from the cursor that holds the cursor's event again (a
+// replay) starts after it; a recovery from cursor_expired or
+// invalid_cursor reads from the beginning yielding nothing until the
+// cursor's event (see startScan), for any length of history. A bounded
+// ring of the last RememberEvents IDs, seeded from the last ones saved
+// with the cursor, catches the few events a stream replays before its
+// Last-Event-ID (A-26).
+//
+// The cursor is saved in the keystore by checkpoints (Checkpoint): after
+// each JSON page, before a stream waits for more bytes, every
+// Checkpoint.Events events or Checkpoint.Interval, and when the loop
+// returns. Reads that bring nothing new are paced, and a has_more answer
+// that never moves the cursor ends the loop with ErrCursorStuck.
 //
 // Breaking out of the loop returns from the iterator: the request in
 // flight is cancelled with the iterator's own context, and no goroutine is
@@ -145,8 +161,51 @@ type EventsOptions struct {
 	LongPoll bool
 	// UntilIdle returns once the Company is no longer working (idle,
 	// queued or closed) and every event up to then was yielded: the
-	// control goes back to the caller (PA-7.7-02). It long-polls.
+	// control goes back to the caller (PA-7.7-02). Where the Company
+	// streams, it streams, text-delta pieces included: a first JSON read
+	// (without wait) learns where the turn stands, so a loop resumed at an
+	// idle cursor returns at once, and the stream that follows ends the
+	// loop at the state event that ends the turn.
 	UntilIdle bool
+	// Checkpoint says when the cursor of the events handled is saved in
+	// the keystore. The zero value is the default policy.
+	Checkpoint Checkpoint
+}
+
+// Checkpoint is when an Events loop saves its cursor (the last event
+// handled) in the keystore, as a Kafka consumer commits its offsets. The
+// cursor is always saved after each JSON page, before a stream waits for
+// more data (the end of a burst; at most every 20 ms, so a stream that
+// falls silent is saved within 20 ms), and when the loop returns; Events
+// and Interval bound how far it may lag in between, while events keep
+// coming.
+//
+// What comes again after a crash is what was handled but not yet saved,
+// each event with its ID, and the event in flight: fewer than Events
+// events (default 256). Events: 1 saves after every event, so that only
+// the event in flight comes again, at one keystore write per event.
+type Checkpoint struct {
+	// Events saves once that many handled events are unsaved. Default 256.
+	Events int
+	// Interval saves, after an event was handled, once the oldest unsaved
+	// one was handled that long ago. Default 1 s.
+	Interval time.Duration
+}
+
+// The default checkpoint policy.
+const (
+	defaultCheckpointEvents   = 256
+	defaultCheckpointInterval = time.Second
+)
+
+func (p Checkpoint) withDefaults() Checkpoint {
+	if p.Events <= 0 {
+		p.Events = defaultCheckpointEvents
+	}
+	if p.Interval <= 0 {
+		p.Interval = defaultCheckpointInterval
+	}
+	return p
 }
 
 // ErrReading is yielded when Events is called while another Events loop of
@@ -159,14 +218,21 @@ var ErrReading = errors.New("conversation: another Events loop is reading this c
 // jittered backoff, until the loop breaks, ctx ends, the conversation is
 // closed and read to its end, or a terminal error (yielded once): a
 // refusal such as conversation_not_found or sign_in_required, a protocol
-// error, or a keystore failure. cursor_expired and invalid_cursor are
-// recovered from by reading from the beginning and skipping what was
-// handled (A-32); cursor_expired also yields EventHistoryGap.
+// error (ErrCursorStuck among them), or a keystore failure. cursor_expired
+// and invalid_cursor are recovered from by reading from the beginning and
+// skipping, by position, every event up to the last one handled (A-32);
+// cursor_expired also yields EventHistoryGap.
 //
-// The cursor is saved in the keystore after the loop body returns from
-// each event. Delivery: within a process each event is yielded once;
-// across a crash, the event whose handling had not returned is yielded
-// again, with the same ID.
+// Reads that bring nothing new are paced: a Company that answers a long
+// poll at once (spec 7.5 lets it) is read again after a pause that grows
+// while the conversation stays idle, from 250 ms to 5 s; a message sent
+// on the Conversation ends the pause.
+//
+// The cursor is saved in the keystore after the loop body returned from
+// the events it covers, as opts.Checkpoint says. Delivery: within a
+// process each event is yielded once; across a crash, the events handled
+// since the last checkpoint are yielded again, with the same IDs, and
+// never one the saved cursor covers.
 func (c *Conversation) Events(ctx context.Context, opts *EventsOptions) iter.Seq2[Event, error] {
 	var o EventsOptions
 	if opts != nil {
@@ -178,7 +244,7 @@ func (c *Conversation) Events(ctx context.Context, opts *EventsOptions) iter.Seq
 			return
 		}
 		defer c.reading.Store(false)
-		r := &reader{c: c, yield: yield, stream: !o.LongPoll && !c.opts.LongPoll && !o.UntilIdle, untilIdle: o.UntilIdle}
+		r := &reader{c: c, yield: yield, stream: !o.LongPoll && !c.opts.LongPoll, untilIdle: o.UntilIdle, ck: o.Checkpoint.withDefaults()}
 		r.run(ctx)
 	}
 }
@@ -189,26 +255,71 @@ type reader struct {
 	yield     func(Event, error) bool
 	stream    bool
 	untilIdle bool
-	streamed  bool            // a stream was opened: reconnects use Last-Event-ID
+	caughtUp  bool            // UntilIdle: a JSON read showed where the turn stands
+	streamed  bool            // a stream was opened: reconnects send Last-Event-ID alone
 	deltas    map[string]bool // messages with pieces shown, not yet complete
 	stopped   bool            // the loop body broke
 	failures  int
+
+	// Recovery from invalid_cursor and cursor_expired (A-32): the
+	// conversation is read from its beginning by JSON, yielding nothing,
+	// until the last event handled (scanFor) shows where to go on.
+	scanning   bool
+	scanFor    string
+	scanCursor string
+
+	// Checkpoints: events handled since the cursor was last saved.
+	ck           Checkpoint
+	unsaved      int
+	firstUnsaved time.Time
+	lastSave     time.Time
+	dirty        bool  // status or cursor changed without an event
+	saveErr      error // a checkpoint failed inside a stream read
+
+	idle  int // reads in a row that brought nothing new (pacing)
+	stuck int // has_more reads in a row whose cursor did not move
 }
 
 var errStop = errors.New("stop")
 
+// Pacing of reads that bring nothing new, and the bound on a cursor that
+// doesn't move.
+const (
+	idlePaceMin = 250 * time.Millisecond
+	idlePaceMax = 5 * time.Second
+	// stuckReads is how many has_more answers in a row may leave the
+	// cursor where it was before that is the Company's error.
+	stuckReads = 5
+)
+
 func (r *reader) run(ctx context.Context) {
 	c := r.c
+	// Whatever was handled is saved when the loop returns, however it
+	// returns (a break, an error, a panic in the loop body).
+	defer func() {
+		if err := r.checkpoint(ctx, true); err != nil {
+			c.log.WarnContext(ctx, "conversation: saving the cursor failed; the events handled since the last checkpoint will come again", "conversation_id", c.id, "error", err)
+		}
+	}()
 	for {
-		if err := r.drainPending(ctx); err != nil {
-			r.finish(err)
-			return
+		if !r.scanning {
+			n, err := r.drainPending(ctx)
+			if err != nil {
+				r.finish(err)
+				return
+			}
+			if n > 0 {
+				r.caughtUp = false // the turn may have moved: look again
+			}
 		}
 		var done bool
 		var err error
-		if r.stream && c.Status() != StatusClosed {
+		switch {
+		case r.scanning:
+			done, err = r.scan(ctx)
+		case r.stream && c.Status() != StatusClosed && (!r.untilIdle || r.caughtUp):
 			done, err = r.streamOnce(ctx)
-		} else {
+		default:
 			done, err = r.poll(ctx)
 		}
 		if err == nil && done {
@@ -225,15 +336,15 @@ func (r *reader) run(ctx context.Context) {
 			case errors.Is(err, ErrCursorExpired):
 				// PA-7.5-10, PA-7.5-11: read from the beginning, say so.
 				c.log.InfoContext(ctx, "conversation: cursor expired; reading from the beginning", "conversation_id", c.id)
-				r.resetCursor()
+				r.startScan()
 				if !r.emit(ctx, Event{Type: EventHistoryGap}) {
 					return
 				}
 				continue
 			case errors.Is(err, ErrInvalidCursor):
-				// PA-7.13-03, A-32: the same recovery, skipping handled IDs.
+				// PA-7.13-03, A-32: the same recovery.
 				c.log.InfoContext(ctx, "conversation: invalid cursor; reading from the beginning", "conversation_id", c.id)
-				r.resetCursor()
+				r.startScan()
 				continue
 			case retryable(err, &retryAfter):
 				c.log.DebugContext(ctx, "conversation: read failed, retrying", "conversation_id", c.id, "error", err)
@@ -261,26 +372,94 @@ func (r *reader) finish(err error) {
 	r.yield(Event{}, err)
 }
 
-func (r *reader) resetCursor() {
-	r.c.mu.Lock()
-	r.c.cursor = ""
-	r.c.mu.Unlock()
+// startScan begins the recovery from a cursor the Company refused
+// (cursor_expired, invalid_cursor): the conversation is read from its
+// beginning, and every event up to the last one handled is skipped by
+// position, however long the history (PA-7.5-09, A-32). Nothing is saved
+// while scanning: a crash meanwhile scans again.
+func (r *reader) startScan() {
+	c := r.c
+	c.mu.Lock()
+	last := c.cursor
+	c.mu.Unlock()
 	r.streamed = false
+	r.stuck = 0
+	if last == "" {
+		return // nothing was handled: read from the beginning, as usual
+	}
+	r.scanning, r.scanFor, r.scanCursor = true, last, ""
 }
 
-// drainPending yields the events a POST's reply brought.
-func (r *reader) drainPending(ctx context.Context) error {
+// scan does one JSON read of the recovery (see startScan). The page that
+// holds the last event handled gives the events after it, and reading goes
+// on from there. A history read to its end without that event no longer
+// holds it, nor anything before it (a Company drops its oldest events):
+// none of its events was handled, and it is read again from the beginning,
+// delivering. A one-page history is delivered at once.
+func (r *reader) scan(ctx context.Context) (bool, error) {
+	c := r.c
+	p, err := r.readJSON(ctx, r.scanCursor, 0)
+	if err != nil {
+		return false, err
+	}
+	r.failures = 0
+	evs, err := c.parseEvents(p)
+	if err != nil {
+		return false, err
+	}
+	k := -1
+	for i := range evs {
+		if evs[i].ID == r.scanFor {
+			k = i
+		}
+	}
+	more := *p.HasMore
+	switch {
+	case k >= 0:
+		r.scanning = false
+		_, err := r.deliverPage(ctx, p, evs[k+1:])
+		return false, err
+	case !more && r.scanCursor == "":
+		r.scanning = false
+		c.mu.Lock()
+		c.cursor = ""
+		c.mu.Unlock()
+		_, err := r.deliverPage(ctx, p, evs)
+		return false, err
+	case !more:
+		r.scanning = false
+		c.mu.Lock()
+		c.cursor = ""
+		c.mu.Unlock()
+		return false, nil
+	}
+	next := r.scanCursor
+	if p.Cursor != nil && *p.Cursor != "" {
+		next = *p.Cursor
+	}
+	if err := r.noteMore(ctx, r.scanCursor, next); err != nil {
+		return false, err
+	}
+	r.scanCursor = next
+	return false, nil
+}
+
+// drainPending yields the events a POST's reply brought, and returns how
+// many it took.
+func (r *reader) drainPending(ctx context.Context) (int, error) {
+	n := 0
 	for {
 		r.c.mu.Lock()
 		if len(r.c.pending) == 0 {
 			r.c.mu.Unlock()
-			return nil
+			return n, nil
 		}
 		ev := r.c.pending[0]
 		r.c.pending = r.c.pending[1:]
 		r.c.mu.Unlock()
-		if err := r.deliver(ctx, ev); err != nil {
-			return err
+		n++
+		if _, err := r.deliver(ctx, ev); err != nil {
+			return n, err
 		}
 	}
 }
@@ -294,16 +473,17 @@ func (r *reader) emit(ctx context.Context, ev Event) bool {
 	return true
 }
 
-// deliver handles one Company event: skip, apply, yield, save the cursor.
-func (r *reader) deliver(ctx context.Context, ev Event) error {
+// deliver handles one Company event: skip, apply, yield, move the cursor,
+// checkpoint. new reports whether the event was not skipped.
+func (r *reader) deliver(ctx context.Context, ev Event) (new bool, err error) {
 	c := r.c
 	c.mu.Lock()
-	if c.seen.has(ev.ID) {
+	if ev.ID == c.cursor || c.seen.has(ev.ID) {
 		if ev.Type == EventMessage {
 			delete(r.deltas, ev.Message.ID)
 		}
 		c.mu.Unlock()
-		return nil // PA-7.5-09: handled before
+		return false, nil // PA-7.5-09: handled before
 	}
 	known := true
 	switch ev.Type {
@@ -320,7 +500,7 @@ func (r *reader) deliver(ctx context.Context, ev Event) error {
 		c.seenMsgs.add(ev.Message.ID)
 	case EventAuthorization, EventUserRequested:
 	default:
-		known = false // PA-7.5-04
+		known = false // PA-7.5-04: skipped, and the cursor moves past it
 	}
 	c.mu.Unlock()
 	if known && !r.yield(ev, nil) {
@@ -331,12 +511,32 @@ func (r *reader) deliver(ctx context.Context, ev Event) error {
 	c.seen.add(ev.ID)
 	c.cursor = ev.ID
 	c.mu.Unlock()
-	if err := c.save(ctx); err != nil {
-		return err
+	if r.unsaved == 0 {
+		r.firstUnsaved = c.clock.Now()
+	}
+	r.unsaved++
+	if err := r.checkpoint(ctx, false); err != nil {
+		return true, err
 	}
 	if r.stopped {
-		return errStop
+		return true, errStop
 	}
+	return true, nil
+}
+
+// checkpoint saves the cursor when the policy says so, or whenever
+// something is unsaved with force.
+func (r *reader) checkpoint(ctx context.Context, force bool) error {
+	if r.unsaved == 0 && !r.dirty {
+		return nil
+	}
+	if !force && r.unsaved < r.ck.Events && r.c.clock.Now().Sub(r.firstUnsaved) < r.ck.Interval {
+		return nil
+	}
+	if err := r.c.save(ctx); err != nil {
+		return err
+	}
+	r.unsaved, r.dirty, r.lastSave = 0, false, r.c.clock.Now()
 	return nil
 }
 
@@ -350,36 +550,43 @@ type page struct {
 	Responder      string            `json:"responder"`
 }
 
-// poll does one JSON read and handles its events. done means the loop
-// ends: the conversation is closed and read to its end, or UntilIdle was
-// met.
+// poll does one JSON read and handles its events, following has_more.
+// done means the loop ends: the conversation is closed and read to its
+// end, or UntilIdle was met.
 func (r *reader) poll(ctx context.Context) (bool, error) {
 	c := r.c
 	c.mu.Lock()
 	cursor := c.cursor
 	noWait := c.status == StatusClosed
 	c.mu.Unlock()
+	catchUp := r.untilIdle && r.stream && !r.caughtUp
 	wait := 0
-	if !noWait && !(r.untilIdle && c.Status() != StatusWorking) {
+	if !noWait && !catchUp && !(r.untilIdle && c.Status() != StatusWorking) {
 		wait = waitSeconds(c.opts.Wait)
 	}
 	for {
+		began := c.clock.Now()
 		p, err := r.readJSON(ctx, cursor, wait)
 		if err != nil {
 			return false, err
 		}
 		r.failures = 0
-		more, err := r.handlePage(ctx, p)
+		news, err := r.handlePage(ctx, p, cursor)
 		if err != nil {
 			return false, err
 		}
-		if more {
-			c.mu.Lock()
-			cursor = c.cursor
-			c.mu.Unlock()
-			wait = 0 // PA-7.5-07: read again at once
+		c.mu.Lock()
+		next := c.cursor
+		c.mu.Unlock()
+		if *p.HasMore {
+			// PA-7.5-07: read again at once, unless the cursor didn't move.
+			if err := r.noteMore(ctx, cursor, next); err != nil {
+				return false, err
+			}
+			cursor, wait = next, 0
 			continue
 		}
+		r.stuck = 0
 		st := c.Status()
 		switch {
 		case st == StatusClosed:
@@ -387,20 +594,93 @@ func (r *reader) poll(ctx context.Context) (bool, error) {
 		case r.untilIdle && st != StatusWorking:
 			return true, nil // PA-7.7-02
 		}
-		return false, nil // PA-7.5-06, PA-7.7-01: read again
+		if catchUp {
+			r.caughtUp = true // the turn goes on: stream it
+			return false, nil
+		}
+		if news > 0 || next != cursor {
+			r.idle = 0
+			return false, nil // PA-7.5-06, PA-7.7-01: read again
+		}
+		// Nothing new: the next read waits out the pace.
+		pace := min(idlePaceMin<<min(r.idle, 16), idlePaceMax, c.opts.MaxBackoff)
+		r.idle++
+		if d := pace - c.clock.Now().Sub(began); d > 0 {
+			if err := r.pause(ctx, d); err != nil {
+				return false, err
+			}
+		}
+		return false, nil
 	}
 }
 
-// handlePage delivers a page's events and takes its cursor and state.
-func (r *reader) handlePage(ctx context.Context, p *page) (more bool, err error) {
-	c := r.c
-	for _, raw := range p.Events {
-		ev, err := c.parseEvent(raw)
-		if err != nil {
-			return false, err
+// noteMore checks that a has_more answer moved the cursor. One that did
+// not is read again after a backoff, and after stuckReads such answers in
+// a row it is the Company's error: reading on would never end.
+func (r *reader) noteMore(ctx context.Context, cursor, next string) error {
+	if next != cursor {
+		r.stuck = 0
+		return nil
+	}
+	r.stuck++
+	if r.stuck >= stuckReads {
+		return fmt.Errorf("%w (%d answers in a row at cursor %q; %w)", ErrCursorStuck, r.stuck, clip(cursor), ErrProtocol)
+	}
+	return r.c.clock.Sleep(ctx, r.c.backoff(r.stuck-1))
+}
+
+// pause waits d, or less if a message is sent on the conversation (its
+// reply is worth reading at once): then the pacing starts over.
+func (r *reader) pause(ctx context.Context, d time.Duration) error {
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		select {
+		case <-r.c.wake:
+			cancel()
+		case <-done:
 		}
-		if err := r.deliver(ctx, ev); err != nil {
-			return false, err
+	}()
+	if r.c.clock.Sleep(pctx, d) != nil && ctx.Err() == nil {
+		r.idle = 0 // woken by a message sent
+	}
+	return ctx.Err()
+}
+
+// handlePage delivers a page's events and takes its cursor and state. A
+// page read from cursor that holds cursor's event again starts after it:
+// what comes before it was handled (PA-7.5-09, by position). It returns
+// how many events were new.
+func (r *reader) handlePage(ctx context.Context, p *page, cursor string) (int, error) {
+	evs, err := r.c.parseEvents(p)
+	if err != nil {
+		return 0, err
+	}
+	if cursor != "" {
+		for i := len(evs) - 1; i >= 0; i-- {
+			if evs[i].ID == cursor {
+				evs = evs[i+1:]
+				break
+			}
+		}
+	}
+	return r.deliverPage(ctx, p, evs)
+}
+
+// deliverPage delivers evs, the new part of p, then takes p's cursor and
+// state and checkpoints.
+func (r *reader) deliverPage(ctx context.Context, p *page, evs []Event) (int, error) {
+	c := r.c
+	news := 0
+	for _, ev := range evs {
+		isNew, err := r.deliver(ctx, ev)
+		if isNew {
+			news++
+		}
+		if err != nil {
+			return news, err
 		}
 	}
 	c.mu.Lock()
@@ -408,13 +688,27 @@ func (r *reader) handlePage(ctx context.Context, p *page) (more bool, err error)
 	// events already handled, which would read them all again.
 	if p.Cursor != nil && *p.Cursor != "" && *p.Cursor != c.cursor && !c.seen.has(*p.Cursor) {
 		c.cursor = *p.Cursor
+		r.dirty = true
 	}
-	c.status, c.responder = Status(p.Status), Responder(p.Responder)
+	if Status(p.Status) != c.status || Responder(p.Responder) != c.responder {
+		c.status, c.responder = Status(p.Status), Responder(p.Responder)
+		r.dirty = true
+	}
 	c.mu.Unlock()
-	if err := c.save(ctx); err != nil {
-		return false, err
+	return news, r.checkpoint(ctx, true) // after each page
+}
+
+// parseEvents decodes and checks a page's events.
+func (c *Conversation) parseEvents(p *page) ([]Event, error) {
+	evs := make([]Event, 0, len(p.Events))
+	for _, raw := range p.Events {
+		ev, err := c.parseEvent(raw)
+		if err != nil {
+			return nil, err
+		}
+		evs = append(evs, ev)
 	}
-	return *p.HasMore, nil
+	return evs, nil
 }
 
 // readJSON sends one JSON events read.
@@ -468,7 +762,12 @@ func (c *Conversation) decodePage(resp *http.Response) (*page, error) {
 }
 
 // streamOnce opens one stream and handles it until it ends. done means the
-// loop ends (the conversation closed).
+// loop ends (the conversation closed, or UntilIdle was met).
+//
+// The first stream of a loop sends the cursor both as the cursor query and
+// as Last-Event-ID (A-27): a Company that resumes a stream from either
+// resumes from it, and one that answers JSON reads from the query.
+// Reconnects send Last-Event-ID alone, in place of cursor (PA-7.6-04).
 func (r *reader) streamOnce(ctx context.Context) (bool, error) {
 	c := r.c
 	sctx, cancel := context.WithCancel(streamContext(ctx))
@@ -485,8 +784,8 @@ func (r *reader) streamOnce(ctx context.Context) (bool, error) {
 		return false, fmt.Errorf("conversation: %w", err)
 	}
 	req.Header.Set("Accept", "text/event-stream, application/json;q=0.5") // PA-7.6-01
-	if cursor != "" && r.streamed {
-		req.Header.Set("Last-Event-ID", cursor) // PA-7.6-04: in place of cursor
+	if cursor != "" {
+		req.Header.Set("Last-Event-ID", cursor) // PA-7.6-04
 	}
 	// A stream that sends nothing for StreamIdleTimeout is reconnected.
 	idle := time.AfterFunc(c.opts.RequestTimeout, cancel)
@@ -508,16 +807,24 @@ func (r *reader) streamOnce(ctx context.Context) (bool, error) {
 		if err != nil {
 			return false, err
 		}
-		if _, err := r.handlePage(ctx, p); err != nil {
+		if _, err := r.handlePage(ctx, p, cursor); err != nil {
 			return false, err
+		}
+		if *p.HasMore {
+			if err := r.noteMore(ctx, cursor, c.Cursor()); err != nil {
+				return false, err
+			}
 		}
 		return false, nil
 	}
 	r.streamed = true
 	idle.Reset(c.opts.StreamIdleTimeout)
-	body := &idleReader{r: resp.Body, t: idle, d: c.opts.StreamIdleTimeout}
+	body := &streamBody{ctx: ctx, rd: r, r: resp.Body, t: idle, d: c.opts.StreamIdleTimeout}
 	progress := false
 	for sev, err := range sse.Read(body, &sse.ReadConfig{MaxEventSize: c.opts.MaxEventBytes}) {
+		if r.saveErr != nil {
+			return false, r.saveErr
+		}
 		if errors.Is(err, bufio.ErrTooLong) {
 			return false, protocolError("a streamed event exceeds %d bytes", c.opts.MaxEventBytes)
 		}
@@ -525,6 +832,9 @@ func (r *reader) streamOnce(ctx context.Context) (bool, error) {
 			break // a cut: reconnect
 		}
 		if sev.Type == "text-delta" {
+			// PA-7.6-07: a piece is shown, never acted on; it has no ID
+			// and moves neither the cursor nor Last-Event-ID, whatever
+			// SSE id it came with.
 			d, err := parseDelta(sev.Data)
 			if err != nil {
 				return false, err
@@ -553,8 +863,12 @@ func (r *reader) streamOnce(ctx context.Context) (bool, error) {
 		if err != nil {
 			return false, err
 		}
-		if err := r.deliver(ctx, ev); err != nil {
+		isNew, err := r.deliver(ctx, ev)
+		if err != nil {
 			return false, err
+		}
+		if !isNew {
+			continue
 		}
 		progress = true
 		r.failures = 0
@@ -562,6 +876,13 @@ func (r *reader) streamOnce(ctx context.Context) (bool, error) {
 			r.dropPartials(ctx)
 			return !r.stopped, nil // PA-7.12-02
 		}
+		if r.untilIdle && ev.Type == EventState && ev.Status != StatusWorking {
+			r.dropPartials(ctx)
+			return !r.stopped, nil // PA-7.7-02: the turn is over
+		}
+	}
+	if r.saveErr != nil {
+		return false, r.saveErr
 	}
 	if ctx.Err() != nil {
 		return false, ctx.Err()
@@ -591,17 +912,70 @@ func (r *reader) dropPartials(ctx context.Context) bool {
 	return true
 }
 
-// idleReader resets a watchdog timer on every read.
-type idleReader struct {
-	r interface{ Read([]byte) (int, error) }
-	t *time.Timer
-	d time.Duration
+// streamBody is a stream's body. When the SSE parser asks it for more
+// bytes, every event received in full was handled, and the stream may now
+// wait: the end of a burst, where the cursor is saved (burstEnd). Every
+// read resets the idle watchdog.
+type streamBody struct {
+	ctx context.Context
+	rd  *reader
+	r   interface{ Read([]byte) (int, error) }
+	t   *time.Timer
+	d   time.Duration
 }
 
-func (ir *idleReader) Read(p []byte) (int, error) {
-	n, err := ir.r.Read(p)
-	ir.t.Reset(ir.d)
+func (b *streamBody) Read(p []byte) (int, error) {
+	wait, err := b.rd.burstEnd(b.ctx)
+	if err != nil {
+		return 0, err
+	}
+	b.t.Reset(b.d)
+	n, err := b.r.Read(p)
+	b.t.Reset(b.d)
+	if wait != nil {
+		if err := wait(); err != nil {
+			b.rd.saveErr = err
+			return 0, err
+		}
+	}
 	return n, err
+}
+
+// burstGap is the least time between the checkpoints at the ends of a
+// stream's bursts, so that a stream whose bytes come in small pieces
+// doesn't pay a keystore write for each.
+const burstGap = 20 * time.Millisecond
+
+// burstEnd is called before a stream reads more bytes. The cursor is saved
+// now if the last save is burstGap old; otherwise burstGap after the last
+// save, should the read still be waiting then: a stream that falls silent
+// has its cursor saved within burstGap. wait, when not nil, must be called
+// once the read returned.
+func (r *reader) burstEnd(ctx context.Context) (wait func() error, err error) {
+	if r.unsaved == 0 && !r.dirty {
+		return nil, nil
+	}
+	since := r.c.clock.Now().Sub(r.lastSave)
+	if since >= burstGap {
+		if err := r.checkpoint(ctx, true); err != nil {
+			r.saveErr = err
+			return nil, err
+		}
+		return nil, nil
+	}
+	done := make(chan error, 1)
+	t := time.AfterFunc(burstGap-since, func() { done <- r.c.save(ctx) })
+	return func() error {
+		if t.Stop() {
+			return nil // bytes came first: the events stay unsaved for now
+		}
+		// Saved while the read waited; nothing was handled meanwhile.
+		if err := <-done; err != nil {
+			return err
+		}
+		r.unsaved, r.dirty, r.lastSave = 0, false, r.c.clock.Now()
+		return nil
+	}, nil
 }
 
 // wireEvent is an event as the Company sends it.
@@ -723,6 +1097,21 @@ func newIDRing(n int) *idRing { return &idRing{n: n} }
 func (r *idRing) has(id string) bool {
 	_, ok := r.set[id]
 	return ok
+}
+
+// tail returns the last n IDs added (fewer if fewer were), oldest first.
+func (r *idRing) tail(n int) []string {
+	k := len(r.ring)
+	n = min(n, k)
+	out := make([]string, 0, n)
+	for i := k - n; i < k; i++ {
+		if k < r.n {
+			out = append(out, r.ring[i])
+		} else {
+			out = append(out, r.ring[(r.next+i)%k])
+		}
+	}
+	return out
 }
 
 func (r *idRing) add(id string) {

@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -46,8 +49,8 @@ func TestPA_7_5_ReadsAndCursor(t *testing.T) {
 		t.Fatal(err)
 	}
 	collect(t, c, &conversation.EventsOptions{UntilIdle: true}, nil)
-	// PA-7.5-01, PA-7.5-05: the next read's cursor is the cursor the
-	// previous answer gave, verbatim.
+	// PA-7.5-01: the next read's cursor is the cursor the previous answer
+	// gave (taken verbatim, with random IDs and pages: its own test).
 	next := reads(e)[len(first)]
 	if got := query(t, next).Get("cursor"); got == "" || got != cur {
 		t.Fatalf("cursor %q, want %q", got, cur)
@@ -481,6 +484,128 @@ func TestPA_7_6_07_DeltasNeverActedOn(t *testing.T) {
 	}
 }
 
+// TestPA_7_6_07_DeltaMovesNoCursor: a text-delta frame moves neither the
+// cursor nor Last-Event-ID, even one that comes with an SSE id (here the
+// ID of a later event, which would skip the events before it) and one
+// after it, to which the SSE parser carries that id over.
+func TestPA_7_6_07_DeltaMovesNoCursor(t *testing.T) {
+	e := newEnv(t, poppytest.ConversationOptions{Agent: quiet, Streaming: true})
+	rw := e.withRewriter(t)
+	c := e.start(t, conversation.Text("Hello."), nil)
+	collect(t, c, &conversation.EventsOptions{LongPoll: true, UntilIdle: true}, nil)
+	ids := appendMany(e, c.ID(), 3)
+	e.Srv.CloseConversation(c.ID())
+	var first string
+	info, _ := e.Srv.Conversation(c.ID())
+	for _, raw := range info.Events {
+		if strings.Contains(string(raw), ids[0]) {
+			first = string(raw)
+		}
+	}
+	// The first stream brings the first event and two pieces, then ends.
+	var mu sync.Mutex
+	canned := false
+	rw.fn = func(req *http.Request, resp *http.Response) *http.Response {
+		mu.Lock()
+		defer mu.Unlock()
+		if req.Method != http.MethodGet || canned || !strings.Contains(req.Header.Get("Accept"), "text/event-stream") {
+			return resp
+		}
+		canned = true
+		resp.Body.Close()
+		return replaceBody(resp, []byte("id: "+ids[0]+"\ndata: "+first+"\n\n"+
+			"event: text-delta\nid: "+ids[2]+"\ndata: {\"message_id\":\"msg_piece\",\"text\":\"Your order is confirmed\"}\n\n"+
+			"event: text-delta\ndata: {\"message_id\":\"msg_piece\",\"text\":\" and paid.\"}\n\n"))
+	}
+	base := len(reads(e))
+	var got []string
+	pieces := 0
+	for ev, err := range c.Events(ctx, nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Type == conversation.EventTextDelta {
+			pieces++
+			// PA-7.6-07: the cursor is still the last event handled.
+			if cur := c.Cursor(); cur != ids[0] {
+				t.Fatalf("a text-delta moved the cursor to %q (want %q)", cur, ids[0])
+			}
+			continue
+		}
+		if ev.ID != "" {
+			got = append(got, ev.ID)
+		}
+	}
+	if pieces != 2 {
+		t.Fatalf("%d pieces", pieces)
+	}
+	// PA-7.6-07: the reconnect resumes after the last event handled, and
+	// the events between it and the piece's id are not lost.
+	rs := reads(e)[base:]
+	if len(rs) < 2 || rs[1].Header.Get("Last-Event-ID") != ids[0] {
+		t.Fatalf("reconnect: %+v", rs)
+	}
+	if len(got) < 3 || got[0] != ids[0] || got[1] != ids[1] || got[2] != ids[2] {
+		t.Fatalf("events %v, want %v first", got, ids)
+	}
+}
+
+// TestPA_7_5_05_ArrayOrderAndVerbatimCursor: with random, non-monotonic
+// IDs and pages of 3, events are handled in the order of each answer's
+// array, and each read after the first sends the cursor of the answer
+// before it, verbatim.
+func TestPA_7_5_05_ArrayOrderAndVerbatimCursor(t *testing.T) {
+	e := newEnv(t, poppytest.ConversationOptions{Agent: quiet, OddIDs: true, PageSize: 3})
+	rw := e.withRewriter(t)
+	type exchange struct{ sent, answered string }
+	var mu sync.Mutex
+	var log []exchange
+	rw.fn = func(req *http.Request, resp *http.Response) *http.Response {
+		if req.Method != http.MethodGet || resp.StatusCode != http.StatusOK {
+			return resp
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var p struct{ Cursor *string }
+		json.Unmarshal(b, &p)
+		x := exchange{sent: req.URL.Query().Get("cursor")}
+		if p.Cursor != nil {
+			x.answered = *p.Cursor
+		}
+		mu.Lock()
+		log = append(log, x)
+		mu.Unlock()
+		return replaceBody(resp, b)
+	}
+	c := e.start(t, conversation.Text("Hello."), nil)
+	appendMany(e, c.ID(), 14)
+	e.Srv.CloseConversation(c.ID())
+	var got []string
+	for _, ev := range collect(t, c, &conversation.EventsOptions{LongPoll: true}, nil) {
+		got = append(got, ev.ID)
+	}
+	want := companyEventIDs(t, e, c.ID())
+	sorted := slices.Sorted(slices.Values(want))
+	reversed := slices.Clone(want)
+	slices.Reverse(reversed)
+	if slices.Equal(sorted, want) || slices.Equal(sorted, reversed) {
+		t.Fatalf("the IDs are in order, the test shows nothing: %v", want)
+	}
+	// PA-7.5-05: the order of the arrays, never an order of the IDs.
+	if !slices.Equal(got, want) {
+		t.Fatalf("handled in the order\n%v\nthe Company's order is\n%v", got, want)
+	}
+	// PA-7.5-05: the next read's cursor is the answer's, verbatim.
+	if len(log) < 5 {
+		t.Fatalf("%d reads", len(log))
+	}
+	for i := 1; i < len(log); i++ {
+		if log[i].sent != log[i-1].answered {
+			t.Fatalf("read %d sent cursor %q, the answer before gave %q", i, log[i].sent, log[i-1].answered)
+		}
+	}
+}
+
 func TestPA_7_6_08_DropPartialPieces(t *testing.T) {
 	// The stream is cut after the user message and the first piece; the
 	// rest comes on the reconnect.
@@ -545,33 +670,6 @@ func TestPA_7_7_Status(t *testing.T) {
 	c3, _ = conversation.Resume(ctx, e.Session("alice"), c.ID(), nil)
 	if hist := collect(t, c3, nil, nil); len(texts(hist)) != 2 {
 		t.Fatalf("history %v", texts(hist))
-	}
-}
-
-func TestIDRingBounded(t *testing.T) {
-	// at most RememberEvents IDs are remembered.
-	e := newEnv(t, poppytest.ConversationOptions{Agent: quiet, PageSize: 6})
-	c, err := conversation.Start(ctx, e.sess, conversation.Text("Hello."), &conversation.StartOptions{Options: conversation.Options{RememberEvents: 3}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.Srv.SetConversationFaults(poppytest.ConversationFaults{Replay: 5})
-	for i := range 16 {
-		e.Srv.Say(c.ID(), poppytest.Reply{Text: "Part " + string(rune('a'+i))})
-	}
-	e.Srv.CloseConversation(c.ID())
-	count := map[string]int{}
-	for _, ev := range collect(t, c, &conversation.EventsOptions{LongPoll: true}, nil) {
-		count[ev.ID]++
-	}
-	// Replays from a cursor reach back 5 events, beyond the 3 remembered:
-	// some are yielded again, which a bounded memory allows.
-	again := 0
-	for _, n := range count {
-		again += n - 1
-	}
-	if len(count) != 19 || again == 0 {
-		t.Fatalf("%d distinct events, %d yielded again", len(count), again)
 	}
 }
 

@@ -226,3 +226,31 @@ func ExampleList() {
 	// Output:
 	// 2 messages got through; the last is held, and it is the User's "Medium, please.": true
 }
+
+// Reading a turn with a checkpoint after every event: after a crash, only
+// the event whose handling had not returned comes again. The default
+// policy saves after each page or burst, at most 256 events apart.
+func ExampleCheckpoint() {
+	ctx := context.Background()
+	company, sess := exampleSession(ctx)
+	defer company.Close()
+
+	c, err := conversation.Start(ctx, sess, conversation.Text("The jacket from order #1042 isn't warm enough."), nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	opts := &conversation.EventsOptions{UntilIdle: true, Checkpoint: conversation.Checkpoint{Events: 1}}
+	for ev, err := range c.Events(ctx, opts) {
+		if err != nil {
+			log.Fatal(err)
+		}
+		if ev.Type == conversation.EventMessage {
+			fmt.Printf("%s: %s\n", ev.Message.Role, ev.Message.Text)
+		}
+	}
+	fmt.Println("status:", c.Status())
+	// Output:
+	// user: The jacket from order #1042 isn't warm enough.
+	// company: Sorry to hear that. Which size?
+	// status: idle
+}

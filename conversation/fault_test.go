@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/poppyproto/poppy/conversation"
 	"github.com/poppyproto/poppy/poppytest"
@@ -25,7 +26,11 @@ func TestFaultInjection(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			e := newEnv(t, poppytest.ConversationOptions{Streaming: mode == "stream", TextDeltas: true, PageSize: 7})
 			e.Srv.SetConversationFaults(poppytest.ConversationFaults{Seed: 42, CutStream: 0.15, CutMidEvent: true, Replay: 3, LosePOST: 0.1})
-			c := e.start(t, conversation.Text("Message 0"), nil)
+			// The fake clock moves forward by every sleep, the reader's
+			// too: its reconnect backoff (a stream cut before it brought
+			// anything new backs off further) would age the sender's proofs
+			// past their window. A short MaxBackoff keeps the clock near.
+			c := e.start(t, conversation.Text("Message 0"), &conversation.StartOptions{Options: conversation.Options{MaxBackoff: 500 * time.Millisecond}})
 
 			var (
 				wg      sync.WaitGroup

@@ -19,6 +19,10 @@ func TestMain(m *testing.M) {
 		crashChildMain()
 		return
 	}
+	if os.Getenv(readChildEnv) != "" {
+		readChildMain()
+		return
+	}
 	goleak.VerifyTestMain(m)
 }
 

@@ -144,7 +144,9 @@ func (k *Toolkit) readTurn(ctx context.Context, c *company, conv *conversation.C
 	defer cancel()
 	var msgs []any
 	n := 0
-	for ev, err := range conv.Events(rctx, &conversation.EventsOptions{UntilIdle: true}) {
+	// A long poll: the model gets whole messages, never text-delta pieces
+	// (which a stream would bring, each counted against maxReadEvents).
+	for ev, err := range conv.Events(rctx, &conversation.EventsOptions{UntilIdle: true, LongPoll: true}) {
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()

@@ -57,6 +57,12 @@ type ConversationOptions struct {
 	// CloseStreamAfter > 0 closes each SSE stream after that many events
 	// (text-delta pieces don't count) (CO-7.6-03).
 	CloseStreamAfter int
+	// StreamIgnoresCursor makes a stream start after its Last-Event-ID, or
+	// at the beginning without one, ignoring any cursor query: a Company
+	// that reads spec 7.6's "Last-Event-ID … in place of cursor" as the
+	// only way to resume a stream. JSON reads still take the
+	// cursor query.
+	StreamIgnoresCursor bool
 	// Heartbeats interleaves ": ping" comment lines and splits each data
 	// field over two lines in streams (PA-7.6-03).
 	Heartbeats bool

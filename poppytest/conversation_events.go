@@ -4,13 +4,14 @@ package poppytest
 //
 // A read starts after its cursor: the Last-Event-ID header of a stream
 // reconnect when present (it wins over a cursor query, A-27), else the
-// cursor query, else the beginning. A JSON read returns at most PageSize
-// events and has_more; an empty read holds for min(wait, MaxWait) and
-// returns "cursor": the request's cursor, or null without one. A
-// stream sends every entry from its start, text-delta pieces included,
-// then waits for more; it ends after a closed conversation's last event,
-// when the token it was opened with expires by the fake's Clock, after
-// CloseStreamAfter frames, or when a ConversationFaults cut falls.
+// cursor query (not for a stream with StreamIgnoresCursor), else the
+// beginning. A JSON read returns at most PageSize events and has_more; an
+// empty read holds for min(wait, MaxWait) and returns "cursor": the
+// request's cursor, or null without one. A stream sends every entry
+// from its start, text-delta pieces included, then waits for more; it
+// ends after a closed conversation's last event, when the token it was
+// opened with expires by the fake's Clock, after CloseStreamAfter frames,
+// or when a ConversationFaults cut falls.
 
 import (
 	"encoding/json"
@@ -57,8 +58,11 @@ func (s *Server) convEvents(w http.ResponseWriter, r *http.Request, a *auth, id 
 	}
 	lastID := r.Header.Get("Last-Event-ID")
 	stream := s.opts.Conversation.Streaming && strings.Contains(r.Header.Get("Accept"), "text/event-stream")
-	if lastID != "" && stream {
+	switch {
+	case lastID != "" && stream:
 		rp.cursor, rp.hasCursor = lastID, true
+	case stream && s.opts.Conversation.StreamIgnoresCursor:
+		rp.cursor, rp.hasCursor = "", false
 	}
 	c := s.cs()
 	c.mu.Lock()

@@ -255,8 +255,9 @@
 // "same content" of a retried message is its canonical JSON and
 // parent_conversation_id; wait may be fractional and is capped by
 // MaxWait, and a POST never streams; an empty read without cursor
-// answers "cursor": null; Last-Event-ID wins over a cursor query,
-// and ordinary events carry no SSE event name; a Direct as parent
+// answers "cursor": null; Last-Event-ID wins over a cursor query
+// (a stream ignores the query with StreamIgnoresCursor), and ordinary
+// events carry no SSE event name; a Direct as parent
 // gets conversation_not_found; closing twice answers 200 and a
 // handoff while queued or with a person answers 202 with the state as it
 // is; malformed requests get 400 invalid_request.

@@ -52,6 +52,21 @@ type row struct {
 	// floorUnit, when set, is the floor's unit: with floor == figure, a
 	// figure and its floor timed side by side in one benchmark.
 	floorUnit string
+	// rate: the unit is a rate, higher is better (events/s); -smoke fails
+	// when the figure is below its floor divided by smokeRatio, and a rate
+	// with no floor only needs to be above 0.
+	rate bool
+	// atLeast: the goal is a lower bound on the figure in unit.
+	atLeast float64
+}
+
+// benchtimes are the -benchtime of packages other than the root, full and
+// -smoke; the sqlitestore default counts updates per iteration.
+var benchtimes = map[string][2]string{
+	// Events per iteration: enough in -smoke for a rate (the benchmarks
+	// call a figure from fewer than 1,000 events implausible); the reads
+	// per second are watched for 2 s whatever the count.
+	"./conversation": {"1s", "2000x"},
 }
 
 var rows = []row{
@@ -75,6 +90,18 @@ var rows = []row{
 		what: "Session start (JWT bearer grant, first token) vs the token request alone (one POST + two signatures), timed alternately in one benchmark", goal: "≤ 1.1×", goalRatio: 1.1, smokeRatio: 5},
 	{figure: "SessionStart", floor: "FloorRenewOne", unit: "ns/op",
 		what: "Session start (JWT bearer grant, first token) vs the token request alone (one POST + two signatures)", goal: "≤ 1.1×", goalRatio: 1.1, smokeRatio: 5},
+	{figure: "EventsSSE", floor: "FloorBareSSE", unit: "events/s", rate: true, pkg: "./conversation",
+		what: "conversation events read through Events from an SSE stream, in-memory keystore, vs a bare net/http read of the same stream (lines split, no JSON, no de-duplication, no cursor)", goal: "report events/s", smokeRatio: 50},
+	{figure: "EventsSSESQLite", floor: "FloorBareSSE", unit: "events/s", rate: true, atLeast: 20000, pkg: "./conversation",
+		what: "the same, durable: the cursor saved in SQLite on disk by the default checkpoint policy (each burst, at most 256 events or 1 s apart)", goal: "≥ 20,000 events/s", smokeRatio: 200},
+	{figure: "EventsSSESQLiteEachEvent", floor: "FloorBareSSE", unit: "events/s", rate: true, pkg: "./conversation",
+		what: "the same, with a checkpoint (one SQLite commit) after every event (`Checkpoint{Events: 1}`)", goal: "report events/s", smokeRatio: 5000},
+	{figure: "UnknownEventsSQLite", unit: "events/s", rate: true, pkg: "./conversation",
+		what: "pages of 100 events of an unknown type, skipped (PA-7.5-04), cursor in SQLite, by long poll", goal: "one commit per page, not per event", smokeRatio: 1},
+	{figure: "IdleReads", unit: "reads/s", abs: 5, pkg: "./conversation",
+		what: "reads per second of an idle Events loop against a Company that answers each long poll after 1 ms (MaxWait), over 2 s", goal: "≤ 5 reads/s", smokeRatio: 20},
+	{figure: "StuckCursorReads", unit: "reads", abs: 5, pkg: "./conversation",
+		what: "reads sent to a Company answering has_more: true with no events and the same cursor, before the loop ends with ErrCursorStuck (within 2 s)", goal: "5 reads, then a typed error", smokeRatio: 5},
 	{figure: "UpdateTwoProcesses", unit: "updates/s", pkg: "./keystore/sqlitestore",
 		what: "keystore Update on SQLite, 8 goroutines in each of 2 processes on separate records, another User's lock held throughout (no Update waits on it, asserted)", goal: "report updates/s", smokeRatio: 1e9},
 }
@@ -113,6 +140,11 @@ func main() {
 		case strings.HasPrefix(pkg, "once:"):
 			// One iteration of many Sessions: the heap figure is steady.
 			bt, n, dir = "1x", 1, strings.TrimPrefix(pkg, "once:")
+		case benchtimes[pkg] != [2]string{}:
+			bt = benchtimes[pkg][0]
+			if *smoke {
+				bt = benchtimes[pkg][1]
+			}
 		case pkg != ".":
 			// Updates are counted per iteration, not timed per call.
 			bt = "200x"
@@ -147,7 +179,7 @@ func main() {
 			continue
 		}
 		if r.floor == "" {
-			if fig <= 0 || fig > r.smokeRatio {
+			if fig <= 0 || (!r.rate && fig > r.smokeRatio) {
 				failed = append(failed, fmt.Sprintf("%s: %g %s is implausible", r.figure, fig, r.unit))
 			}
 			continue
@@ -157,11 +189,16 @@ func main() {
 			failed = append(failed, fmt.Sprintf("%s: no floor %s in %s", r.figure, r.unit, r.floor))
 			continue
 		}
-		if r.diff {
+		switch {
+		case r.diff:
 			if fig-fl > r.smokeRatio {
 				failed = append(failed, fmt.Sprintf("%s: %g %s beyond the floor", r.figure, fig-fl, r.unit))
 			}
-		} else if fig/fl > r.smokeRatio {
+		case r.rate:
+			if fig <= 0 || fl/fig > r.smokeRatio {
+				failed = append(failed, fmt.Sprintf("%s: %g %s, 1/%.0f of its floor %s", r.figure, fig, r.unit, fl/fig, r.floor))
+			}
+		case fig/fl > r.smokeRatio:
 			failed = append(failed, fmt.Sprintf("%s: %.2f× its floor %s", r.figure, fig/fl, r.floor))
 		}
 	}
@@ -217,13 +254,18 @@ func main() {
 			}
 		} else if r.abs > 0 {
 			ratio = fmt.Sprintf("%.2f× the goal", fig/r.abs)
+		} else if r.atLeast > 0 {
+			ratio = fmt.Sprintf("%.2f× the goal", fig/r.atLeast)
 		}
 		if r.floor != "" && r.abs > 0 {
 			ratio += fmt.Sprintf(" (%.2f× the goal)", fig/r.abs)
 		}
+		if r.floor != "" && r.atLeast > 0 {
+			ratio += fmt.Sprintf(" (%.2f× the goal)", fig/r.atLeast)
+		}
 		fmt.Fprintf(&b, "| %s | %s %s (`%s`) | %s | %s | %s |\n", r.what, num(fig), r.unit, r.figure, floor, ratio, r.goal)
 	}
-	b.WriteString("\nThe benchmarks are in the root package (`bench_test.go`, `bench_renew_test.go`) and in `keystore/sqlitestore` (`multiproc_bench_test.go`). Run them yourself with\n`go test -run '^$' -bench . -benchmem -count 6 .` and compare with `go tool benchstat`.\n\n")
+	b.WriteString("\nThe benchmarks are in the root package (`bench_test.go`, `bench_renew_test.go`), in `conversation` (`bench_test.go`) and in `keystore/sqlitestore` (`multiproc_bench_test.go`). Run them yourself with\n`go test -run '^$' -bench . -benchmem -count 6 .` (or `./conversation`) and compare with `go tool benchstat`. For rates (events/s), the ratio is the figure over its floor: higher is better.\n\n")
 	b.WriteString("## benchstat\n\n```\n")
 	b.Write(stat)
 	b.WriteString("```\n")

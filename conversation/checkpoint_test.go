@@ -1,0 +1,380 @@
+package conversation_test
+
+// The checkpoint policy (EventsOptions.Checkpoint): when the cursor is
+// saved, that it is never ahead of what the loop body returned from, and,
+// in child processes killed in the middle of a loop, that what comes again
+// after the crash is what was not checkpointed, each event with its ID.
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/poppyproto/poppy"
+	"github.com/poppyproto/poppy/conversation"
+	"github.com/poppyproto/poppy/internal/testenv"
+	"github.com/poppyproto/poppy/keystore"
+	"github.com/poppyproto/poppy/keystore/sqlitestore"
+	"github.com/poppyproto/poppy/poppytest"
+)
+
+// TestCheckpointEveryNEvents: with Checkpoint.Events 10, a page of 95
+// events is saved after events 10, 20, …, 90 and at the page's end; the
+// saved cursor is always an event the loop body has returned from
+// (PA-7.5-08).
+func TestCheckpointEveryNEvents(t *testing.T) {
+	store := &countingStore{Store: keystore.NewMemory()}
+	e := newEnvWith(t, poppytest.ConversationOptions{Agent: quiet, PageSize: 1000}, &poppy.AgentOptions{Store: store})
+	c := e.start(t, conversation.Text("Hello."), nil)
+	collect(t, c, &conversation.EventsOptions{UntilIdle: true}, nil)
+	ids := appendMany(e, c.ID(), 95)
+	before := store.cursorWrites()
+	handled := map[string]bool{savedCursor(t, e, c.ID()): true}
+	n := 0
+	for ev, err := range c.Events(ctx, &conversation.EventsOptions{LongPoll: true, Checkpoint: conversation.Checkpoint{Events: 10, Interval: time.Hour}}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		// PA-7.5-08: what is saved was handled, never the event in hand.
+		if cur := savedCursor(t, e, c.ID()); !handled[cur] {
+			t.Fatalf("saved cursor %q while handling event %d: not one handled", cur, n)
+		}
+		handled[ev.ID] = true
+		if n++; ev.ID == ids[len(ids)-1] {
+			break
+		}
+	}
+	if w := store.cursorWrites() - before; w != 10 {
+		t.Fatalf("%d cursor writes, want 10 (every 10 events, and the page's end)", w)
+	}
+	if cur := savedCursor(t, e, c.ID()); cur != ids[len(ids)-1] {
+		t.Fatalf("saved cursor %q after the loop, want %q", cur, ids[len(ids)-1])
+	}
+}
+
+// TestCheckpointInterval: with Checkpoint.Interval 1 s and events that
+// take 300 ms each to handle (by the fake clock), the cursor is saved
+// every fifth event, not only at the page's end.
+func TestCheckpointInterval(t *testing.T) {
+	store := &countingStore{Store: keystore.NewMemory()}
+	e := newEnvWith(t, poppytest.ConversationOptions{Agent: quiet, PageSize: 1000}, &poppy.AgentOptions{Store: store})
+	c := e.start(t, conversation.Text("Hello."), nil)
+	collect(t, c, &conversation.EventsOptions{UntilIdle: true}, nil)
+	ids := appendMany(e, c.ID(), 50)
+	before := store.cursorWrites()
+	for ev, err := range c.Events(ctx, &conversation.EventsOptions{LongPoll: true, Checkpoint: conversation.Checkpoint{Events: 1000, Interval: time.Second}}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.Srv.Clock().Advance(300 * time.Millisecond)
+		if ev.ID == ids[len(ids)-1] {
+			break
+		}
+	}
+	// Saved after events 5, 10, …, 50 (at 1.2 s after the first unsaved).
+	if w := store.cursorWrites() - before; w < 9 || w > 11 {
+		t.Fatalf("%d cursor writes for 50 events of 300 ms, want about 10", w)
+	}
+}
+
+// TestCheckpointEachEvent: Checkpoint.Events 1 saves after every event.
+func TestCheckpointEachEvent(t *testing.T) {
+	store := &countingStore{Store: keystore.NewMemory()}
+	e := newEnvWith(t, poppytest.ConversationOptions{Agent: quiet, Streaming: true}, &poppy.AgentOptions{Store: store})
+	c := e.start(t, conversation.Text("Hello."), nil)
+	collect(t, c, &conversation.EventsOptions{UntilIdle: true}, nil)
+	ids := appendMany(e, c.ID(), 40)
+	before := store.cursorWrites()
+	var prev string
+	for ev, err := range c.Events(ctx, &conversation.EventsOptions{Checkpoint: conversation.Checkpoint{Events: 1}}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The event before this one is saved already.
+		if prev != "" && savedCursor(t, e, c.ID()) != prev {
+			t.Fatalf("event %s not saved before the next was yielded", prev)
+		}
+		prev = ev.ID
+		if ev.ID == ids[len(ids)-1] {
+			break
+		}
+	}
+	if w := store.cursorWrites() - before; w < 40 {
+		t.Fatalf("%d cursor writes for 40 events", w)
+	}
+}
+
+// TestCheckpointWhenStreamFallsSilent: a stream that stops sending has
+// the cursor of the events it brought saved while the loop still waits on
+// it, though neither Checkpoint.Events nor Checkpoint.Interval was reached:
+// at once after a first burst, and, for a burst that ends soon after a
+// save, a little later.
+func TestCheckpointWhenStreamFallsSilent(t *testing.T) {
+	e := newEnv(t, poppytest.ConversationOptions{Agent: quiet, Streaming: true})
+	c := e.start(t, conversation.Text("Hello."), nil)
+	collect(t, c, &conversation.EventsOptions{LongPoll: true, UntilIdle: true}, nil)
+	first := appendMany(e, c.ID(), 2)
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// waitSaved reports whether id becomes the saved cursor, within a
+	// bound on the wait (should it never be saved).
+	waitSaved := func(id string) bool {
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			if savedCursor(t, e, c.ID()) == id {
+				return true
+			}
+		}
+		return false
+	}
+	done := make(chan bool, 1)
+	for ev, err := range c.Events(rctx, &conversation.EventsOptions{Checkpoint: conversation.Checkpoint{Events: 1000, Interval: time.Hour}}) {
+		if err != nil {
+			break
+		}
+		if ev.ID == first[1] {
+			go func() {
+				defer cancel()
+				if !waitSaved(first[1]) {
+					done <- false
+					return
+				}
+				// A second burst, right after that save.
+				second := appendMany(e, c.ID(), 3)
+				done <- waitSaved(second[2])
+			}()
+		}
+	}
+	if !<-done {
+		t.Fatal("the cursor was not saved while the stream was silent")
+	}
+}
+
+// The child of TestCheckpointCrash: it reads the conversation from its
+// saved cursor with a policy, writes each event ID it is given to a file,
+// and dies (os.Exit: no deferred save) in the loop body of event number
+// readChildCrashAt, before returning from it.
+const (
+	readChildEnv     = "CONVERSATION_READ_CHILD" // "stream" or "longpoll"
+	readChildCrashAt = "CONVERSATION_READ_CRASH_AT"
+	readChildEvery   = "CONVERSATION_READ_EVERY"
+)
+
+func readChildMain() {
+	if err := readChild(); err != nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+func readChild() error {
+	ctx := context.Background()
+	dir := os.Getenv(childDir)
+	jwk, err := os.ReadFile(filepath.Join(dir, "key.jwk"))
+	if err != nil {
+		return err
+	}
+	key, err := poppy.ParseSigningKey(jwk)
+	if err != nil {
+		return err
+	}
+	id, err := poppy.NewIdentity(poppy.IdentityConfig{ClientID: testenv.ClientID, ClientName: "Example Agent",
+		JWKSURI: testenv.JWKS, RedirectURIs: []string{testenv.Redirect}, Keys: []*poppy.SigningKey{key}})
+	if err != nil {
+		return err
+	}
+	hc, err := poppytest.ClientFromEnv()
+	if err != nil {
+		return err
+	}
+	store, err := sqlitestore.Open(filepath.Join(dir, "keystore.db"), nil)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	agent, err := poppy.NewAgent(id, &poppy.AgentOptions{Store: store, HTTPClient: hc, Clock: poppytest.ClockFromEnv()})
+	if err != nil {
+		return err
+	}
+	co, err := agent.Company(ctx, "example.test")
+	if err != nil {
+		return err
+	}
+	sess, err := co.Session(ctx, "alice", nil)
+	if err != nil {
+		return err
+	}
+	c, err := conversation.Resume(ctx, sess, os.Getenv(childConv), nil)
+	if err != nil {
+		return err
+	}
+	crashAt, _ := strconv.Atoi(os.Getenv(readChildCrashAt))
+	every, _ := strconv.Atoi(os.Getenv(readChildEvery))
+	out, err := os.OpenFile(filepath.Join(dir, "yielded-"+os.Getenv(readChildCrashAt)), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	n := 0
+	opts := &conversation.EventsOptions{LongPoll: os.Getenv(readChildEnv) == "longpoll", Checkpoint: conversation.Checkpoint{Events: every, Interval: time.Hour}}
+	for ev, err := range c.Events(ctx, opts) {
+		if err != nil {
+			return err
+		}
+		if ev.ID == "" {
+			continue
+		}
+		if _, err := out.WriteString(ev.ID + "\n"); err != nil {
+			return err
+		}
+		if n++; n == crashAt {
+			os.Exit(crashCode) // in the loop body: this event is in flight
+		}
+	}
+	return out.Close()
+}
+
+func readLines(t *testing.T, path string) []string {
+	t.Helper()
+	f, err := os.Open(path)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		out = append(out, sc.Text())
+	}
+	return out
+}
+
+// TestCheckpointCrash: a child reading a 600-event conversation with
+// Checkpoint.Events 50 (and another with 1) is killed in the loop body of
+// event 437; a second child reads on from the cursor on disk (SQLite). The
+// second yields nothing the saved cursor covers, and again exactly the
+// events after it up to the one in flight, each with its ID: at most 50
+// (exactly 1 with a checkpoint per event). Nothing is lost.
+func TestCheckpointCrash(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs child processes")
+	}
+	for _, tc := range []struct {
+		mode  string
+		every int
+	}{{"stream", 50}, {"longpoll", 50}, {"stream", 1}} {
+		t.Run(tc.mode+"/every="+strconv.Itoa(tc.every), func(t *testing.T) {
+			srv := poppytest.NewServer(t, &poppytest.Options{Conversation: poppytest.ConversationOptions{Agent: quiet, Streaming: tc.mode == "stream", PageSize: 1000}})
+			id, key := testenv.NewIdentity(t, nil)
+			srv.HandleAgent("agent.test", id.Handler(nil))
+			dir := t.TempDir()
+			jwk, err := key.MarshalPrivateJWK()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, "key.jwk"), jwk, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			runChild(t, srv, dir, "start", "", "")
+			conv := srv.Conversations()[0].ID
+			for i := range 600 {
+				srv.AppendEvent(conv, map[string]any{"type": "user_requested", "reason": strconv.Itoa(i)})
+			}
+			srv.CloseConversation(conv)
+			all := srv.Conversations()[0].Events
+			var order []string
+			for _, raw := range all {
+				var ev struct{ ID string }
+				json.Unmarshal(raw, &ev)
+				order = append(order, ev.ID)
+			}
+
+			const crashAt = 437
+			run := func(at int) int {
+				cmd := exec.Command(os.Args[0], "-test.run=^$")
+				cmd.Env = append(append(os.Environ(), srv.Env()...), readChildEnv+"="+tc.mode, childDir+"="+dir, childConv+"="+conv,
+					readChildCrashAt+"="+strconv.Itoa(at), readChildEvery+"="+strconv.Itoa(tc.every))
+				out, err := cmd.CombinedOutput()
+				code := 0
+				if ee, ok := err.(*exec.ExitError); ok {
+					code = ee.ExitCode()
+				} else if err != nil {
+					t.Fatal(err)
+				}
+				if code != 0 && code != crashCode {
+					t.Fatalf("child: exit %d\n%s", code, out)
+				}
+				return code
+			}
+			if code := run(crashAt); code != crashCode {
+				t.Fatalf("the child did not crash: %d", code)
+			}
+			first := readLines(t, filepath.Join(dir, "yielded-"+strconv.Itoa(crashAt)))
+			store, err := sqlitestore.Open(filepath.Join(dir, "keystore.db"), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			keys, err := store.List(ctx, keystore.KindCursor, "alice", srv.Issuer())
+			if err != nil || len(keys) != 1 {
+				t.Fatalf("records %v, %v", keys, err)
+			}
+			b, err := store.Get(ctx, keys[0])
+			store.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var rec struct{ Cursor string }
+			json.Unmarshal(b, &rec)
+			saved := slices.Index(order, rec.Cursor)
+			if saved < 0 {
+				t.Fatalf("saved cursor %q is not an event", rec.Cursor)
+			}
+			inFlight := slices.Index(order, first[len(first)-1])
+
+			if code := run(0); code != 0 {
+				t.Fatalf("second child: exit %d", code)
+			}
+			second := readLines(t, filepath.Join(dir, "yielded-0"))
+			// Nothing the saved cursor covers comes again: the second
+			// child starts right after it.
+			if len(second) == 0 || second[0] != order[saved+1] {
+				t.Fatalf("saved cursor at event %d; the second child began with %v", saved, second[:min(len(second), 1)])
+			}
+			// Again: the events after the checkpoint up to the one in
+			// flight, no more than the policy allows.
+			again := 0
+			for _, id := range second {
+				if slices.Contains(first, id) {
+					again++
+				}
+			}
+			if again != inFlight-saved || again < 1 || again > tc.every {
+				t.Fatalf("checkpoint at event %d, crash at %d: %d events came again (every %d)", saved, inFlight, again, tc.every)
+			}
+			// Nothing lost, nothing twice within a process.
+			seen := map[string]int{}
+			for _, id := range append(slices.Clone(first), second...) {
+				seen[id]++
+			}
+			for _, id := range order {
+				if seen[id] == 0 {
+					t.Fatalf("event %s lost", id)
+				}
+			}
+			if len(slices.Compact(slices.Sorted(slices.Values(first)))) != len(first) || len(slices.Compact(slices.Sorted(slices.Values(second)))) != len(second) {
+				t.Fatal("an event yielded twice in one process")
+			}
+			t.Logf("%s, every %d: saved at event %d of %d, crashed at %d, %d came again", tc.mode, tc.every, saved, len(order), inFlight, again)
+		})
+	}
+}

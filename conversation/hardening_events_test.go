@@ -1,0 +1,271 @@
+package conversation_test
+
+// A hostile or lazy Company on the reading side: answers that never move
+// the cursor, long polls answered at once, pages of events of unknown
+// types. Time is the fake Company's clock, which sleeps move forward: the
+// gaps asserted are gaps of that clock, never of real time.
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/poppyproto/poppy"
+	"github.com/poppyproto/poppy/conversation"
+	"github.com/poppyproto/poppy/internal/testenv"
+	"github.com/poppyproto/poppy/keystore"
+	"github.com/poppyproto/poppy/poppytest"
+)
+
+// countingStore counts the writes of conversation records (the cursor).
+type countingStore struct {
+	keystore.Store
+	mu     sync.Mutex
+	writes int
+}
+
+func (s *countingStore) Update(ctx context.Context, k keystore.Key, fn func([]byte) ([]byte, error)) error {
+	if k.Kind == keystore.KindCursor {
+		s.mu.Lock()
+		s.writes++
+		s.mu.Unlock()
+	}
+	return s.Store.Update(ctx, k, fn)
+}
+
+func (s *countingStore) cursorWrites() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.writes
+}
+
+// newEnvWith is newEnv with the agent's store and clock given.
+func newEnvWith(t testing.TB, co poppytest.ConversationOptions, ao *poppy.AgentOptions) *env {
+	t.Helper()
+	e := &env{Env: testenv.New(t, &poppytest.Options{Conversation: co}, ao)}
+	if ao != nil && ao.Store != nil {
+		e.Store = ao.Store
+	}
+	e.sess = e.Session("alice")
+	return e
+}
+
+// readGaps returns the fake-clock time between consecutive reads of rs.
+func readGaps(rs []poppytest.Request) []time.Duration {
+	var out []time.Duration
+	for i := 1; i < len(rs); i++ {
+		out = append(out, rs[i].Time.Sub(rs[i-1].Time))
+	}
+	return out
+}
+
+// cancelAfterReads cancels once the Company has seen n more reads.
+func cancelAfterReads(e *env, n int) (context.Context, context.CancelFunc) {
+	rctx, cancel := context.WithCancel(ctx)
+	base := len(reads(e))
+	go func() {
+		for rctx.Err() == nil && len(reads(e)) < base+n {
+			time.Sleep(time.Millisecond)
+		}
+		cancel()
+	}()
+	return rctx, cancel
+}
+
+// TestIdleReadsPaced (spec 7.5, issue: 900 reads in 2 s against a 1 ms
+// MaxWait): a Company that answers long polls at once is read again after
+// a pause that starts at 250 ms and doubles while nothing comes, up to 5 s.
+func TestIdleReadsPaced(t *testing.T) {
+	e := newEnv(t, poppytest.ConversationOptions{Agent: quiet, MaxWait: time.Millisecond})
+	c := e.start(t, conversation.Text("Hello."), nil)
+	collect(t, c, &conversation.EventsOptions{UntilIdle: true}, nil)
+	base := len(reads(e))
+	rctx, cancel := cancelAfterReads(e, 9)
+	defer cancel()
+	for _, err := range c.Events(rctx, &conversation.EventsOptions{LongPoll: true}) {
+		if err != nil && !errors.Is(err, context.Canceled) {
+			t.Fatal(err)
+		}
+	}
+	gaps := readGaps(reads(e)[base:])
+	if len(gaps) < 8 {
+		t.Fatalf("%d reads", len(gaps)+1)
+	}
+	for i, g := range gaps[:8] {
+		// The pause counts from the start of a read; the Company logs
+		// its arrival, a little later.
+		want := min(250*time.Millisecond<<i, 5*time.Second) * 95 / 100
+		if g < want {
+			t.Fatalf("read %d came %v after the one before, want at least %v (gaps %v)", i+1, g, want, gaps)
+		}
+	}
+}
+
+// blockingClock is the fake clock, except that a sleep of at least block
+// waits until its context ends (it says so on blocked first).
+type blockingClock struct {
+	*poppytest.Clock
+	block   time.Duration
+	blocked chan struct{}
+}
+
+func (c *blockingClock) Sleep(ctx context.Context, d time.Duration) error {
+	if d < c.block {
+		return c.Clock.Sleep(ctx, d)
+	}
+	select {
+	case c.blocked <- struct{}{}:
+	default:
+	}
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// TestIdlePaceEndsOnSend: a message sent on the conversation ends the
+// pause of an idle Events loop, so its reply is read at once.
+func TestIdlePaceEndsOnSend(t *testing.T) {
+	srv := poppytest.NewServer(t, &poppytest.Options{Conversation: poppytest.ConversationOptions{MaxWait: time.Millisecond}})
+	clock := &blockingClock{Clock: srv.Clock(), block: time.Second, blocked: make(chan struct{}, 1)}
+	e := &env{Env: testenv.NewOn(t, srv, &poppy.AgentOptions{Clock: clock})}
+	e.sess = e.Session("alice")
+	c := e.start(t, conversation.Text("Hello."), nil)
+	collect(t, c, &conversation.EventsOptions{UntilIdle: true}, nil)
+	// A bound on the test, should the pause not end: the loop then fails.
+	rctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	go func() {
+		<-clock.blocked // the loop pauses for a second or more
+		if _, err := c.Send(ctx, conversation.Text("Still there?"), nil); err != nil {
+			t.Error(err)
+		}
+	}()
+	for ev, err := range c.Events(rctx, &conversation.EventsOptions{LongPoll: true}) {
+		if err != nil {
+			t.Fatalf("the pause did not end on Send: %v", err)
+		}
+		if ev.Type == conversation.EventMessage && ev.Message.Role == conversation.RoleCompany {
+			break
+		}
+	}
+}
+
+// stuckCompany gives e a Session through which, once arm is called, every
+// events read is answered with has_more: true, no events and the
+// request's cursor; after limit reads it answers conversation_not_found,
+// so that a loop that never gives up ends.
+func stuckCompany(t testing.TB, e *env, limit int) (arm func()) {
+	return stuckCompanyClock(t, e, limit, nil)
+}
+
+// stuckCompanyClock is stuckCompany with the agent's clock given (nil: the
+// fake Company's).
+func stuckCompanyClock(t testing.TB, e *env, limit int, clock poppy.Clock) (arm func()) {
+	t.Helper()
+	rw := &rewriter{base: e.Srv.Client().Transport}
+	co, err := e.NewAgent(&poppy.AgentOptions{HTTPClient: &http.Client{Transport: rw}, Clock: clock}).Company(ctx, "example.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.sess, err = co.Session(ctx, "alice", nil); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	n, armed := 0, false
+	rw.fn = func(req *http.Request, resp *http.Response) *http.Response {
+		mu.Lock()
+		defer mu.Unlock()
+		if !armed || req.Method != http.MethodGet || !strings.HasSuffix(req.URL.Path, "/events") {
+			return resp
+		}
+		n++
+		over := n > limit
+		resp.Header = http.Header{"Content-Type": {"application/json"}}
+		if over {
+			resp.StatusCode, resp.Status = http.StatusNotFound, "404 Not Found"
+			return replaceBody(resp, []byte(`{"error":"conversation_not_found"}`))
+		}
+		cursor := "null"
+		if cur := req.URL.Query().Get("cursor"); cur != "" {
+			cursor = `"` + cur + `"`
+		}
+		resp.Body.Close()
+		resp.StatusCode, resp.Status = http.StatusOK, "200 OK"
+		return replaceBody(resp, []byte(`{"conversation_id":"x","events":[],"cursor":`+cursor+`,"has_more":true,"status":"working","responder":"agent"}`))
+	}
+	return func() {
+		mu.Lock()
+		armed = true
+		mu.Unlock()
+	}
+}
+
+// TestCursorStuck (spec 7.5, issue: 790–5,589 reads per second): a Company
+// that answers has_more: true with no events and the same cursor is read
+// again after a growing backoff, and after 5 such answers the loop ends
+// with ErrCursorStuck, which is also ErrProtocol.
+func TestCursorStuck(t *testing.T) {
+	for _, stream := range []bool{false, true} {
+		// MaxWait: the stuck answers replace the fake's, which should not
+		// hold the long polls first.
+		e := newEnv(t, poppytest.ConversationOptions{Agent: quiet, Streaming: stream, MaxWait: time.Millisecond})
+		arm := stuckCompany(t, e, 100)
+		c := e.start(t, conversation.Text("Hello."), nil)
+		collect(t, c, &conversation.EventsOptions{UntilIdle: true}, nil)
+		arm()
+		base := len(reads(e))
+		var got error
+		for _, err := range c.Events(ctx, &conversation.EventsOptions{LongPoll: !stream}) {
+			got = err
+		}
+		rs := reads(e)[base:]
+		if !errors.Is(got, conversation.ErrCursorStuck) || !errors.Is(got, conversation.ErrProtocol) {
+			t.Fatalf("stream=%v: after %d reads: %v", stream, len(rs), got)
+		}
+		if len(rs) != 5 {
+			t.Fatalf("stream=%v: %d reads, want 5", stream, len(rs))
+		}
+		// Each read again waits longer than the one before it.
+		gaps := readGaps(rs)
+		for i, g := range gaps {
+			if g < 50*time.Millisecond<<i {
+				t.Fatalf("stream=%v: gaps %v", stream, gaps)
+			}
+		}
+	}
+}
+
+// TestUnknownEventsCheckpointPerPage (PA-7.5-04; issue: a keystore commit
+// per skipped unknown event, 579 µs each on SQLite): a page of unknown
+// events costs one cursor write, not one per event, and the cursor moves
+// past them.
+func TestUnknownEventsCheckpointPerPage(t *testing.T) {
+	for _, stream := range []bool{false, true} {
+		store := &countingStore{Store: keystore.NewMemory()}
+		e := newEnvWith(t, poppytest.ConversationOptions{Agent: quiet, Streaming: stream, PageSize: 100}, &poppy.AgentOptions{Store: store})
+		c := e.start(t, conversation.Text("Hello."), nil)
+		collect(t, c, &conversation.EventsOptions{UntilIdle: true}, nil)
+		var last string
+		for range 500 {
+			last = e.Srv.AppendEvent(c.ID(), map[string]any{"type": "poll"})
+		}
+		e.Srv.Say(c.ID(), poppytest.Reply{Text: "After the polls."})
+		before := store.cursorWrites()
+		evs := collect(t, c, nil, func(ev conversation.Event) bool { return ev.Type == conversation.EventMessage })
+		writes := store.cursorWrites() - before
+		if len(evs) != 1 {
+			t.Fatalf("stream=%v: %d events yielded", stream, len(evs))
+		}
+		// Five pages of 100 (or a stream's bursts) and the message: a
+		// handful of writes, against 501 with a write per event.
+		if writes > 100 {
+			t.Fatalf("stream=%v: %d cursor writes for 501 events", stream, writes)
+		}
+		if cur := savedCursor(t, e, c.ID()); cur != evs[0].ID {
+			t.Fatalf("stream=%v: saved cursor %q, want %q (past %s)", stream, cur, evs[0].ID, last)
+		}
+	}
+}
