@@ -826,6 +826,7 @@ func (c *Conversation) postOnce(ctx context.Context, u string, body []byte, wait
 // (PA-7.3-02, PA-7.3-08), in time linear in the events pending and
 // answered: an event already handled or pending is skipped by a set.
 func (c *Conversation) applyAnswer(ans *answer) {
+	defer c.nudge() // a message was answered: a pacing Events loop reads now
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.status, c.responder = Status(ans.Status), Responder(ans.Responder)
@@ -843,7 +844,6 @@ func (c *Conversation) applyAnswer(ans *answer) {
 		queued[ev.ID] = struct{}{}
 		c.pending = append(c.pending, ev)
 	}
-	c.nudge()
 }
 
 func (c *Conversation) setState(s Status, r Responder) {
