@@ -88,6 +88,18 @@ type ReplicaOptions struct {
 	// the worst case for duplicate refreshes and for the store's locks.
 	// Without it each replica calls at random around CallEvery.
 	Aligned bool
+	// Kill9, after the steady run, kills replica 1 with SIGKILL this many
+	// times at random moments, restarting it after each kill and running
+	// Kill9Every (default two token lifetimes and a call interval) before
+	// the next, so that every rotation a kill lost shows before the next
+	// kill: ReplicaStats.LostPerKill counts them kill by kill. It takes the
+	// place of Kills (no armed crash), and needs 2 or more Processes.
+	Kill9      int
+	Kill9Every time.Duration
+	// RotationGrace is the fake Company's rotation grace
+	// (poppytest.Options.RotationGrace): an Account Token a rotation
+	// replaced keeps working that long.
+	RotationGrace time.Duration
 }
 
 // ReplicaStats are the figures of a run.
@@ -105,8 +117,13 @@ type ReplicaStats struct {
 	// since a renewal waits for a call).
 	PerInterval float64
 	// LostRotations is the number of rotated-away Account Tokens the
-	// Company was sent (each a rotation a killed replica lost).
-	LostRotations int
+	// Company was sent (each a rotation a killed replica lost), and
+	// LostPerKill, with Kill9, how many came after each kill (before the
+	// next). LostBeforeKills counts those of the steady run, which no kill
+	// caused (a refresh answer that came after the SDK stopped waiting).
+	LostRotations   int
+	LostPerKill     []int
+	LostBeforeKills int
 	// NewSessions counts Sessions started during the run (each lost
 	// rotation should start one new, signed-out Session).
 	NewSessions int
@@ -173,9 +190,9 @@ func ReplicaRun(t testing.TB, store keystore.Store, spec string, opts *ReplicaOp
 	o := ReplicaOptions{Processes: 3, Users: 20, TokenTTL: 2 * time.Second, CallEvery: 200 * time.Millisecond,
 		Steady: 4 * time.Second, After: 3 * time.Second}
 	if opts != nil {
-		o.Kills, o.Aligned = opts.Kills, opts.Aligned
+		o.Kills, o.Aligned, o.Kill9, o.RotationGrace = opts.Kills, opts.Aligned, opts.Kill9, opts.RotationGrace
 		for _, f := range [][2]*time.Duration{{&o.TokenTTL, &opts.TokenTTL}, {&o.CallEvery, &opts.CallEvery},
-			{&o.Steady, &opts.Steady}, {&o.After, &opts.After}} {
+			{&o.Steady, &opts.Steady}, {&o.After, &opts.After}, {&o.Kill9Every, &opts.Kill9Every}} {
 			if *f[1] > 0 {
 				*f[0] = *f[1]
 			}
@@ -187,6 +204,12 @@ func ReplicaRun(t testing.TB, store keystore.Store, spec string, opts *ReplicaOp
 			o.Users = opts.Users
 		}
 	}
+	if o.Kill9Every == 0 {
+		o.Kill9Every = 2*o.TokenTTL + o.CallEvery
+	}
+	if o.Kill9 > 0 && o.Processes < 2 {
+		t.Fatalf("Kill9 needs 2 or more replicas, not %d", o.Processes)
+	}
 	// A small run keeps every request, to find duplicate refreshes; a load
 	// run only counts them.
 	big := o.Users > 1000
@@ -194,7 +217,8 @@ func ReplicaRun(t testing.TB, store keystore.Store, spec string, opts *ReplicaOp
 	if big {
 		load = poppytest.LoadOptions{ViolationsOnly: true, ForgetTokensAfter: time.Minute}
 	}
-	e := New(t, &poppytest.Options{RotateAccountTokens: true, TokenTTL: o.TokenTTL, Load: load}, &poppy.AgentOptions{Store: store})
+	e := New(t, &poppytest.Options{RotateAccountTokens: true, TokenTTL: o.TokenTTL, RotationGrace: o.RotationGrace, Load: load},
+		&poppy.AgentOptions{Store: store})
 	ctx := context.Background()
 	// Sign every User in, a few at a time.
 	var wg sync.WaitGroup
@@ -268,6 +292,34 @@ func ReplicaRun(t testing.TB, store keystore.Store, spec string, opts *ReplicaOp
 			}
 		}
 	}
+	// The Company's violations, taken as the run goes so that each kill's
+	// lost rotations can be told apart.
+	var violations []poppytest.Violation
+	lost := func() int {
+		vs := e.Srv.TakeViolations()
+		violations = append(violations, vs...)
+		n := 0
+		for _, v := range vs {
+			if v.Rule == "PA-4.8-04" {
+				n++
+			}
+		}
+		return n
+	}
+	st := &ReplicaStats{Users: o.Users, Processes: o.Processes}
+	if o.Kill9 > 0 {
+		st.LostBeforeKills = lost()
+		for k := range o.Kill9 {
+			time.Sleep(time.Duration(rand.N(int64(time.Second))))
+			children[1].kill()
+			t0 := time.Now()
+			children[1] = start(1)
+			restart := time.Since(t0)
+			time.Sleep(o.Kill9Every)
+			st.LostPerKill = append(st.LostPerKill, lost())
+			t.Logf("kill -9 %d of replica 1: restarted in %v; %d rotations lost", k+1, restart.Round(time.Millisecond), st.LostPerKill[k])
+		}
+	}
 	if o.Kills {
 		// A crash at the worst moment: the rotation is lost.
 		children[0].send(t, "crash")
@@ -281,7 +333,6 @@ func ReplicaRun(t testing.TB, store keystore.Store, spec string, opts *ReplicaOp
 		}
 		time.Sleep(o.After)
 	}
-	st := &ReplicaStats{Users: o.Users, Processes: o.Processes}
 	t0 = time.Now()
 	for i, c := range children {
 		c.send(t, "stop")
@@ -342,12 +393,13 @@ func ReplicaRun(t testing.TB, store keystore.Store, spec string, opts *ReplicaOp
 	} else {
 		t.Fatal(err)
 	}
-	for _, v := range e.Srv.TakeViolations() {
+	lost()
+	for _, v := range violations {
 		if v.Rule == "PA-4.8-04" {
 			st.LostRotations++
 			continue
 		}
-		if v.Rule == "PA-4.2-15" && o.Kills {
+		if v.Rule == "PA-4.2-15" && (o.Kills || o.Kill9 > 0) {
 			// A replica killed after the Company signed a Session in and
 			// before its record said so: the next replica renews it with the
 			// assertion once, and starts a new one when refused.
@@ -360,6 +412,18 @@ func ReplicaRun(t testing.TB, store keystore.Store, spec string, opts *ReplicaOp
 		"%d lost rotations, %d new Sessions, %d sign-ins, %d sign_in_required (at most %d for one User in one replica), %d calls ok, errors %v; %d token and %d API requests; store %v",
 		o.Processes, o.Users, o.TokenTTL, st.Refreshes, o.Steady, st.Duplicates, st.PerLifetime,
 		st.LostRotations, st.NewSessions, st.SignIns, st.SignInRequired, st.SignInRequiredMax, st.Child.OK, st.Child.Errors, st.TokenRequests, st.APIRequests, st.Child.Store)
+	perReplica := float64(st.Refreshes) / o.Steady.Seconds() / float64(o.Processes)
+	if n, us := st.Child.Store["at_writes"], st.Child.Store["at_write_us"]; n > 0 {
+		mean := time.Duration(us/n) * time.Microsecond
+		t.Logf("Account Token writes, fn's return to commit: mean %v, p50 %v, p99 %v (worst replica); %.1f refreshes/s per replica in the steady run, "+
+			"so a kill at a random moment finds %.2f rotations waiting for their commit",
+			mean, time.Duration(st.Child.Store["at_write_p50_us"])*time.Microsecond, time.Duration(st.Child.Store["at_write_p99_us"])*time.Microsecond,
+			perReplica, perReplica*mean.Seconds())
+	}
+	if o.Kill9 > 0 {
+		t.Logf("%d kill -9s lost %v rotations (%.1f per kill); %d lost in the steady run before them",
+			o.Kill9, st.LostPerKill, float64(st.LostRotations-st.LostBeforeKills)/float64(o.Kill9), st.LostBeforeKills)
+	}
 	if len(st.Child.Stuck) > 0 {
 		t.Errorf("%d Users stuck: %s", len(st.Child.Stuck), strings.Join(st.Child.Stuck[:min(5, len(st.Child.Stuck))], "; "))
 	}
@@ -369,10 +433,10 @@ func ReplicaRun(t testing.TB, store keystore.Store, spec string, opts *ReplicaOp
 	if st.PerLifetime > 1.05 {
 		t.Errorf("%.3f refreshes per User per lifetime across %d replicas, want at most 1.05", st.PerLifetime, o.Processes)
 	}
-	if o.Kills {
-		if st.LostRotations == 0 {
-			t.Errorf("the armed crash lost no rotation: the test did not test it")
-		}
+	if o.Kills && st.LostRotations == 0 {
+		t.Errorf("the armed crash lost no rotation: the test did not test it")
+	}
+	if o.Kills || o.Kill9 > 0 && st.LostRotations > 0 {
 		// Every lost rotation ends in sign_in_required (then a sign-in);
 		// each starts one new Session, or none when the Company let the
 		// old one renew signed out.
