@@ -131,11 +131,14 @@ type ReplicaStats struct {
 	LostPerKill     []int
 	LostBeforeKills int
 	// PendingPerKill, with Kill9, counts for each kill the Account Token
-	// records the killed replica had obtained from fn and whose Update had
-	// not returned: the rotations lost while waiting for their write. The
-	// rest of a kill's lost rotations were lost before fn returned (the
-	// refresh answered at the Company and not yet read or handled).
-	PendingPerKill []int
+	// records the killed replica had obtained from fn and not yet
+	// committed: the rotations lost while waiting for their write.
+	// InFlightPerKill counts the Account Token Updates whose fn (the
+	// refresh) had not returned: at most that many more rotations were
+	// lost, answered at the Company and not yet read or handled. Lost
+	// rotations beyond the two were not the kill's (a refresh answered
+	// after the SDK stopped waiting).
+	PendingPerKill, InFlightPerKill []int
 	// NewSessions counts Sessions started during the run (each lost
 	// rotation should start one new, signed-out Session).
 	NewSessions int
@@ -439,9 +442,10 @@ func ReplicaRun(t testing.TB, store keystore.Store, spec string, opts *ReplicaOp
 			perReplica, perReplica*mean.Seconds())
 	}
 	if o.Kill9 > 0 {
-		st.PendingPerKill = pendingWrites(t, writes, killed)
-		t.Logf("%d kill -9s lost %v rotations (%.1f per kill), of which %v were waiting for their write; %d lost in the steady run before them",
-			o.Kill9, st.LostPerKill, float64(st.LostRotations-st.LostBeforeKills)/float64(o.Kill9), st.PendingPerKill, st.LostBeforeKills)
+		st.PendingPerKill, st.InFlightPerKill = pendingWrites(t, writes, killed)
+		t.Logf("%d kill -9s lost %v rotations (%.1f per kill), of which %v were waiting for their write (%d in all) and at most %v in a refresh (%d); %d lost in the steady run before them",
+			o.Kill9, st.LostPerKill, float64(st.LostRotations-st.LostBeforeKills)/float64(o.Kill9),
+			st.PendingPerKill, sum(st.PendingPerKill), st.InFlightPerKill, sum(st.InFlightPerKill), st.LostBeforeKills)
 	}
 	if len(st.Child.Stuck) > 0 {
 		t.Errorf("%d Users stuck: %s", len(st.Child.Stuck), strings.Join(st.Child.Stuck[:min(5, len(st.Child.Stuck))], "; "))
@@ -481,38 +485,56 @@ func ReplicaRun(t testing.TB, store keystore.Store, spec string, opts *ReplicaOp
 
 // pendingWrites reads the writes file and returns, for each of the killed
 // replicas, how many Users' Account Token Updates had a new record from fn
-// and had not returned.
-func pendingWrites(t testing.TB, path string, killed []string) []int {
+// not yet committed, and how many were in fn.
+func pendingWrites(t testing.TB, path string, killed []string) (pending, inFn []int) {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		t.Fatal(err)
 	}
-	open := map[string]map[string]int{} // replica -> User -> writes not returned
+	type counts struct{ write, fn int }
+	open := map[string]map[string]*counts{} // replica -> User -> open
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)
 		if len(f) != 3 {
 			continue
 		}
 		if open[f[1]] == nil {
-			open[f[1]] = map[string]int{}
+			open[f[1]] = map[string]*counts{}
+		}
+		c := open[f[1]][f[2]]
+		if c == nil {
+			c = &counts{}
+			open[f[1]][f[2]] = c
 		}
 		switch f[0] {
 		case "w":
-			open[f[1]][f[2]]++
+			c.write++
 		case "c":
-			open[f[1]][f[2]]--
+			c.write--
+		case "f":
+			c.fn++
+		case "e":
+			c.fn--
 		}
 	}
-	var n []int
 	for _, r := range killed {
-		c := 0
-		for _, v := range open[r] {
-			c += max(v, 0)
+		p, n := 0, 0
+		for _, c := range open[r] {
+			p += max(c.write, 0)
+			n += max(c.fn, 0)
 		}
-		n = append(n, c)
+		pending, inFn = append(pending, p), append(inFn, n)
 	}
-	return n
+	return pending, inFn
+}
+
+func sum(n []int) int {
+	s := 0
+	for _, v := range n {
+		s += v
+	}
+	return s
 }
 
 // liveHeap returns the heap in use after a collection.
@@ -660,7 +682,10 @@ func (c *replicaChild) wait(t testing.TB) {
 // parent passed. If the store has a LoadStats() map[string]int64 method, its
 // figures are reported with the child's (counters summed over the replicas;
 // keys ending in _p50_us or _p99_us, and pool_size, the largest), from the
-// moment the run starts if it also has ResetLoadStats().
+// moment the run starts if it also has ResetLoadStats(). If it has an
+// OnCommit(func(keystore.Key)) method, it must call the function it is
+// given as each write commits, before its Update returns: with Kill9, the
+// rotations a killed replica had not yet written are counted from it.
 func ReplicaChildMain(open func(spec string) (keystore.Store, error)) {
 	if os.Getenv(envReplicaChild) == "" {
 		return
@@ -675,29 +700,39 @@ func ReplicaChildMain(open func(spec string) (keystore.Store, error)) {
 // crashStore dies inside the next Account Token Update once armed, after
 // fn (the refresh) ran and before anything is written. With a writes file,
 // it notes there each Account Token Update whose fn returned a new record,
-// and its return.
+// and its commit: told by the store if it has an OnCommit(func(Key))
+// method, or else the Update's return.
 type crashStore struct {
 	keystore.Store
-	armed  atomic.Bool
-	writes *os.File
-	me     string
+	armed    atomic.Bool
+	writes   *os.File
+	me       string
+	onCommit bool // the store tells of each commit
+}
+
+func (c *crashStore) committed(key keystore.Key) {
+	if key.Kind == keystore.KindAccountToken {
+		_, _ = c.writes.WriteString("c " + c.me + " " + key.User + "\n")
+	}
 }
 
 func (c *crashStore) Update(ctx context.Context, key keystore.Key, fn func([]byte) ([]byte, error)) error {
 	if key.Kind == keystore.KindAccountToken && c.writes != nil && !c.armed.Load() {
 		wrote := false
 		err := c.Store.Update(ctx, key, func(cur []byte) ([]byte, error) {
+			// One write per line, appended: whole lines, and in the
+			// kernel's hands before a kill.
+			_, _ = c.writes.WriteString("f " + c.me + " " + key.User + "\n")
 			next, err := fn(cur)
+			_, _ = c.writes.WriteString("e " + c.me + " " + key.User + "\n")
 			if err == nil && !bytes.Equal(next, cur) {
 				wrote = true
-				// One write per line, appended: whole lines, and in the
-				// kernel's hands before a kill.
 				_, _ = c.writes.WriteString("w " + c.me + " " + key.User + "\n")
 			}
 			return next, err
 		})
-		if wrote {
-			_, _ = c.writes.WriteString("c " + c.me + " " + key.User + "\n")
+		if wrote && !c.onCommit {
+			c.committed(key)
 		}
 		return err
 	}
@@ -729,6 +764,10 @@ func runReplica(open func(string) (keystore.Store, error)) error {
 			return err
 		}
 		defer store.writes.Close()
+		if oc, ok := inner.(interface{ OnCommit(func(keystore.Key)) }); ok {
+			oc.OnCommit(store.committed)
+			store.onCommit = true
+		}
 	}
 	c, err := childCompany(ctx, store, envReplicaKey)
 	if err != nil {

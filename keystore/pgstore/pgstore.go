@@ -106,8 +106,8 @@ const versionSuffix = "_version"
 // names are silently truncated, which could make two tables one.
 const maxIdentifier = 63
 
-// writeTimeout bounds the write and commit that follow fn once ctx is done:
-// see Update.
+// writeTimeout bounds a write that falls back to the pool once ctx is
+// done: see Update.
 const writeTimeout = 30 * time.Second
 
 // Options configure a [Store]. A nil *Options means the defaults.
@@ -312,7 +312,8 @@ func buildQueries(table, version string) queries {
 
 // Close closes the store's lock connections and, if [Open] created it, the
 // connection pool, waiting for connections in use to be returned; a store
-// from [New] leaves its pool open. Updates still running lose their locks.
+// from [New] leaves its pool open. Updates still running lose their locks,
+// and write what their fn returns through the pool if it is open.
 // It returns nil: the error is there so that a Store is an io.Closer.
 func (s *Store) Close() error {
 	for _, lc := range s.lockConns {
@@ -450,7 +451,8 @@ func (s *Store) Get(ctx context.Context, key keystore.Key) ([]byte, error) {
 // write commits, the rotated token exists only in this process's memory, so
 // the write waits for nothing but its commit: it goes on the connection that
 // holds the key's lock, in the round trip that releases the lock, and needs
-// no pooled connection.
+// no pooled connection (a round trip on a lock connection is bounded by two
+// minutes; a write that falls back to the pool, by 30 seconds).
 func (s *Store) Update(ctx context.Context, key keystore.Key, fn func(current []byte) ([]byte, error)) error {
 	if err := checkKey(key); err != nil {
 		return err
@@ -705,7 +707,8 @@ func (l *lockConn) submit(op *lockOp) {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
-		op.err = errors.New("pgstore: store closed")
+		// As if the connection broke: a write goes through the pool.
+		op.err, op.lost = errors.New("pgstore: store closed"), true
 		return
 	}
 	l.queue = append(l.queue, op)

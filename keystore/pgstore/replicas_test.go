@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -32,7 +33,12 @@ type replicaStore struct {
 	writes *acquireTimes // Account Token writes, fn's return to commit
 	from   pgxpool.Stat  // at ResetLoadStats
 	base   pgstore.Stats
+	commit atomic.Pointer[func(keystore.Key)] // OnCommit's
 }
+
+// OnCommit has f told of each write as it commits (testenv counts from it
+// the rotations a killed replica had not yet written).
+func (r *replicaStore) OnCommit(f func(keystore.Key)) { r.commit.Store(&f) }
 
 // acquireTimes records how long each pool acquire took: a pgxpool
 // AcquireTracer. It records the writes' times too.
@@ -148,13 +154,17 @@ func openReplicaStore(table string) (keystore.Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := pgstore.New(pool, &pgstore.Options{Table: table})
+	lockConns, _ := strconv.Atoi(os.Getenv("POPPY_PGSTORE_TEST_LOCKCONNS"))
+	s, err := pgstore.New(pool, &pgstore.Options{Table: table, LockConns: lockConns})
 	if err != nil {
 		pool.Close()
 		return nil, err
 	}
 	r := &replicaStore{Store: s, pg: s, pool: pool, acq: acq, writes: &acquireTimes{}}
 	pgstore.SetWriteHook(s, func(k keystore.Key, d time.Duration) {
+		if f := r.commit.Load(); f != nil {
+			(*f)(k)
+		}
 		if k.Kind == keystore.KindAccountToken {
 			r.writes.add(d)
 		}
@@ -204,7 +214,8 @@ func TestReplicas(t *testing.T) {
 // times at random moments, POPPY_TEST_REPLICA_LOAD_KILL_EVERY apart
 // (default two token lifetimes and a call interval), and logs the
 // rotations each kill lost; POPPY_TEST_REPLICA_LOAD_GRACE gives the fake
-// Company a rotation grace; POPPY_PGSTORE_TEST_POOL sets the pool size.
+// Company a rotation grace; POPPY_PGSTORE_TEST_POOL sets the pool size,
+// POPPY_PGSTORE_TEST_LOCKCONNS the lock connections (Options.LockConns).
 // POPPY_PGSTORE_TEST_BASELINE=xact runs the store's first Update
 // (XactStore), =pool the one that wrote through the pool (PoolWriteStore),
 // for the figures before:
