@@ -853,3 +853,26 @@ func TestStatsCountWrites(t *testing.T) {
 		t.Errorf("Stats = %+v; want 4 Updates, 1 unchanged, 3 writes, none through the pool, and their time", st)
 	}
 }
+
+// A store closed while an Update's fn runs (a replica shutting down) has
+// no lock connection left to write on: what fn returned is written through
+// the pool, which a store from New leaves open, rather than dropped.
+func TestUpdateWritesThroughThePoolAfterClose(t *testing.T) {
+	pool := testPool(t)
+	table := testTable(t, pool)
+	s := newStore(t, pool, &pgstore.Options{Table: table})
+	err := s.Update(context.Background(), testKey, func([]byte) ([]byte, error) {
+		s.Close()
+		return []byte("rotated"), nil
+	})
+	if err != nil {
+		t.Fatalf("Update: %v", err)
+	}
+	got, err := newStore(t, pool, &pgstore.Options{Table: table}).Get(context.Background(), testKey)
+	if err != nil || string(got) != "rotated" {
+		t.Fatalf("Get = %q, %v; the rotated token was dropped", got, err)
+	}
+	if st := s.Stats(); st.PoolWrites != 1 {
+		t.Errorf("Stats = %+v, want 1 write through the pool", st)
+	}
+}
