@@ -28,6 +28,7 @@ package testenv
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -68,6 +69,11 @@ const (
 	// User gets sign_in_required, so that a replica killed later still
 	// leaves its record.
 	envReplicaEvents = "POPPY_TEST_REPLICA_EVENTS"
+	// envReplicaWrites names a file each replica appends a line to when an
+	// Account Token Update's fn returns a new record ("w") and when the
+	// Update returns ("c"), so that the rotations a killed replica had
+	// obtained and not yet written can be counted.
+	envReplicaWrites = "POPPY_TEST_REPLICA_WRITES"
 	// envReplicaNoCheck, set in a load run's environment, skips the final
 	// check of every User (which takes minutes at 10,000 Users).
 	envReplicaNoCheck = "POPPY_TEST_REPLICA_NOCHECK"
@@ -88,6 +94,18 @@ type ReplicaOptions struct {
 	// the worst case for duplicate refreshes and for the store's locks.
 	// Without it each replica calls at random around CallEvery.
 	Aligned bool
+	// Kill9, after the steady run, kills replica 1 with SIGKILL this many
+	// times at random moments, restarting it after each kill and running
+	// Kill9Every (default two token lifetimes and a call interval) before
+	// the next, so that every rotation a kill lost shows before the next
+	// kill: ReplicaStats.LostPerKill counts them kill by kill. It takes the
+	// place of Kills (no armed crash), and needs 2 or more Processes.
+	Kill9      int
+	Kill9Every time.Duration
+	// RotationGrace is the fake Company's rotation grace
+	// (poppytest.Options.RotationGrace): an Account Token a rotation
+	// replaced keeps working that long.
+	RotationGrace time.Duration
 }
 
 // ReplicaStats are the figures of a run.
@@ -105,8 +123,22 @@ type ReplicaStats struct {
 	// since a renewal waits for a call).
 	PerInterval float64
 	// LostRotations is the number of rotated-away Account Tokens the
-	// Company was sent (each a rotation a killed replica lost).
-	LostRotations int
+	// Company was sent (each a rotation a killed replica lost), and
+	// LostPerKill, with Kill9, how many came after each kill (before the
+	// next). LostBeforeKills counts those of the steady run, which no kill
+	// caused (a refresh answer that came after the SDK stopped waiting).
+	LostRotations   int
+	LostPerKill     []int
+	LostBeforeKills int
+	// PendingPerKill, with Kill9, counts for each kill the Account Token
+	// records the killed replica had obtained from fn and not yet
+	// committed: the rotations lost while waiting for their write.
+	// InFlightPerKill counts the Account Token Updates whose fn (the
+	// refresh) had not returned: at most that many more rotations were
+	// lost, answered at the Company and not yet read or handled. Lost
+	// rotations beyond the two were not the kill's (a refresh answered
+	// after the SDK stopped waiting).
+	PendingPerKill, InFlightPerKill []int
 	// NewSessions counts Sessions started during the run (each lost
 	// rotation should start one new, signed-out Session).
 	NewSessions int
@@ -173,9 +205,9 @@ func ReplicaRun(t testing.TB, store keystore.Store, spec string, opts *ReplicaOp
 	o := ReplicaOptions{Processes: 3, Users: 20, TokenTTL: 2 * time.Second, CallEvery: 200 * time.Millisecond,
 		Steady: 4 * time.Second, After: 3 * time.Second}
 	if opts != nil {
-		o.Kills, o.Aligned = opts.Kills, opts.Aligned
+		o.Kills, o.Aligned, o.Kill9, o.RotationGrace = opts.Kills, opts.Aligned, opts.Kill9, opts.RotationGrace
 		for _, f := range [][2]*time.Duration{{&o.TokenTTL, &opts.TokenTTL}, {&o.CallEvery, &opts.CallEvery},
-			{&o.Steady, &opts.Steady}, {&o.After, &opts.After}} {
+			{&o.Steady, &opts.Steady}, {&o.After, &opts.After}, {&o.Kill9Every, &opts.Kill9Every}} {
 			if *f[1] > 0 {
 				*f[0] = *f[1]
 			}
@@ -187,6 +219,12 @@ func ReplicaRun(t testing.TB, store keystore.Store, spec string, opts *ReplicaOp
 			o.Users = opts.Users
 		}
 	}
+	if o.Kill9Every == 0 {
+		o.Kill9Every = 2*o.TokenTTL + o.CallEvery
+	}
+	if o.Kill9 > 0 && o.Processes < 2 {
+		t.Fatalf("Kill9 needs 2 or more replicas, not %d", o.Processes)
+	}
 	// A small run keeps every request, to find duplicate refreshes; a load
 	// run only counts them.
 	big := o.Users > 1000
@@ -194,7 +232,8 @@ func ReplicaRun(t testing.TB, store keystore.Store, spec string, opts *ReplicaOp
 	if big {
 		load = poppytest.LoadOptions{ViolationsOnly: true, ForgetTokensAfter: time.Minute}
 	}
-	e := New(t, &poppytest.Options{RotateAccountTokens: true, TokenTTL: o.TokenTTL, Load: load}, &poppy.AgentOptions{Store: store})
+	e := New(t, &poppytest.Options{RotateAccountTokens: true, TokenTTL: o.TokenTTL, RotationGrace: o.RotationGrace, Load: load},
+		&poppy.AgentOptions{Store: store})
 	ctx := context.Background()
 	// Sign every User in, a few at a time.
 	var wg sync.WaitGroup
@@ -233,6 +272,10 @@ func ReplicaRun(t testing.TB, store keystore.Store, spec string, opts *ReplicaOp
 	}
 	events := filepath.Join(t.TempDir(), "sign-in-required")
 	env = append(env, envReplicaEvents+"="+events)
+	writes := filepath.Join(t.TempDir(), "writes")
+	if o.Kill9 > 0 {
+		env = append(env, envReplicaWrites+"="+writes)
+	}
 	start := func(i int) *replicaChild {
 		c := startReplica(t, i, env)
 		c.expect(t, "ready")
@@ -268,6 +311,36 @@ func ReplicaRun(t testing.TB, store keystore.Store, spec string, opts *ReplicaOp
 			}
 		}
 	}
+	// The Company's violations, taken as the run goes so that each kill's
+	// lost rotations can be told apart.
+	var violations []poppytest.Violation
+	lost := func() int {
+		vs := e.Srv.TakeViolations()
+		violations = append(violations, vs...)
+		n := 0
+		for _, v := range vs {
+			if v.Rule == "PA-4.8-04" {
+				n++
+			}
+		}
+		return n
+	}
+	st := &ReplicaStats{Users: o.Users, Processes: o.Processes}
+	var killed []string // the killed replicas, as they name themselves in the writes file
+	if o.Kill9 > 0 {
+		st.LostBeforeKills = lost()
+		for k := range o.Kill9 {
+			time.Sleep(time.Duration(rand.N(int64(time.Second))))
+			killed = append(killed, "1/"+strconv.Itoa(children[1].cmd.Process.Pid))
+			children[1].kill()
+			t0 := time.Now()
+			children[1] = start(1)
+			restart := time.Since(t0)
+			time.Sleep(o.Kill9Every)
+			st.LostPerKill = append(st.LostPerKill, lost())
+			t.Logf("kill -9 %d of replica 1: restarted in %v; %d rotations lost", k+1, restart.Round(time.Millisecond), st.LostPerKill[k])
+		}
+	}
 	if o.Kills {
 		// A crash at the worst moment: the rotation is lost.
 		children[0].send(t, "crash")
@@ -281,7 +354,6 @@ func ReplicaRun(t testing.TB, store keystore.Store, spec string, opts *ReplicaOp
 		}
 		time.Sleep(o.After)
 	}
-	st := &ReplicaStats{Users: o.Users, Processes: o.Processes}
 	t0 = time.Now()
 	for i, c := range children {
 		c.send(t, "stop")
@@ -342,12 +414,13 @@ func ReplicaRun(t testing.TB, store keystore.Store, spec string, opts *ReplicaOp
 	} else {
 		t.Fatal(err)
 	}
-	for _, v := range e.Srv.TakeViolations() {
+	lost()
+	for _, v := range violations {
 		if v.Rule == "PA-4.8-04" {
 			st.LostRotations++
 			continue
 		}
-		if v.Rule == "PA-4.2-15" && o.Kills {
+		if v.Rule == "PA-4.2-15" && (o.Kills || o.Kill9 > 0) {
 			// A replica killed after the Company signed a Session in and
 			// before its record said so: the next replica renews it with the
 			// assertion once, and starts a new one when refused.
@@ -360,6 +433,20 @@ func ReplicaRun(t testing.TB, store keystore.Store, spec string, opts *ReplicaOp
 		"%d lost rotations, %d new Sessions, %d sign-ins, %d sign_in_required (at most %d for one User in one replica), %d calls ok, errors %v; %d token and %d API requests; store %v",
 		o.Processes, o.Users, o.TokenTTL, st.Refreshes, o.Steady, st.Duplicates, st.PerLifetime,
 		st.LostRotations, st.NewSessions, st.SignIns, st.SignInRequired, st.SignInRequiredMax, st.Child.OK, st.Child.Errors, st.TokenRequests, st.APIRequests, st.Child.Store)
+	perReplica := float64(st.Refreshes) / o.Steady.Seconds() / float64(o.Processes)
+	if n, us := st.Child.Store["at_writes"], st.Child.Store["at_write_us"]; n > 0 {
+		mean := time.Duration(us/n) * time.Microsecond
+		t.Logf("Account Token writes, fn's return to commit: mean %v, p50 %v, p99 %v (worst replica); %.1f refreshes/s per replica in the steady run, "+
+			"so a kill at a random moment finds %.2f rotations waiting for their commit",
+			mean, time.Duration(st.Child.Store["at_write_p50_us"])*time.Microsecond, time.Duration(st.Child.Store["at_write_p99_us"])*time.Microsecond,
+			perReplica, perReplica*mean.Seconds())
+	}
+	if o.Kill9 > 0 {
+		st.PendingPerKill, st.InFlightPerKill = pendingWrites(t, writes, killed)
+		t.Logf("%d kill -9s lost %v rotations (%.1f per kill), of which %v were waiting for their write (%d in all) and at most %v in a refresh (%d); %d lost in the steady run before them",
+			o.Kill9, st.LostPerKill, float64(st.LostRotations-st.LostBeforeKills)/float64(o.Kill9),
+			st.PendingPerKill, sum(st.PendingPerKill), st.InFlightPerKill, sum(st.InFlightPerKill), st.LostBeforeKills)
+	}
 	if len(st.Child.Stuck) > 0 {
 		t.Errorf("%d Users stuck: %s", len(st.Child.Stuck), strings.Join(st.Child.Stuck[:min(5, len(st.Child.Stuck))], "; "))
 	}
@@ -369,10 +456,10 @@ func ReplicaRun(t testing.TB, store keystore.Store, spec string, opts *ReplicaOp
 	if st.PerLifetime > 1.05 {
 		t.Errorf("%.3f refreshes per User per lifetime across %d replicas, want at most 1.05", st.PerLifetime, o.Processes)
 	}
-	if o.Kills {
-		if st.LostRotations == 0 {
-			t.Errorf("the armed crash lost no rotation: the test did not test it")
-		}
+	if o.Kills && st.LostRotations == 0 {
+		t.Errorf("the armed crash lost no rotation: the test did not test it")
+	}
+	if o.Kills || o.Kill9 > 0 && st.LostRotations > 0 {
 		// Every lost rotation ends in sign_in_required (then a sign-in);
 		// each starts one new Session, or none when the Company let the
 		// old one renew signed out.
@@ -383,7 +470,10 @@ func ReplicaRun(t testing.TB, store keystore.Store, spec string, opts *ReplicaOp
 		if st.SignInRequiredMax > st.LostRotations {
 			t.Errorf("one replica got sign_in_required %d times for one User, for %d lost rotations", st.SignInRequiredMax, st.LostRotations)
 		}
-		if st.SignIns < st.LostRotations {
+		// Without the final check (a load run's POPPY_TEST_REPLICA_NOCHECK)
+		// the Users whose rotation the last kill lost may not have been
+		// called since.
+		if st.SignIns < st.LostRotations && os.Getenv(envReplicaNoCheck) == "" {
 			t.Errorf("%d lost rotations but %d Users signed in again after sign_in_required", st.LostRotations, st.SignIns)
 		}
 		if st.NewSessions > st.LostRotations+st.CrashedSignIns {
@@ -391,6 +481,60 @@ func ReplicaRun(t testing.TB, store keystore.Store, spec string, opts *ReplicaOp
 		}
 	}
 	return st
+}
+
+// pendingWrites reads the writes file and returns, for each of the killed
+// replicas, how many Users' Account Token Updates had a new record from fn
+// not yet committed, and how many were in fn.
+func pendingWrites(t testing.TB, path string, killed []string) (pending, inFn []int) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	type counts struct{ write, fn int }
+	open := map[string]map[string]*counts{} // replica -> User -> open
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 3 {
+			continue
+		}
+		if open[f[1]] == nil {
+			open[f[1]] = map[string]*counts{}
+		}
+		c := open[f[1]][f[2]]
+		if c == nil {
+			c = &counts{}
+			open[f[1]][f[2]] = c
+		}
+		switch f[0] {
+		case "w":
+			c.write++
+		case "c":
+			c.write--
+		case "f":
+			c.fn++
+		case "e":
+			c.fn--
+		}
+	}
+	for _, r := range killed {
+		p, n := 0, 0
+		for _, c := range open[r] {
+			p += max(c.write, 0)
+			n += max(c.fn, 0)
+		}
+		pending, inFn = append(pending, p), append(inFn, n)
+	}
+	return pending, inFn
+}
+
+func sum(n []int) int {
+	s := 0
+	for _, v := range n {
+		s += v
+	}
+	return s
 }
 
 // liveHeap returns the heap in use after a collection.
@@ -538,7 +682,10 @@ func (c *replicaChild) wait(t testing.TB) {
 // parent passed. If the store has a LoadStats() map[string]int64 method, its
 // figures are reported with the child's (counters summed over the replicas;
 // keys ending in _p50_us or _p99_us, and pool_size, the largest), from the
-// moment the run starts if it also has ResetLoadStats().
+// moment the run starts if it also has ResetLoadStats(). If it has an
+// OnCommit(func(keystore.Key)) method, it must call the function it is
+// given as each write commits, before its Update returns: with Kill9, the
+// rotations a killed replica had not yet written are counted from it.
 func ReplicaChildMain(open func(spec string) (keystore.Store, error)) {
 	if os.Getenv(envReplicaChild) == "" {
 		return
@@ -551,13 +698,44 @@ func ReplicaChildMain(open func(spec string) (keystore.Store, error)) {
 }
 
 // crashStore dies inside the next Account Token Update once armed, after
-// fn (the refresh) ran and before anything is written.
+// fn (the refresh) ran and before anything is written. With a writes file,
+// it notes there each Account Token Update whose fn returned a new record,
+// and its commit: told by the store if it has an OnCommit(func(Key))
+// method, or else the Update's return.
 type crashStore struct {
 	keystore.Store
-	armed atomic.Bool
+	armed    atomic.Bool
+	writes   *os.File
+	me       string
+	onCommit bool // the store tells of each commit
+}
+
+func (c *crashStore) committed(key keystore.Key) {
+	if key.Kind == keystore.KindAccountToken {
+		_, _ = c.writes.WriteString("c " + c.me + " " + key.User + "\n")
+	}
 }
 
 func (c *crashStore) Update(ctx context.Context, key keystore.Key, fn func([]byte) ([]byte, error)) error {
+	if key.Kind == keystore.KindAccountToken && c.writes != nil && !c.armed.Load() {
+		wrote := false
+		err := c.Store.Update(ctx, key, func(cur []byte) ([]byte, error) {
+			// One write per line, appended: whole lines, and in the
+			// kernel's hands before a kill.
+			_, _ = c.writes.WriteString("f " + c.me + " " + key.User + "\n")
+			next, err := fn(cur)
+			_, _ = c.writes.WriteString("e " + c.me + " " + key.User + "\n")
+			if err == nil && !bytes.Equal(next, cur) {
+				wrote = true
+				_, _ = c.writes.WriteString("w " + c.me + " " + key.User + "\n")
+			}
+			return next, err
+		})
+		if wrote && !c.onCommit {
+			c.committed(key)
+		}
+		return err
+	}
 	if key.Kind != keystore.KindAccountToken || !c.armed.Load() {
 		return c.Store.Update(ctx, key, fn)
 	}
@@ -579,7 +757,18 @@ func runReplica(open func(string) (keystore.Store, error)) error {
 	if c, ok := inner.(interface{ Close() error }); ok {
 		defer c.Close()
 	}
-	store := &crashStore{Store: inner}
+	me := os.Getenv(envReplicaChild) + "/" + strconv.Itoa(os.Getpid())
+	store := &crashStore{Store: inner, me: me}
+	if path := os.Getenv(envReplicaWrites); path != "" {
+		if store.writes, err = os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600); err != nil {
+			return err
+		}
+		defer store.writes.Close()
+		if oc, ok := inner.(interface{ OnCommit(func(keystore.Key)) }); ok {
+			oc.OnCommit(store.committed)
+			store.onCommit = true
+		}
+	}
 	c, err := childCompany(ctx, store, envReplicaKey)
 	if err != nil {
 		return err
@@ -650,7 +839,6 @@ func runReplica(open func(string) (keystore.Store, error)) error {
 		}
 		defer events.Close()
 	}
-	me := os.Getenv(envReplicaChild) + "/" + strconv.Itoa(os.Getpid())
 	signInRequired := func(i int) {
 		count(func(st *replicaChildStats) { st.SignInAsked++ })
 		if events != nil {

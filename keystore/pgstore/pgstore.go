@@ -26,28 +26,35 @@
 // store's own ([Options.LockConns], 2 by default, opened when first needed
 // and outside the pool), each holding the locks of many keys at once. Taking
 // a lock is a non-blocking pg_try_advisory_lock, sent together with the read
-// in one round trip on the lock connection; the write is one statement on a
-// pooled connection; the release is one more round trip. A lock held by
-// another process is waited for by trying again, from 1 ms apart up to 20 ms
-// apart, so the wait costs no connection either. Updates of one key within
-// one process queue in the process first ([keystore.KeyLocks]), so only one
-// of them at a time polls the database. The store thus scales with the
-// number of Users, not with the pool size: the pool need only be as large as
-// the number of reads and writes in flight at once, each a single statement
-// (pgxpool's default is 4 or the number of CPUs; with durable commits each
-// write holds its connection for an fsync, so a replica renewing for many
-// Users at once gains from pool_max_conns of 8 to 16: with 10,000 Users on
-// 3 replicas renewing about 250 Session Tokens a second, 6.8% of acquires
-// waited with 4 connections and 0.4% with 16, against 99.9% when a pooled
-// connection held the lock through the token request; docs/stores.md has
-// the figures).
+// in one round trip on the lock connection. A lock held by another process
+// is waited for by trying again, from 1 ms apart up to 20 ms apart, so the
+// wait costs no connection either. Updates of one key within one process
+// queue in the process first ([keystore.KeyLocks]), so only one of them at a
+// time polls the database.
+//
+// The write goes on the connection that holds the lock, in the round trip
+// that releases it: the writes of every Update whose fn returned while the
+// previous round trip was in flight are committed together in one
+// transaction (one flush of the log), and each lock is released in the same
+// round trip after the commit. Until the write commits, a rotated Account
+// Token fn obtained exists only in this process's memory, and a replica
+// killed meanwhile loses it (the User must sign in again), so the write
+// waits for nothing but the lock connection's round trip in flight, if any,
+// and its own with the commit: never for a pooled connection, which other
+// work may hold. The pool serves only Get, List and
+// the schema's migration, each a single statement, so the store scales with
+// the number of Users, not with the pool size: pgxpool's default (4 or the
+// number of CPUs) serves replicas renewing for thousands of Users
+// (docs/stores.md has the figures, and the loss per kill before and after).
 //
 // A replica that dies releases its locks at once: PostgreSQL drops the
 // session-level locks of a connection when it closes, and a killed process's
 // connections close with it. If a lock connection breaks while fn runs (the
 // network, or the server restarting), its locks are gone and another replica
 // may take one before fn's result is written; the result is written all the
-// same, so a rotated Account Token fn obtained is never dropped.
+// same (on a new lock connection, or through the pool when the connection
+// broke during the write itself: [Stats].PoolWrites counts those), so a
+// rotated Account Token fn obtained is never dropped.
 //
 // An Update whose fn returns the record unchanged writes nothing.
 //
@@ -74,6 +81,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -82,6 +90,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/poppyproto/poppy/keystore"
@@ -97,8 +106,8 @@ const versionSuffix = "_version"
 // names are silently truncated, which could make two tables one.
 const maxIdentifier = 63
 
-// writeTimeout bounds the write and commit that follow fn once ctx is done:
-// see Update.
+// writeTimeout bounds a write that falls back to the pool once ctx is
+// done: see Update.
 const writeTimeout = 30 * time.Second
 
 // Options configure a [Store]. A nil *Options means the defaults.
@@ -136,6 +145,16 @@ type Stats struct {
 	// LockConnsLost counts lock connections that broke or timed out,
 	// releasing the locks they held.
 	LockConnsLost int64
+	// Writes counts the Updates that wrote or deleted their record, and
+	// WriteTime is the time they took in all from fn's return to the
+	// write's commit: how long a rotated Account Token fn obtained lived
+	// in this process's memory only. A replica killed meanwhile loses it
+	// (see docs/stores.md).
+	Writes    int64
+	WriteTime time.Duration
+	// PoolWrites counts writes that went through the pool because the
+	// lock connection broke during the write.
+	PoolWrites int64
 }
 
 // Store is a [keystore.Store] in a PostgreSQL database. It is safe for
@@ -153,13 +172,20 @@ type Store struct {
 
 	local     keystore.KeyLocks // Updates of one key within this process
 	lockConns []*lockConn
-	stats     struct{ updates, contended, waiting, unchanged, lost atomic.Int64 }
+	stats     struct {
+		updates, contended, waiting, unchanged, lost atomic.Int64
+		writes, writeTime, poolWrites                atomic.Int64
+	}
+	// writeHook, if set (by the tests, before any Update), is told of each
+	// write and its time from fn's return to the commit.
+	writeHook func(keystore.Key, time.Duration)
 }
 
 // queries holds the SQL, with quoted table names, built once.
 type queries struct {
 	get, list, upsert, delete  string
 	lock                       string // try the lock, without waiting
+	unlock                     string
 	versionTable               string // quoted, for to_regclass
 	createVersion, readVersion string
 	writeVersion               string
@@ -229,7 +255,7 @@ func New(pool *pgxpool.Pool, opts *Options) (*Store, error) {
 		q:         buildQueries(table, version),
 	}
 	for range o.LockConns {
-		st.lockConns = append(st.lockConns, &lockConn{cfg: pool.Config().ConnConfig, lost: &st.stats.lost})
+		st.lockConns = append(st.lockConns, &lockConn{cfg: pool.Config().ConnConfig, q: &st.q, lost: &st.stats.lost})
 	}
 	return st, nil
 }
@@ -254,9 +280,10 @@ func qualified(schema, name string) string {
 func buildQueries(table, version string) queries {
 	where := ` WHERE kind = $1 AND local_user = $2 AND issuer = $3 AND record_id = $4`
 	return queries{
-		get:  `SELECT value FROM ` + table + where,
-		lock: `SELECT pg_try_advisory_lock($1)`,
-		list: `SELECT record_id FROM ` + table + ` WHERE kind = $1 AND local_user = $2 AND issuer = $3 ORDER BY record_id`,
+		get:    `SELECT value FROM ` + table + where,
+		lock:   `SELECT pg_try_advisory_lock($1)`,
+		unlock: `SELECT pg_advisory_unlock($1)`,
+		list:   `SELECT record_id FROM ` + table + ` WHERE kind = $1 AND local_user = $2 AND issuer = $3 ORDER BY record_id`,
 		upsert: `INSERT INTO ` + table + ` (kind, local_user, issuer, record_id, value, updated_at)
 			VALUES ($1, $2, $3, $4, $5, now())
 			ON CONFLICT (kind, local_user, issuer, record_id)
@@ -285,7 +312,8 @@ func buildQueries(table, version string) queries {
 
 // Close closes the store's lock connections and, if [Open] created it, the
 // connection pool, waiting for connections in use to be returned; a store
-// from [New] leaves its pool open. Updates still running lose their locks.
+// from [New] leaves its pool open. Updates still running lose their locks,
+// and write what their fn returns through the pool if it is open.
 // It returns nil: the error is there so that a Store is an io.Closer.
 func (s *Store) Close() error {
 	for _, lc := range s.lockConns {
@@ -300,7 +328,8 @@ func (s *Store) Close() error {
 // Stats returns the store's counters.
 func (s *Store) Stats() Stats {
 	return Stats{Updates: s.stats.updates.Load(), Contended: s.stats.contended.Load(),
-		Waiting: s.stats.waiting.Load(), Unchanged: s.stats.unchanged.Load(), LockConnsLost: s.stats.lost.Load()}
+		Waiting: s.stats.waiting.Load(), Unchanged: s.stats.unchanged.Load(), LockConnsLost: s.stats.lost.Load(),
+		Writes: s.stats.writes.Load(), WriteTime: time.Duration(s.stats.writeTime.Load()), PoolWrites: s.stats.poolWrites.Load()}
 }
 
 // SchemaVersion is the version of the schema this package creates.
@@ -416,10 +445,14 @@ func (s *Store) Get(ctx context.Context, key keystore.Key) ([]byte, error) {
 //
 // ctx bounds waiting for the lock and reading the record; fn gets no ctx of
 // its own and should carry its caller's. Once fn has returned a value, the
-// store writes it even if ctx is done by then, within 30 seconds: fn may
-// have renewed a rotating Account Token, and dropping the rotated token
-// because a deadline passed during the renewal would lose it for good
-// (spec 4.8).
+// store writes it even if ctx is done by then: fn may have renewed a
+// rotating Account Token, and dropping the rotated token because a deadline
+// passed during the renewal would lose it for good (spec 4.8). Until the
+// write commits, the rotated token exists only in this process's memory, so
+// the write waits for nothing but its commit: it goes on the connection that
+// holds the key's lock, in the round trip that releases the lock, and needs
+// no pooled connection (a round trip on a lock connection is bounded by two
+// minutes; a write that falls back to the pool, by 30 seconds).
 func (s *Store) Update(ctx context.Context, key keystore.Key, fn func(current []byte) ([]byte, error)) error {
 	if err := checkKey(key); err != nil {
 		return err
@@ -433,14 +466,19 @@ func (s *Store) Update(ctx context.Context, key keystore.Key, fn func(current []
 	}
 	defer unlockLocal()
 
-	args := []any{string(key.Kind), key.User, key.Issuer, key.ID}
-	id := s.lockID(args[0].(string), key.User, key.Issuer, key.ID)
+	id := s.lockID(string(key.Kind), key.User, key.Issuer, key.ID)
+	params := keyParams(key)
 	lc := s.lockConns[uint64(id)%uint64(len(s.lockConns))]
-	stored, existed, err := s.lock(ctx, lc, id, args)
+	stored, existed, err := s.lock(ctx, lc, id, params)
 	if err != nil {
 		return fmt.Errorf("pgstore: update %s: lock and read: %w", key, err)
 	}
-	defer lc.unlock(id)
+	locked := true
+	defer func() {
+		if locked {
+			lc.unlock(id)
+		}
+	}()
 	var current []byte
 	if existed {
 		if current, err = keystore.OpenValue(s.sealer, key, stored); err != nil {
@@ -457,21 +495,60 @@ func (s *Store) Update(ctx context.Context, key keystore.Key, fn func(current []
 		s.stats.unchanged.Add(1)
 		return nil
 	}
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
-	defer cancel()
-	if next == nil {
-		_, err = s.pool.Exec(wctx, s.q.delete, args...)
-	} else {
-		var sealed []byte
+	var sealed []byte
+	if next != nil {
 		if sealed, err = keystore.SealValue(s.sealer, key, next); err != nil {
 			return fmt.Errorf("pgstore: update %s: seal: %w", key, err)
 		}
-		_, err = s.pool.Exec(wctx, s.q.upsert, append(args, sealed)...)
+		if sealed == nil {
+			sealed = []byte{} // an empty record, not NULL
+		}
+	}
+	t0 := time.Now()
+	locked = false // the write releases the lock, or its connection is gone
+	err = lc.writeUnlock(id, params, sealed, next == nil)
+	if lost := (*connLostError)(nil); errors.As(err, &lost) {
+		// The lock connection broke during the write: its locks went with
+		// it, and the write may or may not have committed. Write through
+		// the pool all the same (see "Updates across replicas").
+		s.stats.poolWrites.Add(1)
+		err = s.poolWrite(ctx, key, sealed, next == nil)
 	}
 	if err != nil {
 		return fmt.Errorf("pgstore: update %s: write: %w", key, err)
 	}
+	s.wrote(key, time.Since(t0))
 	return nil
+}
+
+// keyParams returns key's fields as the text parameters of the statements
+// that name a record.
+func keyParams(key keystore.Key) [][]byte {
+	return [][]byte{[]byte(key.Kind), []byte(key.User), []byte(key.Issuer), []byte(key.ID)}
+}
+
+// poolWrite writes (or, with del, deletes) key's record through a pooled
+// connection, within writeTimeout even if ctx is done.
+func (s *Store) poolWrite(ctx context.Context, key keystore.Key, sealed []byte, del bool) error {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
+	defer cancel()
+	args := []any{string(key.Kind), key.User, key.Issuer, key.ID}
+	var err error
+	if del {
+		_, err = s.pool.Exec(wctx, s.q.delete, args...)
+	} else {
+		_, err = s.pool.Exec(wctx, s.q.upsert, append(args, sealed)...)
+	}
+	return err
+}
+
+// wrote counts a write that took d from fn's return to its commit.
+func (s *Store) wrote(key keystore.Key, d time.Duration) {
+	s.stats.writes.Add(1)
+	s.stats.writeTime.Add(int64(d))
+	if s.writeHook != nil {
+		s.writeHook(key, d)
+	}
 }
 
 // Polling for a lock another process holds: the first retry after
@@ -482,9 +559,10 @@ const (
 	maxPoll = 20 * time.Millisecond
 )
 
-// lock takes the advisory lock id on lc and reads the record, waiting for
-// another process to release the lock until ctx is done.
-func (s *Store) lock(ctx context.Context, lc *lockConn, id int64, args []any) (stored []byte, existed bool, err error) {
+// lock takes the advisory lock id on lc and reads the record named by
+// params, waiting for another process to release the lock until ctx is
+// done.
+func (s *Store) lock(ctx context.Context, lc *lockConn, id int64, params [][]byte) (stored []byte, existed bool, err error) {
 	wait := minPoll
 	waiting := false
 	defer func() {
@@ -493,7 +571,7 @@ func (s *Store) lock(ctx context.Context, lc *lockConn, id int64, args []any) (s
 		}
 	}()
 	for failures := 0; ; {
-		got, v, err := lc.tryLockGet(s.q.lock, id, s.q.get, args)
+		got, v, err := lc.tryLockGet(id, params)
 		if err != nil && got {
 			lc.unlock(id) // locked, but the read failed
 		}
@@ -534,12 +612,27 @@ const lockTimeout = 2 * time.Minute
 const maxLockBatch = 256
 
 // lockConn is a connection of the store's own holding session-level
-// advisory locks for many Updates at once. Lock and unlock requests queue
-// up while a round trip is in flight and go together in the next one (a
-// pipelined batch), so the connection serves as many Updates as the server
-// can run, not one per round trip.
+// advisory locks for many Updates at once, and writing their records.
+// Requests queue up while a round trip is in flight and go together in the
+// next one (a pipeline), so the connection serves as many Updates as the
+// server can run, not one per round trip.
+//
+// In a round trip, each lock-and-read and each release is a segment of its
+// own (its statements and a Sync), so that one refused statement fails
+// only its own request. The writes come last, all in one transaction:
+//
+//	BEGIN; write 1; …; write n; COMMIT; unlock 1; …; unlock n; Sync
+//
+// so that they share one commit (one flush of the log, however many
+// Updates wrote) and each lock is released only once its write is durable:
+// a replica that takes the lock next reads what was written. If a write is
+// refused, the server skips the rest of the segment: nothing is committed
+// and every lock is still held; the transaction is rolled back and each
+// write is tried again alone, then its lock released, so that one refused
+// write fails only its own Update.
 type lockConn struct {
 	cfg     *pgx.ConnConfig
+	q       *queries
 	lost    *atomic.Int64
 	mu      sync.Mutex
 	queue   []*lockOp
@@ -548,20 +641,65 @@ type lockConn struct {
 	closed  bool
 }
 
-// lockOp is one request on a lock connection: try a lock and read a
-// record, or release a lock.
-type lockOp struct {
-	unlock bool
-	id     int64
-	lock   string // the try-lock statement
-	get    string // the read, with args
-	args   []any
+// The statements of a lock connection, prepared once per connection.
+const (
+	stmtTryLock = "poppy_try_lock"
+	stmtGet     = "poppy_get"
+	stmtUnlock  = "poppy_unlock"
+	stmtUpsert  = "poppy_upsert"
+	stmtDelete  = "poppy_delete"
+	stmtBegin   = "poppy_begin"
+	stmtCommit  = "poppy_commit"
+)
 
-	got   bool
-	value []byte
-	err   error
-	done  chan struct{}
+// Parameter and result formats of the prepared statements: keys and lock
+// IDs in text, values and booleans in binary.
+var (
+	binaryResult  = []int16{1}
+	upsertFormats = []int16{0, 0, 0, 0, 1}
+)
+
+// opKind is what a lockOp asks.
+type opKind uint8
+
+const (
+	opLock   opKind = iota // try the lock and read the record
+	opUnlock               // release the lock
+	opWrite                // write (or delete) the record, commit, release the lock
+)
+
+// lockOp is one request on a lock connection.
+type lockOp struct {
+	kind   opKind
+	id     int64
+	params [][]byte // the record's key (opLock, opWrite)
+	value  []byte   // opWrite: the value to store; opLock: the value read, nil if none
+	del    bool     // opWrite: delete the record
+
+	got  bool // opLock: the lock was taken
+	err  error
+	lost bool // the connection broke before the answer was read
+	done chan struct{}
+	// finished is set when done is closed; the sender alone reads and
+	// writes it.
+	finished bool
 }
+
+// finish answers op, once.
+func (op *lockOp) finish() {
+	if !op.finished {
+		op.finished = true
+		close(op.done)
+	}
+}
+
+// connLostError is a write's error when the lock connection broke before
+// the write's answer: whether it committed is not known, and the lock is
+// gone with the connection.
+type connLostError struct{ err error }
+
+func (e *connLostError) Error() string { return "lock connection lost: " + e.err.Error() }
+func (e *connLostError) Unwrap() error { return e.err }
 
 // submit queues op and waits for its answer.
 func (l *lockConn) submit(op *lockOp) {
@@ -569,7 +707,8 @@ func (l *lockConn) submit(op *lockOp) {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
-		op.err = errors.New("pgstore: store closed")
+		// As if the connection broke: a write goes through the pool.
+		op.err, op.lost = errors.New("pgstore: store closed"), true
 		return
 	}
 	l.queue = append(l.queue, op)
@@ -600,80 +739,263 @@ func (l *lockConn) send() {
 		l.mu.Unlock()
 		l.run(ops)
 		for _, op := range ops {
-			close(op.done)
+			op.finish()
 		}
 	}
 }
 
-// run sends ops in one batch on the connection, connecting first if need
-// be. An error that is not the server's answer closes the connection (its
-// locks go with it); the next batch reconnects.
+// connect opens the connection and prepares its statements.
+func (l *lockConn) connect(ctx context.Context) error {
+	c, err := pgx.ConnectConfig(ctx, l.cfg.Copy())
+	if err != nil {
+		return err
+	}
+	for _, st := range []struct {
+		name, sql string
+		oids      []uint32
+	}{
+		{stmtTryLock, l.q.lock, []uint32{pgtype.Int8OID}},
+		{stmtUnlock, l.q.unlock, []uint32{pgtype.Int8OID}},
+		{stmtGet, l.q.get, []uint32{pgtype.TextOID, pgtype.TextOID, pgtype.TextOID, pgtype.TextOID}},
+		{stmtDelete, l.q.delete, []uint32{pgtype.TextOID, pgtype.TextOID, pgtype.TextOID, pgtype.TextOID}},
+		{stmtUpsert, l.q.upsert, []uint32{pgtype.TextOID, pgtype.TextOID, pgtype.TextOID, pgtype.TextOID, pgtype.ByteaOID}},
+		{stmtBegin, "BEGIN", nil},
+		{stmtCommit, "COMMIT", nil},
+	} {
+		if _, err := c.PgConn().Prepare(ctx, st.name, st.sql, st.oids); err != nil {
+			c.Close(ctx)
+			return err
+		}
+	}
+	l.conn = c
+	return nil
+}
+
+// run sends ops in one round trip on the connection, connecting first if
+// need be, and answers each op as soon as its results are read. An error
+// that is not the server's answer closes the connection (its locks go with
+// it); the next batch reconnects.
 func (l *lockConn) run(ops []*lockOp) {
+	ctx, cancel := context.WithTimeout(context.Background(), lockTimeout)
+	defer cancel()
 	fail := func(err error) {
 		for _, op := range ops {
-			if op.err == nil {
-				op.err = err
+			if !op.finished {
+				op.err, op.lost = err, true
+				op.finish()
 			}
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), lockTimeout)
-	defer cancel()
 	if l.conn != nil && l.conn.IsClosed() {
 		l.conn = nil
 	}
 	if l.conn == nil {
-		c, err := pgx.ConnectConfig(ctx, l.cfg.Copy())
-		if err != nil {
+		if err := l.connect(ctx); err != nil {
 			fail(err)
 			return
 		}
-		l.conn = c
 	}
-	var b pgx.Batch
+	var reads, writes []*lockOp
 	for _, op := range ops {
-		if op.unlock {
-			b.Queue(`SELECT pg_advisory_unlock($1)`, op.id)
-			continue
-		}
-		// The read is a statement of its own, so its snapshot is taken
-		// once the lock is held and sees what the previous holder wrote.
-		b.Queue(op.lock, op.id)
-		b.Queue(op.get, op.args...)
-	}
-	br := l.conn.SendBatch(ctx, &b)
-	for _, op := range ops {
-		if op.unlock {
-			_, op.err = br.Exec()
-			continue
-		}
-		if op.err = br.QueryRow().Scan(&op.got); op.err != nil {
-			_, _ = br.Exec() // the read's result
-			continue
-		}
-		if op.err = br.QueryRow().Scan(&op.value); errors.Is(op.err, pgx.ErrNoRows) {
-			op.value, op.err = nil, nil
-		} else if op.err == nil && op.value == nil {
-			op.value = []byte{} // an empty record
+		if op.kind == opWrite {
+			writes = append(writes, op)
+		} else {
+			reads = append(reads, op)
 		}
 	}
-	err := br.Close()
-	var pgErr *pgconn.PgError
-	if err != nil && !errors.As(err, &pgErr) {
+	p := l.conn.PgConn().StartPipeline(ctx)
+	for _, op := range reads {
+		id := [][]byte{strconv.AppendInt(nil, op.id, 10)}
+		if op.kind == opUnlock {
+			p.SendQueryPrepared(stmtUnlock, id, nil, nil)
+		} else {
+			// The read is a statement of its own, so its snapshot is
+			// taken once the lock is held and sees what the previous
+			// holder wrote.
+			p.SendQueryPrepared(stmtTryLock, id, nil, binaryResult)
+			p.SendQueryPrepared(stmtGet, op.params, nil, binaryResult)
+		}
+		p.SendPipelineSync()
+	}
+	if len(writes) > 0 {
+		p.SendQueryPrepared(stmtBegin, nil, nil, nil)
+		for _, w := range writes {
+			if w.del {
+				p.SendQueryPrepared(stmtDelete, w.params, nil, nil)
+			} else {
+				p.SendQueryPrepared(stmtUpsert, append(slices.Clip(w.params), w.value), upsertFormats, nil)
+			}
+		}
+		p.SendQueryPrepared(stmtCommit, nil, nil, nil)
+		for _, w := range writes {
+			p.SendQueryPrepared(stmtUnlock, [][]byte{strconv.AppendInt(nil, w.id, 10)}, nil, nil)
+		}
+		p.SendPipelineSync()
+	}
+	broken := func(err error) {
+		p.Close()
+		fail(err)
+		l.drop()
+	}
+	if err := p.Flush(); err != nil {
+		broken(err)
+		return
+	}
+	drop := false // a lock may still be held that no Update will release
+	for _, op := range reads {
+		n := 1
+		if op.kind == opLock {
+			n = 2
+		}
+		refused, err := readSegment(p, n, func(i int, rr *pgconn.ResultReader) error {
+			switch {
+			case op.kind == opLock && i == 0:
+				if rr.NextRow() {
+					v := rr.Values()
+					op.got = len(v) == 1 && len(v[0]) == 1 && v[0][0] == 1
+				}
+			case op.kind == opLock:
+				if rr.NextRow() {
+					if op.value = bytes.Clone(rr.Values()[0]); op.value == nil {
+						op.value = []byte{} // an empty record
+					}
+				}
+			}
+			_, err := rr.Close()
+			return err
+		})
+		if err != nil {
+			broken(err)
+			return
+		}
+		if op.err = refused; refused != nil && op.kind == opUnlock {
+			drop = true // closing the connection releases its locks
+		}
+		op.finish()
+	}
+	var retry []*lockOp // writes to try again alone
+	if len(writes) > 0 {
+		n := len(writes)
+		committed := false
+		refused, err := readSegment(p, 2*n+2, func(i int, rr *pgconn.ResultReader) error {
+			tag, err := rr.Close()
+			if err == nil && i == n+1 {
+				if tag.String() != "COMMIT" {
+					return fmt.Errorf("pgstore: writes not committed (%s)", tag)
+				}
+				committed = true
+			}
+			return err
+		})
+		switch {
+		case err != nil && committed:
+			// Written; the connection broke releasing the locks, which
+			// it releases by breaking.
+			for _, w := range writes {
+				w.finish()
+			}
+			broken(err)
+			return
+		case err != nil:
+			broken(err)
+			return
+		case refused != nil && committed:
+			drop = true // an unlock was refused after the commit
+		case refused != nil:
+			retry = writes
+		}
+		if retry == nil {
+			for _, w := range writes {
+				w.finish()
+			}
+		}
+	}
+	if err := p.Close(); err != nil {
 		fail(err)
 		l.drop()
 		return
 	}
-	// A statement that failed aborts the rest of its batch (one implicit
-	// transaction): release the locks it didn't, each on its own, or the
-	// keys would stay locked for as long as the connection lives.
-	for _, op := range ops {
-		if !op.unlock || op.err == nil {
-			continue
-		}
-		if _, op.err = l.conn.Exec(ctx, `SELECT pg_advisory_unlock($1)`, op.id); op.err != nil {
-			l.drop() // closing the connection releases its locks
+	if len(retry) > 0 {
+		if err := l.retryWrites(ctx, retry); err != nil {
+			fail(err)
+			l.drop()
 			return
 		}
+	}
+	if drop {
+		l.drop()
+	}
+}
+
+// retryWrites rolls back the transaction of a refused group of writes and
+// tries each write again in a transaction of its own, then releases its
+// lock. It returns an error only when the connection broke.
+func (l *lockConn) retryWrites(ctx context.Context, writes []*lockOp) error {
+	pc := l.conn.PgConn()
+	if pc.TxStatus() != 'I' {
+		if err := pc.Exec(ctx, "ROLLBACK").Close(); err != nil {
+			return err
+		}
+	}
+	var pgErr *pgconn.PgError
+	for _, w := range writes {
+		if w.del {
+			_, w.err = pc.ExecPrepared(ctx, stmtDelete, w.params, nil, nil).Close()
+		} else {
+			_, w.err = pc.ExecPrepared(ctx, stmtUpsert, append(slices.Clip(w.params), w.value), upsertFormats, nil).Close()
+		}
+		if w.err != nil && !errors.As(w.err, &pgErr) {
+			return w.err
+		}
+		if _, err := pc.ExecPrepared(ctx, stmtUnlock, [][]byte{strconv.AppendInt(nil, w.id, 10)}, nil, nil).Close(); err != nil {
+			if w.err == nil {
+				w.finish()
+			}
+			return err // dropping the connection releases the lock
+		}
+		w.finish()
+	}
+	return nil
+}
+
+// readSegment reads the results of the n statements of one segment of p,
+// calling each with each statement's result in turn, and the Sync that
+// ends the segment. A statement the server refused ends the segment (the
+// server skips the rest): its error is returned as refused. Any other
+// error (the connection broke, or an answer out of turn) is returned as
+// err, and the connection can't be trusted any more.
+func readSegment(p *pgconn.Pipeline, n int, each func(i int, rr *pgconn.ResultReader) error) (refused, err error) {
+	var pgErr *pgconn.PgError
+	for i := 0; i < n && refused == nil; i++ {
+		res, err := p.GetResults()
+		if err == nil {
+			rr, ok := res.(*pgconn.ResultReader)
+			if !ok {
+				return nil, fmt.Errorf("pgstore: lock connection: got %T, want a statement's result", res)
+			}
+			err = each(i, rr)
+		}
+		if errors.As(err, &pgErr) {
+			refused = err
+		} else if err != nil {
+			return nil, err
+		}
+	}
+	for {
+		res, err := p.GetResults()
+		if errors.As(err, &pgErr) {
+			if refused == nil {
+				refused = err
+			}
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if _, ok := res.(*pgconn.PipelineSync); !ok {
+			return nil, fmt.Errorf("pgstore: lock connection: got %T, want the end of a segment", res)
+		}
+		return refused, nil
 	}
 }
 
@@ -684,10 +1006,10 @@ func (l *lockConn) drop() {
 	l.lost.Add(1)
 }
 
-// tryLockGet tries the lock id and reads the record with get and args, in
+// tryLockGet tries the lock id and reads the record named by params, in
 // one round trip. The value is nil when there is no record.
-func (l *lockConn) tryLockGet(lock string, id int64, get string, args []any) (got bool, value []byte, err error) {
-	op := &lockOp{id: id, lock: lock, get: get, args: args}
+func (l *lockConn) tryLockGet(id int64, params [][]byte) (got bool, value []byte, err error) {
+	op := &lockOp{kind: opLock, id: id, params: params}
 	l.submit(op)
 	return op.got, op.value, op.err
 }
@@ -695,7 +1017,21 @@ func (l *lockConn) tryLockGet(lock string, id int64, get string, args []any) (go
 // unlock releases the lock id. If the connection broke meanwhile, the lock
 // is gone already.
 func (l *lockConn) unlock(id int64) {
-	l.submit(&lockOp{unlock: true, id: id})
+	l.submit(&lockOp{kind: opUnlock, id: id})
+}
+
+// writeUnlock writes value as the record named by params (or, with del,
+// deletes it), commits, and releases the lock id, in one round trip on the
+// connection that holds the lock. On return the lock is released, or gone
+// with the connection; the error is a *connLostError when the connection
+// broke before the commit's answer.
+func (l *lockConn) writeUnlock(id int64, params [][]byte, value []byte, del bool) error {
+	op := &lockOp{kind: opWrite, id: id, params: params, value: value, del: del}
+	l.submit(op)
+	if op.lost {
+		return &connLostError{op.err}
+	}
+	return op.err
 }
 
 // close closes the connection once no batch is in flight; later requests

@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -742,5 +743,136 @@ func TestRestrictedRoleUsesCurrentSchema(t *testing.T) {
 	empty := newStore(t, restricted, &pgstore.Options{Schema: schema, Table: "other"})
 	if _, err := empty.Get(ctx, testKey); err == nil || !strings.HasPrefix(err.Error(), "pgstore: migrate schema") {
 		t.Fatalf("restricted role creating a table: err = %v, want a pgstore migrate error", err)
+	}
+}
+
+// acquireWatch is a pgxpool AcquireTracer that reports, once armed, every
+// pool acquire that starts.
+type acquireWatch struct {
+	armed   atomic.Bool
+	started chan struct{}
+}
+
+func (a *acquireWatch) TraceAcquireStart(ctx context.Context, _ *pgxpool.Pool, _ pgxpool.TraceAcquireStartData) context.Context {
+	if a.armed.Load() {
+		select {
+		case a.started <- struct{}{}:
+		default:
+		}
+	}
+	return ctx
+}
+
+func (a *acquireWatch) TraceAcquireEnd(context.Context, *pgxpool.Pool, pgxpool.TraceAcquireEndData) {}
+
+func (a *acquireWatch) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	return ctx
+}
+
+func (a *acquireWatch) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// Until an Update's write commits, a rotated Account Token that fn obtained
+// exists only in this process's memory, and a replica killed meanwhile
+// loses it: the User must sign in again. So the write must wait for
+// nothing but its commit; in particular not for a pooled connection, which
+// at a few hundred renewals a second is the longest wait there is. With the
+// pool exhausted (its one connection held elsewhere) an Update still
+// writes, and deletes, its record, and asks the pool for no connection
+// (PA-4.8-04: the rotated token is persisted).
+func TestLockedWriteTakesNoPooledConnection(t *testing.T) {
+	cfg, err := pgxpool.ParseConfig(testURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 1
+	watch := &acquireWatch{started: make(chan struct{}, 1)}
+	cfg.ConnConfig.Tracer = watch
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	table := testTable(t, testPool(t))
+	other := newStore(t, testPool(t), &pgstore.Options{Table: table}) // another replica, to read
+	s := newStore(t, pool, &pgstore.Options{Table: table})
+	ctx := context.Background()
+	put(t, s, testKey, []byte("token 1")) // migrates, through the pool
+
+	held, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := sync.OnceFunc(held.Release)
+	t.Cleanup(release)
+	watch.armed.Store(true)
+	for _, next := range [][]byte{[]byte("token 2"), nil} {
+		done := make(chan error, 1)
+		go func() {
+			done <- s.Update(ctx, testKey, func([]byte) ([]byte, error) { return next, nil })
+		}()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("Update with the pool exhausted: %v", err)
+			}
+		case <-watch.started:
+			// PA-4.8-04
+			t.Errorf("writing %q: the Update asked the pool for a connection after fn returned; a replica killed while it waits loses the rotated token", next)
+			release()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, err := other.Get(ctx, testKey)
+		switch {
+		case next == nil && !errors.Is(err, keystore.ErrNotFound):
+			t.Fatalf("after deleting: Get = %q, %v; want ErrNotFound", got, err)
+		case next != nil && (err != nil || !bytes.Equal(got, next)):
+			t.Fatalf("Get = %q, %v; want %q", got, err, next)
+		}
+		if t.Failed() {
+			return
+		}
+	}
+	// The locks were released: another replica updates the key at once.
+	put(t, other, testKey, []byte("token 3"))
+}
+
+// Stats count the writes, none of them through the pool, and the time they
+// took from fn's return to the commit.
+func TestStatsCountWrites(t *testing.T) {
+	pool := testPool(t)
+	s := newStore(t, pool, &pgstore.Options{Table: testTable(t, pool)})
+	put(t, s, testKey, []byte("a"))
+	put(t, s, testKey, []byte("a")) // unchanged: not written
+	put(t, s, testKey, []byte("b"))
+	if err := s.Update(context.Background(), testKey, func([]byte) ([]byte, error) { return nil, nil }); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Stats(); st.Updates != 4 || st.Unchanged != 1 || st.Writes != 3 || st.PoolWrites != 0 || st.WriteTime <= 0 {
+		t.Errorf("Stats = %+v; want 4 Updates, 1 unchanged, 3 writes, none through the pool, and their time", st)
+	}
+}
+
+// A store closed while an Update's fn runs (a replica shutting down) has
+// no lock connection left to write on: what fn returned is written through
+// the pool, which a store from New leaves open, rather than dropped.
+func TestUpdateWritesThroughThePoolAfterClose(t *testing.T) {
+	pool := testPool(t)
+	table := testTable(t, pool)
+	s := newStore(t, pool, &pgstore.Options{Table: table})
+	err := s.Update(context.Background(), testKey, func([]byte) ([]byte, error) {
+		s.Close()
+		return []byte("rotated"), nil
+	})
+	if err != nil {
+		t.Fatalf("Update: %v", err)
+	}
+	got, err := newStore(t, pool, &pgstore.Options{Table: table}).Get(context.Background(), testKey)
+	if err != nil || string(got) != "rotated" {
+		t.Fatalf("Get = %q, %v; the rotated token was dropped", got, err)
+	}
+	if st := s.Stats(); st.PoolWrites != 1 {
+		t.Errorf("Stats = %+v, want 1 write through the pool", st)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,20 +20,28 @@ import (
 	"github.com/poppyproto/poppy/keystore/storetest"
 )
 
-// replicaStore is a replica's store with the figures of its pool. With
-// POPPY_PGSTORE_TEST_BASELINE=xact its Updates are the earlier design's
-// (XactStore), for the figures before.
+// replicaStore is a replica's store with the figures of its pool and of
+// its Account Token writes. With POPPY_PGSTORE_TEST_BASELINE=xact its
+// Updates are the first design's (XactStore), with =pool the one before
+// writes went on the lock connection (PoolWriteStore), for the figures
+// before.
 type replicaStore struct {
 	keystore.Store
-	pg   *pgstore.Store
-	pool *pgxpool.Pool
-	acq  *acquireTimes
-	from pgxpool.Stat // at ResetLoadStats
-	base pgstore.Stats
+	pg     *pgstore.Store
+	pool   *pgxpool.Pool
+	acq    *acquireTimes
+	writes *acquireTimes // Account Token writes, fn's return to commit
+	from   pgxpool.Stat  // at ResetLoadStats
+	base   pgstore.Stats
+	commit atomic.Pointer[func(keystore.Key)] // OnCommit's
 }
 
+// OnCommit has f told of each write as it commits (testenv counts from it
+// the rotations a killed replica had not yet written).
+func (r *replicaStore) OnCommit(f func(keystore.Key)) { r.commit.Store(&f) }
+
 // acquireTimes records how long each pool acquire took: a pgxpool
-// AcquireTracer.
+// AcquireTracer. It records the writes' times too.
 type acquireTimes struct {
 	mu sync.Mutex
 	d  []time.Duration
@@ -57,7 +66,29 @@ func (a *acquireTimes) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.T
 
 func (a *acquireTimes) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
-// quantile returns the q-quantile of the acquire times so far.
+func (a *acquireTimes) add(d time.Duration) {
+	a.mu.Lock()
+	a.d = append(a.d, d)
+	a.mu.Unlock()
+}
+
+// sum returns how many times there are and their sum.
+func (a *acquireTimes) sum() (n int64, total time.Duration) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, d := range a.d {
+		total += d
+	}
+	return int64(len(a.d)), total
+}
+
+func (a *acquireTimes) reset() {
+	a.mu.Lock()
+	a.d = nil
+	a.mu.Unlock()
+}
+
+// quantile returns the q-quantile of the times so far.
 func (a *acquireTimes) quantile(q float64) time.Duration {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -73,20 +104,25 @@ func (a *acquireTimes) quantile(q float64) time.Duration {
 func (r *replicaStore) ResetLoadStats() {
 	r.from = *r.pool.Stat()
 	r.base = r.pg.Stats()
-	r.acq.mu.Lock()
-	r.acq.d = nil
-	r.acq.mu.Unlock()
+	r.acq.reset()
+	r.writes.reset()
 }
 
 // LoadStats reports, since ResetLoadStats, the pool's acquires (how many
 // had to wait for a connection, for how long in all, and the 50th and 99th
 // percentile of every acquire's time; testenv takes the largest of each
-// replica's percentiles) and the store's lock figures.
+// replica's percentiles), the store's lock figures, and the Account Token
+// writes (how many, their time in all, and its percentiles), each timed
+// from fn's return to the commit.
 func (r *replicaStore) LoadStats() map[string]int64 {
 	ps := r.pool.Stat()
 	ss := r.pg.Stats()
+	n, total := r.writes.sum()
 	return map[string]int64{
-		"acquires": ps.AcquireCount() - r.from.AcquireCount(), "acquires_waited": ps.EmptyAcquireCount() - r.from.EmptyAcquireCount(),
+		"at_writes": n, "at_write_us": total.Microseconds(),
+		"at_write_p50_us": r.writes.quantile(0.50).Microseconds(), "at_write_p99_us": r.writes.quantile(0.99).Microseconds(),
+		"pool_writes": ss.PoolWrites - r.base.PoolWrites,
+		"acquires":    ps.AcquireCount() - r.from.AcquireCount(), "acquires_waited": ps.EmptyAcquireCount() - r.from.EmptyAcquireCount(),
 		"acquire_wait_us": (ps.EmptyAcquireWaitTime() - r.from.EmptyAcquireWaitTime()).Microseconds(),
 		"acquire_p50_us":  r.acq.quantile(0.50).Microseconds(), "acquire_p99_us": r.acq.quantile(0.99).Microseconds(),
 		"pool_size": int64(ps.MaxConns()),
@@ -118,20 +154,31 @@ func openReplicaStore(table string) (keystore.Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := pgstore.New(pool, &pgstore.Options{Table: table})
+	lockConns, _ := strconv.Atoi(os.Getenv("POPPY_PGSTORE_TEST_LOCKCONNS"))
+	s, err := pgstore.New(pool, &pgstore.Options{Table: table, LockConns: lockConns})
 	if err != nil {
 		pool.Close()
 		return nil, err
 	}
-	r := &replicaStore{Store: s, pg: s, pool: pool, acq: acq}
+	r := &replicaStore{Store: s, pg: s, pool: pool, acq: acq, writes: &acquireTimes{}}
+	pgstore.SetWriteHook(s, func(k keystore.Key, d time.Duration) {
+		if f := r.commit.Load(); f != nil {
+			(*f)(k)
+		}
+		if k.Kind == keystore.KindAccountToken {
+			r.writes.add(d)
+		}
+	})
 	switch b := os.Getenv("POPPY_PGSTORE_TEST_BASELINE"); b {
 	case "":
 	case "xact":
 		r.Store = pgstore.XactStore{Store: s}
+	case "pool":
+		r.Store = pgstore.PoolWriteStore{Store: s}
 	default:
 		s.Close()
 		pool.Close()
-		return nil, fmt.Errorf("POPPY_PGSTORE_TEST_BASELINE=%q: want xact or nothing", b)
+		return nil, fmt.Errorf("POPPY_PGSTORE_TEST_BASELINE=%q: want xact, pool or nothing", b)
 	}
 	return r, nil
 }
@@ -162,8 +209,16 @@ func TestReplicas(t *testing.T) {
 // above 1.05 refreshes per lifetime. POPPY_TEST_REPLICA_LOAD_KILLS=1 then
 // crashes and kills replicas as TestReplicas does, running
 // POPPY_TEST_REPLICA_LOAD_AFTER (default 3 s) after them; without
-// POPPY_TEST_REPLICA_NOCHECK every User is then checked. POPPY_PGSTORE_TEST_BASELINE=xact runs
-// the store's earlier Update (XactStore) for the figures before:
+// POPPY_TEST_REPLICA_NOCHECK every User is then checked.
+// POPPY_TEST_REPLICA_LOAD_KILL9=N instead kills replica 1 with SIGKILL N
+// times at random moments, POPPY_TEST_REPLICA_LOAD_KILL_EVERY apart
+// (default two token lifetimes and a call interval), and logs the
+// rotations each kill lost; POPPY_TEST_REPLICA_LOAD_GRACE gives the fake
+// Company a rotation grace; POPPY_PGSTORE_TEST_POOL sets the pool size,
+// POPPY_PGSTORE_TEST_LOCKCONNS the lock connections (Options.LockConns).
+// POPPY_PGSTORE_TEST_BASELINE=xact runs the store's first Update
+// (XactStore), =pool the one that wrote through the pool (PoolWriteStore),
+// for the figures before:
 //
 //	source .ci/postgres.sh
 //	POPPY_TEST_REPLICA_LOAD=10000 POPPY_TEST_REPLICA_LOAD_TTL=60s POPPY_TEST_REPLICA_LOAD_EVERY=60s \
@@ -189,9 +244,13 @@ func TestReplicaLoad(t *testing.T) {
 	// With kills, the run after them should outlast a token lifetime, so
 	// that every User renews after them and a lost rotation shows.
 	after, _ := time.ParseDuration(os.Getenv("POPPY_TEST_REPLICA_LOAD_AFTER"))
+	kill9, _ := strconv.Atoi(os.Getenv("POPPY_TEST_REPLICA_LOAD_KILL9"))
+	killEvery, _ := time.ParseDuration(os.Getenv("POPPY_TEST_REPLICA_LOAD_KILL_EVERY"))
+	grace, _ := time.ParseDuration(os.Getenv("POPPY_TEST_REPLICA_LOAD_GRACE"))
 	s, env := sharedStore(t, false)
 	testenv.ReplicaRun(t, s, env[envTable], &testenv.ReplicaOptions{Users: users, TokenTTL: ttl,
 		Kills: os.Getenv("POPPY_TEST_REPLICA_LOAD_KILLS") != "", After: after,
+		Kill9: kill9, Kill9Every: killEvery, RotationGrace: grace,
 		CallEvery: every, Steady: time.Duration(secs) * time.Second, Aligned: os.Getenv("POPPY_TEST_REPLICA_LOAD_ALIGNED") != ""})
 }
 
