@@ -21,6 +21,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/poppyproto/poppy/internal/bounded"
 )
 
 // Document is a Company's poppy.json (spec 3.1). Fields the SDK doesn't know
@@ -616,9 +618,12 @@ func (c *docCache) fetch(ctx context.Context, a *Agent, rawURL, what string, sta
 			resp.Body.Close()
 			return nil, fmt.Errorf("poppy: fetching %s %s: HTTP %d", what, endpointOf(u), resp.StatusCode)
 		}
-		body, err := readCapped(resp.Body, limit)
+		body, err := bounded.ReadAll(resp.Body, limit)
 		resp.Body.Close()
 		if err != nil {
+			if !errors.Is(err, ErrResponseTooLarge) {
+				err = fmt.Errorf("reading the response: %w", err)
+			}
 			return nil, fmt.Errorf("poppy: %s: %w", what, err)
 		}
 		c.store(rawURL, body, resp.Header.Get("ETag"), u.String(), resp, a.clock.Now())

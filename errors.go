@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/poppyproto/poppy/internal/bounded"
 	"github.com/poppyproto/poppy/internal/companytext"
 )
 
@@ -17,7 +18,7 @@ var (
 	ErrInsecureURL                = errors.New("poppy: URL is not HTTPS")
 	ErrInsecureRedirect           = errors.New("poppy: redirect to a non-HTTPS URL")
 	ErrTooManyRedirects           = errors.New("poppy: too many redirects")
-	ErrResponseTooLarge           = errors.New("poppy: response exceeds the size limit")
+	ErrResponseTooLarge           = bounded.ErrTooLarge
 	ErrInvalidDocument            = errors.New("poppy: invalid poppy.json document")
 	ErrUnsupportedProtocolVersion = errors.New("poppy: unsupported protocol major version")
 	ErrDomainMismatch             = errors.New("poppy: organization.domain does not match the requested domain")

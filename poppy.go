@@ -102,8 +102,9 @@
 //   - Durations a Company sends are clamped (durations.go): expires_in to
 //     at most 30 days (a missing or non-positive one is still a protocol
 //     error, PA-4.2-13), refresh_token_expires_in to 10 years, Retry-After
-//     to 30 days (any run of digits is a wait, so a value too large for an
-//     integer is "longer than MaxRetryWait"), max-age to a day.
+//     to a day (any run of digits is a wait, so a value too large for an
+//     integer is "longer than MaxRetryWait"; one that reaches a day is
+//     never waited out), max-age to a day.
 //   - Token requests whose replay is harmless (jwt-bearer, device_code,
 //     revocation, device authorization) are sent again once, with a fresh
 //     assertion and proof, when a pooled connection closed before any
@@ -114,7 +115,6 @@ package poppy
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -125,6 +125,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/poppyproto/poppy/internal/retry"
 	"github.com/poppyproto/poppy/keystore"
 )
 
@@ -232,7 +233,7 @@ type Agent struct {
 
 const (
 	defaultMaxResponse  = 1 << 20
-	defaultMaxRetryWait = 2 * time.Minute
+	defaultMaxRetryWait = retry.DefaultMaxWait
 	requestTimeout      = 30 * time.Second
 )
 
@@ -383,19 +384,6 @@ func endpointOf(u *url.URL) string {
 		return ""
 	}
 	return u.Scheme + "://" + u.Host + u.EscapedPath()
-}
-
-// readCapped reads at most limit bytes of r, failing with
-// ErrResponseTooLarge beyond that.
-func readCapped(r io.Reader, limit int64) ([]byte, error) {
-	b, err := io.ReadAll(io.LimitReader(r, limit+1))
-	if err != nil {
-		return nil, fmt.Errorf("poppy: reading response: %w", err)
-	}
-	if int64(len(b)) > limit {
-		return nil, ErrResponseTooLarge
-	}
-	return b, nil
 }
 
 // withTimeout bounds a short request (discovery, token) by requestTimeout

@@ -23,6 +23,9 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/poppyproto/poppy/internal/bounded"
+	"github.com/poppyproto/poppy/internal/retry"
 )
 
 const (
@@ -128,11 +131,14 @@ func (a *Agent) postForm(ctx context.Context, c *Company, endpoint string, key *
 			return nil, fmt.Errorf("poppy: POST %s: %w", endpointOf(u), unwrapURLError(err))
 		}
 		_, learned := a.nonces.learn(u, resp.Header)
-		body, rerr := readCapped(resp.Body, a.opts.MaxResponseBytes)
+		body, rerr := bounded.ReadAll(resp.Body, a.opts.MaxResponseBytes)
 		resp.Body.Close()
 		a.log.DebugContext(ctx, "poppy: "+c.endpointName(endpoint), "url", endpointOf(u),
 			slog.String("grant_type", form.Get("grant_type")), "status", resp.StatusCode, "attempt", attempt+1)
 		if rerr != nil {
+			if !errors.Is(rerr, ErrResponseTooLarge) {
+				rerr = fmt.Errorf("reading the response: %w", rerr)
+			}
 			return nil, fmt.Errorf("poppy: POST %s: %w", endpointOf(u), rerr)
 		}
 		if resp.StatusCode == http.StatusOK {
@@ -154,8 +160,6 @@ func (a *Agent) postForm(ctx context.Context, c *Company, endpoint string, key *
 		return nil, perr
 	}
 }
-
-const maxRateRetries = 3
 
 // replaySafeGrant reports whether a token endpoint request may be sent again
 // when it is unknown whether the Company received it (spec 4.2, 4.6): a
@@ -225,20 +229,10 @@ func (a *Agent) waitRateLimit(ctx context.Context, perr *Error, attempt int) err
 
 // rateWait returns how long to wait before retry number attempt+1 of a
 // request answered 429 with retryAfter (zero when absent), and false when
-// the request must not be retried: retries used up, or a wait longer than
-// MaxRetryWait.
+// the request must not be retried: the SDK's one retry policy
+// (internal/retry.Wait) with MaxRetryWait as the longest wait.
 func (a *Agent) rateWait(retryAfter time.Duration, attempt int) (time.Duration, bool) {
-	if attempt >= maxRateRetries {
-		return 0, false
-	}
-	wait := retryAfter
-	if wait <= 0 {
-		wait = time.Second << attempt
-	}
-	if wait > a.opts.MaxRetryWait {
-		return 0, false
-	}
-	return wait, true
+	return retry.Wait(retryAfter, attempt, a.opts.MaxRetryWait)
 }
 
 // responseError builds an *Error from an error response: the OAuth JSON
@@ -260,7 +254,7 @@ func (a *Agent) responseError(u *url.URL, resp *http.Response, body []byte) *Err
 	}
 	e.Code = cleanText(e.Code)
 	if resp.StatusCode == http.StatusTooManyRequests {
-		e.RetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), a.clock.Now())
+		e.RetryAfter = retryAfter(resp.Header, a.clock.Now())
 		if e.Code == "" {
 			e.Code = "rate_limited"
 		}
@@ -268,28 +262,10 @@ func (a *Agent) responseError(u *url.URL, resp *http.Response, body []byte) *Err
 	return e
 }
 
-// parseRetryAfter reads delta-seconds or an HTTP-date (PA-4.3-28), clamped
-// to rangeRetryAfter: any run of digits is a wait, however long, so that a
-// value too large for an integer is "longer than MaxRetryWait" rather than
-// absent (PA-4.3-27). Anything else is absent (0).
-func parseRetryAfter(v string, now time.Time) time.Duration {
-	v = strings.TrimSpace(v)
-	if isDigits(v) {
-		d, _, _ := companySeconds(v, rangeRetryAfter)
-		return d
-	}
-	if len(v) > 64 {
-		return 0 // no HTTP-date is this long
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		// Round up: waiting "at least" the date must not end a fraction early.
-		d := t.Sub(now)
-		if d <= 0 {
-			return 0
-		}
-		return clampDuration(d.Truncate(time.Second)+time.Second, rangeRetryAfter)
-	}
-	return 0
+// retryAfter reads a response's Retry-After (PA-4.3-28) by the SDK's one
+// rule (internal/retry.After).
+func retryAfter(h http.Header, now time.Time) time.Duration {
+	return retry.After(h.Get("Retry-After"), now)
 }
 
 // parseTokenResponse decodes and checks a token response (PA-4.2-11..13):

@@ -256,7 +256,7 @@ func (t *sessionTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 			}
 			retry = ok
 		case resp.StatusCode == http.StatusTooManyRequests: // PA-4.3-27..29
-			wait, retry = a.rateWait(parseRetryAfter(resp.Header.Get("Retry-After"), a.clock.Now()), attempt)
+			wait, retry = a.rateWait(retryAfter(resp.Header, a.clock.Now()), attempt)
 		}
 		if !retry {
 			a.log.DebugContext(ctx, "poppy: request refused", "url", endpointOf(req.URL), "status", resp.StatusCode, "error", cleanText(code))
@@ -335,7 +335,7 @@ func ResponseError(resp *http.Response) error {
 	e.Code = cleanText(e.Code)
 	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
 		// RFC 9110 section 10.2.3: Retry-After on a 503 too.
-		e.RetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), now)
+		e.RetryAfter = retryAfter(resp.Header, now)
 	}
 	if resp.StatusCode == http.StatusTooManyRequests && e.Code == "" {
 		e.Code = "rate_limited"

@@ -38,6 +38,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/poppyproto/poppy"
+	"github.com/poppyproto/poppy/internal/bounded"
+	"github.com/poppyproto/poppy/internal/retry"
 	"github.com/poppyproto/poppy/internal/sdk"
 	"github.com/poppyproto/poppy/operations"
 )
@@ -323,10 +325,8 @@ func newBearerTransport(sess *poppy.Session, u *url.URL, log *slog.Logger) *bear
 		base: base, log: log}
 }
 
-const (
-	maxRateRetries = 3
-	maxRateWait    = 2 * time.Minute
-)
+// errMCPTooLarge is the read error of an MCP answer over its bound.
+var errMCPTooLarge = fmt.Errorf("%w: an MCP answer over the bound", poppy.ErrResponseTooLarge)
 
 func (t *bearerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	closeBody := func() {
@@ -375,17 +375,17 @@ func (t *bearerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		if resp.StatusCode < 400 {
 			if ct := resp.Header.Get("Content-Type"); t.maxJSON > 0 && strings.HasPrefix(strings.ToLower(ct), "application/json") {
-				resp.Body = &boundedBody{rc: resp.Body, left: t.maxJSON}
+				resp.Body = bounded.Body(resp.Body, t.maxJSON, errMCPTooLarge)
 			}
 			return resp, nil
 		}
 		perr := t.refusal(resp)
-		retry := false
+		again := false
 		var wait time.Duration
 		switch {
 		case resp.StatusCode == http.StatusUnauthorized && !renewed:
 			// Spec 6: an expired or revoked token is renewed, once.
-			renewed, retry = true, true
+			renewed, again = true, true
 			refused = tok
 			t.renewals.Add(1)
 		case perr.Code == "sign_in_required" && !signInTried:
@@ -394,15 +394,13 @@ func (t *bearerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			if err != nil {
 				t.log.DebugContext(ctx, "api: using a stored Account Token failed", "error", err)
 			}
-			retry = ok
-		case resp.StatusCode == http.StatusTooManyRequests && attempt < maxRateRetries:
-			wait = perr.RetryAfter
-			if wait <= 0 {
-				wait = time.Second << attempt
-			}
-			retry = wait <= maxRateWait
+			again = ok
+		case resp.StatusCode == http.StatusTooManyRequests:
+			// The SDK's one retry policy (internal/retry), as the Session
+			// transport's (PA-4.3-27..29).
+			wait, again = retry.Wait(perr.RetryAfter, attempt, retry.DefaultMaxWait)
 		}
-		if !retry {
+		if !again {
 			if s, _ := ctx.Value(slotKey{}).(*errSlot); s != nil {
 				s.set(perr)
 			}
@@ -470,31 +468,6 @@ func (t *bearerTransport) refusal(resp *http.Response) *poppy.Error {
 	}
 	return pe
 }
-
-// boundedBody fails a read past its bound.
-type boundedBody struct {
-	rc   io.ReadCloser
-	left int64
-}
-
-func (b *boundedBody) Read(p []byte) (int, error) {
-	if b.left <= 0 {
-		// One byte more tells a body of exactly the bound from a longer one.
-		var one [1]byte
-		if n, _ := b.rc.Read(one[:]); n > 0 {
-			return 0, fmt.Errorf("%w: an MCP answer over the bound", poppy.ErrResponseTooLarge)
-		}
-		return b.rc.Read(p)
-	}
-	if int64(len(p)) > b.left {
-		p = p[:b.left]
-	}
-	n, err := b.rc.Read(p)
-	b.left -= int64(n)
-	return n, err
-}
-
-func (b *boundedBody) Close() error { return b.rc.Close() }
 
 func drain(resp *http.Response) {
 	buf := make([]byte, 4<<10)

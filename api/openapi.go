@@ -39,6 +39,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/poppyproto/poppy"
+	"github.com/poppyproto/poppy/internal/bounded"
 	"github.com/poppyproto/poppy/internal/sdk"
 	"github.com/poppyproto/poppy/operations"
 )
@@ -980,12 +981,12 @@ func (oa *OpenAPI) call(ctx context.Context, o *Operation, args *Args) (*Respons
 		_, _ = io.CopyN(io.Discard, resp.Body, 4<<10)
 		return nil, perr
 	}
-	b, err := io.ReadAll(io.LimitReader(resp.Body, oa.maxResp+1))
+	b, err := bounded.ReadAll(resp.Body, oa.maxResp)
+	if errors.Is(err, bounded.ErrTooLarge) {
+		return nil, fmt.Errorf("%w: %s %s", poppy.ErrResponseTooLarge, o.Method, endpointOf(req.URL))
+	}
 	if err != nil {
 		return nil, apiError("%s %s: reading response: %w", o.Method, endpointOf(req.URL), err)
-	}
-	if int64(len(b)) > oa.maxResp {
-		return nil, fmt.Errorf("%w: %s %s", poppy.ErrResponseTooLarge, o.Method, endpointOf(req.URL))
 	}
 	out := &Response{Status: resp.StatusCode, Header: resp.Header, Body: b}
 	if resp.StatusCode == http.StatusAccepted {
