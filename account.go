@@ -818,7 +818,7 @@ func (c *Company) postClientAuthenticated(ctx context.Context, endpoint string, 
 	if c.meta == nil {
 		return nil, ErrNoAuth
 	}
-	u, err := c.agent.parseURL(endpoint)
+	u, err := c.agent.ParseURL(endpoint)
 	if err != nil {
 		return nil, err
 	}

@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -421,7 +422,7 @@ func (a *Agent) checkDocument(requestedHost string, d *Document) error {
 		return fmt.Errorf("%w: auth.issuer is not an HTTPS URL", ErrInvalidDocument)
 	}
 	if d.Auth.Mediated != nil && d.Auth.Mediated.Endpoint != "" {
-		if _, err := a.parseURL(d.Auth.Mediated.Endpoint); err != nil {
+		if _, err := a.ParseURL(d.Auth.Mediated.Endpoint); err != nil {
 			return fmt.Errorf("%w: auth.mediated.endpoint is not an HTTPS URL", ErrInvalidDocument)
 		}
 	}
@@ -460,14 +461,14 @@ func (a *Agent) checkMetadata(d *Document, m *Metadata) error {
 		if v == "" {
 			return fmt.Errorf("%w: no %s", ErrInvalidMetadata, name)
 		}
-		if _, err := a.parseURL(v); err != nil {
+		if _, err := a.ParseURL(v); err != nil {
 			return fmt.Errorf("%w: %s is not an HTTPS URL", ErrInvalidMetadata, name)
 		}
 	}
 	// PA-3.2-06: an optional endpoint that isn't HTTPS is treated as absent.
 	for _, p := range []*string{&m.AuthorizationEndpoint, &m.DeviceAuthorizationEndpoint} {
 		if *p != "" {
-			if _, err := a.parseURL(*p); err != nil {
+			if _, err := a.ParseURL(*p); err != nil {
 				*p = ""
 			}
 		}
@@ -486,6 +487,46 @@ func decodeJSON(body []byte, what string, v any) error {
 		}
 	}
 	return nil
+}
+
+// DocumentOptions configures Agent.FetchDocument. The zero value is valid.
+type DocumentOptions struct {
+	// Name names the document in errors and logs, such as "OpenAPI
+	// description". "" means "document".
+	Name string
+	// MaxBytes caps the document's size. Zero means
+	// AgentOptions.MaxResponseBytes.
+	MaxBytes int64
+}
+
+// FetchDocument GETs a public document of a Company, such as an OpenAPI
+// description or an MCP server's protected resource metadata, through the
+// Agent's document cache, as discovery documents are fetched (spec 3):
+// rawURL must pass ParseURL, redirects go to HTTPS only, HTTP caching
+// headers are honoured (a fresh document is not fetched again), the body
+// is at most MaxBytes (else ErrResponseTooLarge), and a 429 is waited out
+// by RetryWait. No token is sent: for a document behind a Session, use
+// Session.HTTPClient. Package api fetches the documents it reads with it.
+// opts may be nil.
+func (a *Agent) FetchDocument(ctx context.Context, rawURL string, opts *DocumentOptions) ([]byte, error) {
+	what, limit := "document", a.opts.MaxResponseBytes
+	if opts != nil {
+		if opts.Name != "" {
+			what = opts.Name
+		}
+		if opts.MaxBytes > 0 {
+			limit = opts.MaxBytes
+		}
+	}
+	b, err := a.cache.get(ctx, a, rawURL, what, limit)
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		// Cached for a caller that allowed more.
+		return nil, fmt.Errorf("poppy: %s: %w", what, ErrResponseTooLarge)
+	}
+	return slices.Clone(b), nil // the cache's copy stays the cache's
 }
 
 // docCache is a small private HTTP cache for discovery documents.
@@ -562,7 +603,7 @@ const maxRedirects = 10
 func (c *docCache) fetch(ctx context.Context, a *Agent, rawURL, what string, stale *cacheEntry, limit int64) ([]byte, error) {
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
-	u, err := a.parseURL(rawURL)
+	u, err := a.ParseURL(rawURL)
 	if err != nil {
 		return nil, err
 	}

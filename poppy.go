@@ -357,13 +357,14 @@ func isLoopback(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// parseURL parses raw, a URL a Company sent, and applies checkURL: an
-// absolute https:// URL with a host (or http:// on loopback with
-// UnsafeAllowLoopbackHTTP), without user information, which could make a
-// URL shown to the User look like another host's. It is the one check of
-// Company URLs for the whole module: subpackages reach it through
-// internal/sdk.ParseURL.
-func (a *Agent) parseURL(raw string) (*url.URL, error) {
+// ParseURL parses raw, a URL a Company sent, with the one check the whole
+// module applies to Company URLs: an absolute https:// URL with a host, or
+// http:// on a loopback host when the Agent was made with
+// UnsafeAllowLoopbackHTTP, without user information, which could make a
+// URL shown to the User look like another host's. Its errors match
+// ErrInsecureURL. Use it for a URL from a Company's document before
+// showing it, opening it or sending anything to it.
+func (a *Agent) ParseURL(raw string) (*url.URL, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return nil, fmt.Errorf("%w: unparseable URL", ErrInsecureURL)
@@ -384,6 +385,18 @@ func endpointOf(u *url.URL) string {
 		return ""
 	}
 	return u.Scheme + "://" + u.Host + u.EscapedPath()
+}
+
+// RetryWait is the Agent's retry policy for a request to a Company that
+// may be sent again, the one the Session transport follows (spec 4.3,
+// PA-4.3-27..29, A-40): before retry number attempt+1 (attempt counts from
+// 0), wait retryAfter, the Company's Retry-After, or 1 s, 2 s, 4 s without
+// one (retryAfter 0). It returns false when the request must not be sent
+// again: three retries are used up, or the wait is longer than
+// AgentOptions.MaxRetryWait. Packages conversation and api retry by it; a
+// caller that repeats requests of its own can too.
+func (a *Agent) RetryWait(retryAfter time.Duration, attempt int) (time.Duration, bool) {
+	return retry.Wait(retryAfter, attempt, a.opts.MaxRetryWait)
 }
 
 // withTimeout bounds a short request (discovery, token) by requestTimeout

@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/poppyproto/poppy/internal/jose"
+	"github.com/poppyproto/poppy/internal/redact"
 	"github.com/poppyproto/poppy/keystore"
 )
 
@@ -321,6 +322,12 @@ type TokenOptions struct {
 	Bearer bool
 	// Renew forces a new token even if the cached one is still valid.
 	Renew bool
+	// Refused is a token a server just refused (a 401): the token is
+	// renewed only if the Session's is still that one. Of several
+	// requests refused at once, the first renews and the others get its
+	// new token, as the Session transport does for its own requests
+	// (spec 6). Package api renews MCP Bearer tokens this way.
+	Refused *Token
 }
 
 func (o *TokenOptions) key() tokenKey {
@@ -340,6 +347,9 @@ func (s *Session) Token(ctx context.Context, opts *TokenOptions) (*Token, error)
 		return nil, configError("Token: a Bearer token needs the MCP server's url as Resource")
 	}
 	stale := ""
+	if opts != nil && opts.Refused != nil {
+		stale = opts.Refused.value
+	}
 	if opts != nil && opts.Renew {
 		s.mu.Lock()
 		if t := s.tokens[k]; t != nil {
@@ -685,6 +695,37 @@ func (s *Session) reload(ctx context.Context) error {
 	}
 	s.setRecord(&rec)
 	return nil
+}
+
+// Redact returns s with every secret the Session holds taken out: its
+// Session Tokens (DPoP and Bearer, of every resource and scope) and the
+// Account Token it is signed in with, each replaced by "[redacted]"
+// whole, JSON-escaped, or in part, as a cut left it (internal/redact).
+// An LLM tool runtime passes what goes to a model through it, so that no
+// token reaches the model's context (PA-4.8-08); packages api and llmtools
+// do. It reads the Account Token from the keystore and sends nothing.
+func (s *Session) Redact(ctx context.Context, text string) string {
+	return redact.Secrets(text, s.secrets(ctx))
+}
+
+// secrets returns the values of the Session Tokens the Session holds and of
+// the Account Token it is signed in with, so that the tool runtime can make
+// sure none reaches a model (PA-4.8-08). It sends no request.
+func (s *Session) secrets(ctx context.Context) []string {
+	s.mu.Lock()
+	out := make([]string, 0, len(s.tokens)+1)
+	for _, t := range s.tokens {
+		out = append(out, t.value)
+	}
+	account := s.rec.Account
+	s.mu.Unlock()
+	if account == "" {
+		account = DefaultAccount
+	}
+	if t, err := s.AccountToken(ctx, account); err == nil {
+		out = append(out, t.value)
+	}
+	return out
 }
 
 // Name returns the Session's name (SessionOptions.Name).

@@ -81,7 +81,7 @@ type oauthError struct {
 func (a *Agent) postForm(ctx context.Context, c *Company, endpoint string, key *dpopKey, build func() (url.Values, error)) ([]byte, error) {
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
-	u, err := a.parseURL(endpoint)
+	u, err := a.ParseURL(endpoint)
 	if err != nil {
 		return nil, err
 	}
@@ -216,7 +216,7 @@ func (a *Agent) waitRateLimit(ctx context.Context, perr *Error, attempt int) err
 	if perr.Code == "" {
 		perr.Code = "rate_limited"
 	}
-	wait, ok := a.rateWait(perr.RetryAfter, attempt)
+	wait, ok := a.RetryWait(perr.RetryAfter, attempt)
 	if !ok {
 		return perr
 	}
@@ -225,14 +225,6 @@ func (a *Agent) waitRateLimit(ctx context.Context, perr *Error, attempt int) err
 		return fmt.Errorf("%w (while waiting to retry): %w", perr, err)
 	}
 	return nil
-}
-
-// rateWait returns how long to wait before retry number attempt+1 of a
-// request answered 429 with retryAfter (zero when absent), and false when
-// the request must not be retried: the SDK's one retry policy
-// (internal/retry.Wait) with MaxRetryWait as the longest wait.
-func (a *Agent) rateWait(retryAfter time.Duration, attempt int) (time.Duration, bool) {
-	return retry.Wait(retryAfter, attempt, a.opts.MaxRetryWait)
 }
 
 // responseError builds an *Error from an error response: the OAuth JSON

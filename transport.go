@@ -115,9 +115,13 @@ type sessionTransport struct {
 	resource string
 }
 
-// resourceHTTPClient is HTTPClient with every token issued for resource
-// (PA-4.3-22), for the API entry that names it.
-func (s *Session) resourceHTTPClient(resource string) *http.Client {
+// ResourceHTTPClient is HTTPClient with every Session Token issued for
+// resource (RFC 8707): the client of one API entry whose "resource"
+// poppy.json names (spec 4.3, PA-4.3-22), whatever host its server is on.
+// HTTPClient picks a request's resource by its URL instead (Company
+// resources); package api uses this one for an entry's calls. Requests
+// still go only to the Company's own origins.
+func (s *Session) ResourceHTTPClient(resource string) *http.Client {
 	c := s.HTTPClient()
 	c.Transport.(*sessionTransport).resource = resource
 	return c
@@ -256,7 +260,7 @@ func (t *sessionTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 			}
 			retry = ok
 		case resp.StatusCode == http.StatusTooManyRequests: // PA-4.3-27..29
-			wait, retry = a.rateWait(retryAfter(resp.Header, a.clock.Now()), attempt)
+			wait, retry = a.RetryWait(retryAfter(resp.Header, a.clock.Now()), attempt)
 		}
 		if !retry {
 			a.log.DebugContext(ctx, "poppy: request refused", "url", endpointOf(req.URL), "status", resp.StatusCode, "error", cleanText(code))

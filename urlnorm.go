@@ -123,7 +123,7 @@ func pathWithin(p, prefix string) bool {
 // poppy.json: the "resource" of every entry that has one, and the url of
 // every MCP server (whose Bearer tokens are asked for with it, spec 4.3),
 // each once, in the order listed. A resource passes the module's one URL
-// check (Agent.parseURL: https, or loopback http:// under
+// check (Agent.ParseURL: https, or loopback http:// under
 // AgentOptions.UnsafeAllowLoopbackHTTP), as the entries package api lists
 // do.
 //
@@ -143,7 +143,7 @@ func (c *Company) Resources() []string {
 			if r == "" || seen[r] {
 				continue
 			}
-			if _, err := c.agent.parseURL(r); err != nil {
+			if _, err := c.agent.ParseURL(r); err != nil {
 				continue
 			}
 			seen[r] = true

@@ -39,8 +39,6 @@ import (
 
 	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/internal/bounded"
-	"github.com/poppyproto/poppy/internal/retry"
-	"github.com/poppyproto/poppy/internal/sdk"
 	"github.com/poppyproto/poppy/operations"
 )
 
@@ -115,7 +113,7 @@ func ConnectMCP(ctx context.Context, sess *poppy.Session, entry poppy.API, opts 
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	u, err := sdk.ParseURL(c.Agent(), entry.URL)
+	u, err := c.Agent().ParseURL(entry.URL)
 	if err != nil {
 		return nil, err
 	}
@@ -352,7 +350,8 @@ func (t *bearerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		var tok *poppy.Token
 		var err error
 		if refused != nil {
-			tok, err = sdk.RenewToken(ctx, t.sess, opts, refused)
+			// One renewal for every request this token was refused for.
+			tok, err = t.sess.Token(ctx, &poppy.TokenOptions{Bearer: true, Resource: t.resource, Refused: refused})
 			refused = nil
 		} else {
 			tok, err = t.sess.Token(ctx, opts)
@@ -396,9 +395,9 @@ func (t *bearerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 			again = ok
 		case resp.StatusCode == http.StatusTooManyRequests:
-			// The SDK's one retry policy (internal/retry), as the Session
-			// transport's (PA-4.3-27..29).
-			wait, again = retry.Wait(perr.RetryAfter, attempt, retry.DefaultMaxWait)
+			// The Agent's retry policy, the Session transport's
+			// (PA-4.3-27..29).
+			wait, again = agent.RetryWait(perr.RetryAfter, attempt)
 		}
 		if !again {
 			if s, _ := ctx.Value(slotKey{}).(*errSlot); s != nil {
@@ -489,13 +488,13 @@ type ResourceMetadata struct {
 // HTTP caching), and checks that its resource is mcpURL and that
 // authorization_servers lists the Company's issuer (spec 6).
 func CheckResourceMetadata(ctx context.Context, c *poppy.Company, mcpURL string) error {
-	u, err := sdk.ParseURL(c.Agent(), mcpURL)
+	u, err := c.Agent().ParseURL(mcpURL)
 	if err != nil {
 		return err
 	}
 	// RFC 9728 3.1: the well-known segment goes before the resource's path.
 	meta := u.Scheme + "://" + u.Host + "/.well-known/oauth-protected-resource" + strings.TrimSuffix(u.EscapedPath(), "/")
-	body, err := sdk.FetchDocument(ctx, c.Agent(), meta, "protected resource metadata", 64<<10)
+	body, err := c.Agent().FetchDocument(ctx, meta, &poppy.DocumentOptions{Name: "protected resource metadata", MaxBytes: 64 << 10})
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidResourceMetadata, err)
 	}

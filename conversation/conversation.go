@@ -41,7 +41,6 @@ import (
 	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/internal/bounded"
 	"github.com/poppyproto/poppy/internal/retry"
-	"github.com/poppyproto/poppy/internal/sdk"
 	"github.com/poppyproto/poppy/keystore"
 )
 
@@ -734,7 +733,7 @@ func (c *Conversation) post(ctx context.Context, u string, body []byte, wait int
 			}
 			retryAfter = company.RetryAfter
 		}
-		d, ok := sdk.RetryWait(agent, retryAfter, attempt)
+		d, ok := agent.RetryWait(retryAfter, attempt)
 		if !ok {
 			return nil, err
 		}

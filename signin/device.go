@@ -70,7 +70,7 @@ func parseDeviceAuthorization(a *poppy.Agent, body []byte) (*deviceAuthorization
 		if raw == "" {
 			continue
 		}
-		if _, err := sdk.ParseURL(a, raw); err != nil {
+		if _, err := a.ParseURL(raw); err != nil {
 			return nil, 0, 0, fmt.Errorf("signin: verification URI: %w", err)
 		}
 	}

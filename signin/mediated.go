@@ -116,7 +116,7 @@ func Mediated(ctx context.Context, sess *poppy.Session, opts *poppy.SignInOption
 	}
 	c := sess.Company()
 	m := c.Document().Auth.Mediated
-	endpoint, err := sdk.ParseURL(c.Agent(), m.Endpoint) // http:// on loopback only with UnsafeAllowLoopbackHTTP
+	endpoint, err := c.Agent().ParseURL(m.Endpoint) // http:// on loopback only with UnsafeAllowLoopbackHTTP
 	if err != nil || endpoint.RawQuery != "" {
 		return nil, errors.New("signin: auth.mediated.endpoint is not an HTTPS URL")
 	}

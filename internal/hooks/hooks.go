@@ -38,23 +38,6 @@ var (
 	// RestartSession: func(ctx, s *poppy.Session, ended string) error
 	RestartSession func(ctx context.Context, s any, ended string) error
 
-	// ParseURL: func(a *poppy.Agent, raw string) (*url.URL, error)
-	ParseURL func(a any, raw string) (*url.URL, error)
-
 	// DeviceDurations: func(interval, expiresIn string) (time.Duration, time.Duration, error)
 	DeviceDurations func(interval, expiresIn string) (time.Duration, time.Duration, error)
-	// RenewToken: func(ctx, s *poppy.Session, opts *poppy.TokenOptions, used string) (*poppy.Token, error)
-	RenewToken func(ctx context.Context, s any, opts any, used string) (any, error)
-
-	// ResourceHTTPClient: func(s *poppy.Session, resource string) *http.Client
-	ResourceHTTPClient func(s any, resource string) *http.Client
-
-	// Secrets: func(ctx, s *poppy.Session) []string
-	Secrets func(ctx context.Context, s any) []string
-
-	// FetchDocument: func(ctx, a *poppy.Agent, rawURL, what string, limit int64) ([]byte, error)
-	FetchDocument func(ctx context.Context, a any, rawURL, what string, limit int64) ([]byte, error)
-
-	// RetryWait: func(a *poppy.Agent, retryAfter time.Duration, attempt int) (time.Duration, bool)
-	RetryWait func(a any, retryAfter time.Duration, attempt int) (time.Duration, bool)
 )

@@ -79,14 +79,6 @@ func RestartSession(ctx context.Context, s *poppy.Session, ended string) error {
 	return hooks.RestartSession(ctx, s, ended)
 }
 
-// ParseURL parses raw, a URL a Company sent, with the one check the whole
-// module applies to Company URLs: absolute https:// with a host and no user
-// information, or http:// on a loopback host when the Agent was made with
-// UnsafeAllowLoopbackHTTP. Its errors match poppy.ErrInsecureURL.
-func ParseURL(a *poppy.Agent, raw string) (*url.URL, error) {
-	return hooks.ParseURL(a, raw)
-}
-
 // DeviceDurations reads a device authorization response's interval and
 // expires_in (RFC 8628 section 3.2; the JSON values as they came, "" when
 // absent) through the SDK's one duration rule: both are honoured as sent
@@ -95,49 +87,4 @@ func ParseURL(a *poppy.Agent, raw string) (*url.URL, error) {
 // second is absent and means 5 s; one longer than expires_in is an error.
 func DeviceDurations(interval, expiresIn string) (time.Duration, time.Duration, error) {
 	return hooks.DeviceDurations(interval, expiresIn)
-}
-
-// FetchDocument GETs a public document of the Company (an OpenAPI
-// description, protected resource metadata) through the Agent's document
-// cache, as discovery documents are fetched (spec 3): HTTPS only, redirects
-// only to HTTPS, HTTP caching headers honoured, at most limit bytes (0: the
-// Agent's MaxResponseBytes), 429 waited out. what names the document in
-// errors. No token is sent.
-func FetchDocument(ctx context.Context, a *poppy.Agent, rawURL, what string, limit int64) ([]byte, error) {
-	return hooks.FetchDocument(ctx, a, rawURL, what, limit)
-}
-
-// RetryWait is the Session transport's retry policy for a request the
-// Company may be asked again (spec 4.3, PA-4.3-27..29): before retry
-// number attempt+1 (attempt from 0), wait retryAfter, or 1 s, 2 s, 4 s
-// without one; false when the request must not be retried: three retries
-// are used up, or the wait is longer than AgentOptions.MaxRetryWait.
-func RetryWait(a *poppy.Agent, retryAfter time.Duration, attempt int) (time.Duration, bool) {
-	return hooks.RetryWait(a, retryAfter, attempt)
-}
-
-// Secrets returns the values of the Session Tokens s holds and of its
-// Account Token, for redacting them from what a model sees (PA-4.8-08).
-// Never log or return them.
-func Secrets(ctx context.Context, s *poppy.Session) []string {
-	return hooks.Secrets(ctx, s)
-}
-
-// RenewToken returns the Session's token for opts, renewing it only if the
-// cached one is still used, the token a server just refused: of several
-// requests refused at once, the first renews and the others take its new
-// token (one renewal per refusal, as the Session transport does).
-func RenewToken(ctx context.Context, s *poppy.Session, opts *poppy.TokenOptions, used *poppy.Token) (*poppy.Token, error) {
-	t, err := hooks.RenewToken(ctx, s, opts, used.Value())
-	if err != nil {
-		return nil, err
-	}
-	return t.(*poppy.Token), nil
-}
-
-// ResourceHTTPClient is Session.HTTPClient with every Session Token issued
-// for resource: the client of one API entry that names a resource in
-// poppy.json (spec 4.3, PA-4.3-22), whatever host its server is on.
-func ResourceHTTPClient(s *poppy.Session, resource string) *http.Client {
-	return hooks.ResourceHTTPClient(s, resource)
 }
