@@ -238,6 +238,105 @@ func (c *Company) Extension(name string, versions ...string) (ExtensionEntry, bo
 	return ExtensionEntry{}, false
 }
 
+// WebsiteDomain returns the domain of the Company's website:
+// organization.domain (Domain when poppy.json names none), lower-cased,
+// without a trailing dot or a leading "www.". Its subdomains are
+// the website too (spec 5).
+func (c *Company) WebsiteDomain() string {
+	d := c.domain
+	if c.doc != nil && c.doc.Organization != nil && c.doc.Organization.Domain != "" {
+		d = c.doc.Organization.Domain
+	}
+	d = strings.TrimSuffix(strings.ToLower(d), ".")
+	return strings.TrimPrefix(d, "www.")
+}
+
+// onWebsite reports whether host is the Company's website domain or a
+// subdomain of it, compared without case and trailing dot.
+func (c *Company) onWebsite(host string) bool {
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	d := c.WebsiteDomain()
+	return d != "" && (host == d || strings.HasSuffix(host, "."+d))
+}
+
+// maxReturnTo bounds return_to: it travels in a JWT and a Location header.
+const maxReturnTo = 2048
+
+// BrowserSessionEndpoint returns the Company's web.browser_session_endpoint
+// (spec 5), checked to be a plain https URL whose host can appear in a
+// Content-Security-Policy: ErrNoBrowserSessionEndpoint when poppy.json
+// lists none (the website has nothing to join, PA-5-02),
+// ErrBadBrowserSessionEndpoint when it is not such a URL.
+func (c *Company) BrowserSessionEndpoint() (string, error) {
+	if c.doc == nil || c.doc.Web == nil || c.doc.Web.BrowserSessionEndpoint == "" {
+		return "", ErrNoBrowserSessionEndpoint
+	}
+	raw := c.doc.Web.BrowserSessionEndpoint
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme != "https" || u.User != nil || !plainHost(u.Host) || u.Fragment != "" || len(raw) > maxReturnTo {
+		return "", fmt.Errorf("%w: web.browser_session_endpoint is not a plain https URL", ErrBadBrowserSessionEndpoint)
+	}
+	return raw, nil
+}
+
+// CheckReturnTo reports whether returnTo may be a browser assertion's
+// return_to at the Company (spec 5 step 1, PA-5-07): an absolute https URL
+// without userinfo, at most 2048 bytes, whose host is WebsiteDomain or a
+// subdomain of it, compared case-insensitively without a trailing dot, a
+// DNS name of well-formed labels with, if any, a port from 1 to 65535.
+// Other domains of the same issuer are refused: the cookie the
+// endpoint sets can't cover them. The error wraps ErrReturnTo.
+func (c *Company) CheckReturnTo(returnTo string) error {
+	bad := func(why string) error {
+		return fmt.Errorf("%w: %s", ErrReturnTo, why)
+	}
+	if len(returnTo) > maxReturnTo {
+		return bad("longer than 2048 bytes")
+	}
+	u, err := url.Parse(returnTo)
+	switch {
+	case err != nil || !u.IsAbs():
+		return bad("not an absolute URL")
+	case u.Scheme != "https":
+		return bad("not https")
+	case u.User != nil:
+		return bad("has userinfo")
+	case !plainHost(u.Host):
+		return bad("host is not a DNS name with an optional port in 1-65535")
+	}
+	if !c.onWebsite(u.Hostname()) {
+		return bad("host is not " + c.WebsiteDomain() + " or one of its subdomains")
+	}
+	return nil
+}
+
+// plainHost reports whether hostport is a DNS name with an optional port,
+// nothing a CSP source, a Location or a browser could read another way:
+// labels of ASCII letters, digits and inner hyphens, 1 to 63 bytes each and
+// at most 253 bytes in all, with an optional trailing dot; a port in
+// decimal from 1 to 65535, without leading zeros (a browser reads
+// "example.com:99999" as no URL at all and ":00443" as 443).
+func plainHost(hostport string) bool {
+	h, port, hasPort := strings.Cut(hostport, ":")
+	if hasPort {
+		n, err := strconv.Atoi(port)
+		if err != nil || n < 1 || n > 65535 || strconv.Itoa(n) != port {
+			return false
+		}
+	}
+	h = strings.TrimSuffix(h, ".")
+	if h == "" || len(h) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(h, ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' ||
+			strings.Trim(strings.ToLower(label), "abcdefghijklmnopqrstuvwxyz0123456789-") != "" {
+			return false
+		}
+	}
+	return true
+}
+
 // ScopeDescription returns the Company's description of a scope it defines
 // in auth.custom_scopes (spec 4.4).
 func (c *Company) ScopeDescription(scope string) (string, bool) {

@@ -53,6 +53,19 @@ var (
 	// the one the SDK signs with, is not among them: no retry can
 	// help (PA-6-04). Error.Algs holds what it accepts.
 	ErrUnsupportedDPoPAlgorithm = errors.New("poppy: the Company accepts no DPoP proof algorithm the SDK signs with (ES256)")
+
+	// Browser Sessions (spec 5).
+	//
+	// ErrReturnTo: a browser assertion's return_to is not an https URL on
+	// the Company's website (PA-5-07). Nothing was signed.
+	ErrReturnTo = errors.New("poppy: return_to is not an https URL on the Company's domain")
+	// ErrNoBrowserSessionEndpoint: the Company lists no
+	// web.browser_session_endpoint, so there is nothing to join (PA-5-02;
+	// package browser browses as a visitor instead).
+	ErrNoBrowserSessionEndpoint = errors.New("poppy: the Company lists no browser_session_endpoint")
+	// ErrBadBrowserSessionEndpoint: web.browser_session_endpoint is not a
+	// plain https URL.
+	ErrBadBrowserSessionEndpoint = errors.New("poppy: bad browser_session_endpoint")
 )
 
 // codeSentinels maps protocol error codes to their sentinels.

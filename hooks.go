@@ -11,9 +11,6 @@ import (
 // The building blocks the SDK's subpackages share with this package but
 // users don't get (see internal/hooks and internal/sdk).
 func init() {
-	hooks.SignJWT = func(id any, typ string, claims []byte) (string, error) {
-		return id.(*Identity).signJWT(typ, claims)
-	}
 	hooks.CompleteSignIn = func(ctx context.Context, s any, grant url.Values, opts any) (any, error) {
 		r, err := s.(*Session).completeSignIn(ctx, grant, opts.(*SignInOptions))
 		if err != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/browser"
 	"github.com/poppyproto/poppy/browser/headless"
 )
@@ -55,12 +56,12 @@ browser is never given the Session.`,
 				return err
 			}
 			defer chromium.Close()
-			b, err := browser.New(chromium, c, s, &browser.Options{Logger: a.log})
+			b, err := browser.New(chromium, s, &browser.Options{Logger: a.log})
 			if err != nil {
 				return err
 			}
 			res, err := b.Join(ctx, target)
-			if errors.Is(err, browser.ErrReturnTo) {
+			if errors.Is(err, poppy.ErrReturnTo) {
 				// A page off the website: join on its home page, then go.
 				res, err = b.Join(ctx, "")
 			}

@@ -17,8 +17,6 @@ import (
 )
 
 var (
-	// SignJWT: func(id *poppy.Identity, typ string, claims []byte) (string, error)
-	SignJWT func(id any, typ string, claims []byte) (string, error)
 
 	// CompleteSignIn: func(ctx, s *poppy.Session, grant url.Values, opts *poppy.SignInOptions) (*poppy.SignInResult, error)
 	CompleteSignIn func(ctx context.Context, s any, grant url.Values, opts any) (any, error)

@@ -16,12 +16,6 @@ import (
 	"github.com/poppyproto/poppy/internal/hooks"
 )
 
-// SignJWT signs claims (a JSON object) with the agent's current signing key
-// and the header typ (none when typ is ""): alg ES256 and the key's kid.
-func SignJWT(id *poppy.Identity, typ string, claims []byte) (string, error) {
-	return hooks.SignJWT(id, typ, claims)
-}
-
 // CompleteSignIn sends a sign-in's grant (the authorization_code or
 // device_code form, without client authentication) to the token endpoint
 // with the Session's session_id, a client assertion and a proof, and signs
