@@ -323,7 +323,7 @@ func (s *Session) signInKey() tokenKey {
 // Sign-In); session_id, the client assertion and a DPoP proof are added. On
 // success the Account Token is stored and the Session is signed in
 // (spec 4.4). On failure nothing changes (PA-4.4-10) and the Company's error
-// is returned as an *Error. It is the building block of package signin.
+// is returned as an *Error. ExchangeCode and PollDevice send theirs with it.
 //
 // The request names exactly one resource, signInResource, when the
 // Company lists any (RFC 8707 section 2.2), and the Session Token it gets
@@ -354,7 +354,7 @@ func (s *Session) completeSignIn(ctx context.Context, grant url.Values, opts *Si
 	return s.acceptTokenResponse(ctx, body, opts, k)
 }
 
-// acceptSignIn adopts a sign-in's token response obtained by the caller,
+// acceptSignIn adopts a sign-in's token response obtained another way,
 // such as Mediated Sign-In's "complete" (spec 4.7): it stores the Account
 // Token and signs the Session in with the Session Token.
 //

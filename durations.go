@@ -166,19 +166,19 @@ const deviceDefaultInterval = 5 * time.Second
 
 // deviceDurations reads a device authorization response's interval and
 // expires_in (RFC 8628 section 3.2), given as the raw JSON values ("" when
-// absent); package signin calls it through internal/sdk. Both are taken as
+// absent), for AuthorizeDevice (deviceauth.go). Both are taken as
 // sent (PA-4.6-04); an interval that is not a count of at least one second
 // is absent (5 s, PA-4.6-05), and one longer than expires_in is refused.
 func deviceDurations(interval, expiresIn string) (time.Duration, time.Duration, error) {
 	exp, positive, ok := companySeconds(expiresIn, rangeDeviceExpiry)
 	if !ok || !positive {
-		return 0, 0, errors.New("signin: device authorization response without a positive expires_in (RFC 8628 section 3.2)")
+		return 0, 0, errors.New("poppy: device authorization response without a positive expires_in (RFC 8628 section 3.2)")
 	}
 	iv := deviceDefaultInterval // PA-4.6-05
 	if f, ok := parseSeconds(interval); ok && f >= 1 {
 		iv = clampSeconds(f, rangeDeviceInterval)
 		if iv > exp {
-			return 0, 0, errors.New("signin: invalid device authorization response: interval is longer than expires_in")
+			return 0, 0, errors.New("poppy: invalid device authorization response: interval is longer than expires_in")
 		}
 	}
 	return iv, exp, nil

@@ -523,8 +523,8 @@ func (s *Session) renewSignedOut(ctx context.Context, k tokenKey, stale string) 
 // restart replaces the Session the Company answered invalid_session for,
 // ended, with a new signed-out Session started with the assertion, and
 // reports the replacement to OnSessionReplaced (PA-4.2-16). A sign-in whose
-// completion the Company refused that way is then completed on the new
-// Session (package signin). If the stored record already names another
+// completion the Company refused that way can then be completed on the new
+// Session (ExchangeCode, PollDevice). If the stored record already names another
 // Session (another task or process restarted it first), that one is
 // adopted and nothing is sent.
 func (s *Session) restart(ctx context.Context, ended string) error {

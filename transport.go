@@ -82,9 +82,13 @@ func (s *Session) directHTTPClient() *http.Client {
 	return c
 }
 
-// boundHTTPClient is directHTTPClient for requests that belong to the
-// Session sessionID: they are never sent with a token of another Session
-// (see internal/sdk.BoundHTTPClient).
+// boundHTTPClient is directHTTPClient for requests that belong to one
+// Session, sessionID, such as a Mediated Sign-In's one-time code, which
+// only the Session that sent the credentials may submit (PA-4.7-09): such
+// a request is never sent with a token of another Session. If the Session
+// was replaced before the request is sent, the client fails with an error
+// matching ErrInvalidSession; if the Company's invalid_token answer makes
+// the renewal start a new Session, that answer is returned as it is.
 func (s *Session) boundHTTPClient(sessionID string) *http.Client {
 	c := s.directHTTPClient()
 	c.Transport.(*sessionTransport).bound = sessionID
