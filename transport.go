@@ -25,8 +25,8 @@ package poppy
 //
 // To branch on the Company's protocol error, pass the response to
 // ResponseError, which reads the challenge, Retry-After and the JSON error
-// body into an *Error; or send with Session.Do, which returns that *Error
-// for every status of 400 and above.
+// body into an *Error. Session.Do is HTTPClient().Do with the transport's
+// own error instead of net/http's *url.Error.
 //
 // Tokens are sent only to the Company's own origins (scheme, host and port,
 // the scheme's default port made explicit): those its documents name, the
@@ -61,7 +61,7 @@ const maxReplayBody = 4 << 20
 // HTTPClient returns an *http.Client whose requests carry the Session's
 // token and DPoP proofs. It shares the Agent's connection pool. Like
 // Transport, it returns the Company's answer as a response whatever its
-// status; see ResponseError and Session.Do for the error. There is no
+// status; see ResponseError for the error. There is no
 // anonymous mode (spec 4.3): on a nil Session every request fails with
 // ErrNoSession before anything is sent.
 func (s *Session) HTTPClient() *http.Client {
@@ -404,19 +404,26 @@ func isJSON(ct string) bool {
 	return err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json"))
 }
 
-// Do sends req through the Session's HTTP client and turns an error
-// response into an error: for a status of 400 and above it closes the body
-// and returns ResponseError's *Error. It is the convenience for callers who
-// want errors rather than responses; HTTPClient and Transport return every
-// response as a response.
+// Do sends req through the Session's HTTP client and returns the
+// Company's answer as a response whatever its status, as HTTPClient().Do
+// does; pass it to ResponseError for the Company's *Error:
+//
+//	resp, err := sess.Do(req)
+//	if err != nil {
+//		return err // no response: network, ctx, or refused before sending
+//	}
+//	defer resp.Body.Close()
+//	if err := poppy.ResponseError(resp); err != nil {
+//		return err // errors.Is(err, poppy.ErrSignInRequired), ...
+//	}
+//
+// Its error, when there is no response, is the cause itself rather than
+// the *url.Error net/http wraps around it, whose text shows the request's
+// URL, and with it any token ErrTokenInURL refused to send.
 func (s *Session) Do(req *http.Request) (*http.Response, error) {
 	resp, err := s.HTTPClient().Do(req)
 	if err != nil {
 		return nil, unwrapURLError(err)
-	}
-	if perr := ResponseError(resp); perr != nil {
-		drain(resp)
-		return nil, perr
 	}
 	return resp, nil
 }
