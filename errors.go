@@ -3,6 +3,7 @@ package poppy
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -243,4 +244,13 @@ func cleanText(s string) string { return companytext.Line(s, maxDescription) }
 // configError reports bad input from the caller.
 func configError(format string, args ...any) error {
 	return fmt.Errorf("poppy: "+format, args...)
+}
+
+// unwrapURLError drops *url.Error's copy of the URL, keeping the cause.
+func unwrapURLError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
 }

@@ -173,7 +173,7 @@ type Session struct {
 	rec      sessionRecord
 	tokens   map[tokenKey]*Token
 	renewing map[tokenKey]*renewal // nil while none is under way
-	held     heldTokens            // more tokens never to send in a URL (transport.go)
+	held     heldTokens            // more tokens never to send in a URL (urltokens.go)
 }
 
 type renewal struct {

@@ -20,6 +20,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -303,15 +304,26 @@ func isContextErr(err error) bool {
 	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
-// endpointName names one of the Company's OAuth endpoints for a log record.
-func (c *Company) endpointName(endpoint string) string {
-	switch endpoint {
-	case c.meta.TokenEndpoint:
-		return "token endpoint"
-	case c.meta.RevocationEndpoint:
-		return "revocation endpoint"
-	case c.meta.DeviceAuthorizationEndpoint:
-		return "device authorization endpoint"
+// postClientAuthenticated POSTs form to endpoint with the agent's client
+// assertion and no DPoP proof, as Device Sign-In's device authorization
+// request needs (spec 4.6, A-06). It returns the 200 body, or the Company's
+// error as an *Error. The endpoint must be one of the Company's.
+func (c *Company) postClientAuthenticated(ctx context.Context, endpoint string, form url.Values) ([]byte, error) {
+	if c.meta == nil {
+		return nil, ErrNoAuth
 	}
-	return "OAuth endpoint"
+	u, err := c.agent.ParseURL(endpoint)
+	if err != nil {
+		return nil, err
+	}
+	if !c.ownsURL(u) {
+		return nil, fmt.Errorf("%w: %s is not an origin the Company's documents name", ErrForeignHost, originOf(u))
+	}
+	return c.agent.postForm(ctx, c, endpoint, nil, func() (url.Values, error) {
+		f := url.Values{}
+		for k, v := range form {
+			f[k] = slices.Clone(v)
+		}
+		return f, nil
+	})
 }
