@@ -288,28 +288,6 @@ func covers(granted, need []string) bool {
 	return true
 }
 
-// signInResource is the resource whose token a sign-in's token request
-// gets: at a Company that lists resources (Resources), the first one
-// listed that is not an MCP server's url; "" otherwise. A sign-in's
-// request asks for a DPoP token, which never goes to an MCP server
-// (PA-4.3-19), so a lone MCP url is not named (a server that holds the
-// grant to it alone resolves a request naming none to it); of several
-// MCP urls, and nothing else, the first is, since such a server refuses a
-// request naming none of several.
-//
-// RFC 8707 lets an OAuth server refuse a token request that names several
-// resources, or none of several that the authorization named; oidc-provider
-// does by default (invalid_target), and has then used the code up. Every
-// token request therefore names exactly one resource once the
-// authorization named some: the sign-in's code exchange or device poll
-// names this one, and the token of every other resource is got by a
-// refresh that names it (spec 4.3 lets any token request name one, so a
-// Company that reads spec 4.3 alone accepts it as well).
-func (c *Company) signInResource() string {
-	c.Resources()
-	return c.signInRes
-}
-
 // signInKey is the key of the token a sign-in gets and UseAccountToken
 // renews: the Session's default token, or at a Company that lists
 // resources, the token of signInResource.
@@ -323,7 +301,7 @@ func (s *Session) signInKey() tokenKey {
 // Sign-In); session_id, the client assertion and a DPoP proof are added. On
 // success the Account Token is stored and the Session is signed in
 // (spec 4.4). On failure nothing changes (PA-4.4-10) and the Company's error
-// is returned as an *Error. It is the building block of package signin.
+// is returned as an *Error. ExchangeCode and PollDevice send theirs with it.
 //
 // The request names exactly one resource, signInResource, when the
 // Company lists any (RFC 8707 section 2.2), and the Session Token it gets
@@ -354,7 +332,7 @@ func (s *Session) completeSignIn(ctx context.Context, grant url.Values, opts *Si
 	return s.acceptTokenResponse(ctx, body, opts, k)
 }
 
-// acceptSignIn adopts a sign-in's token response obtained by the caller,
+// acceptSignIn adopts a sign-in's token response obtained another way,
 // such as Mediated Sign-In's "complete" (spec 4.7): it stores the Account
 // Token and signs the Session in with the Session Token.
 //
@@ -410,7 +388,7 @@ func (s *Session) adoptSignIn(ctx context.Context, tr *tokenResponse, account st
 		if err != nil {
 			return nil, fmt.Errorf("poppy: storing Account Token: %w", err)
 		}
-		s.holdAccountToken(tr.RefreshToken) // never in a URL (transport.go)
+		s.holdAccountToken(tr.RefreshToken) // never in a URL (urltokens.go)
 	}
 	tr.Scope = &granted
 	err := a.store.Update(ctx, s.skey, func(cur []byte) ([]byte, error) {
@@ -597,7 +575,7 @@ func (s *Session) refresh(ctx context.Context, sessionID, account string, k toke
 	a, c := s.agent, s.company
 	var tr *tokenResponse
 	var grantErr error
-	var heldAccount string // the Account Token, kept out of URLs (transport.go)
+	var heldAccount string // the Account Token, kept out of URLs (urltokens.go)
 	err := a.store.Update(ctx, s.accountKey(account), func(cur []byte) ([]byte, error) {
 		var ar accountRecord
 		if cur == nil || json.Unmarshal(cur, &ar) != nil || ar.Token == "" {
@@ -675,7 +653,7 @@ func (s *Session) refresh(ctx context.Context, sessionID, account string, k toke
 	if err != nil {
 		return nil, fmt.Errorf("poppy: Account Token: %w", err)
 	}
-	s.holdAccountToken(heldAccount) // never in a URL (transport.go)
+	s.holdAccountToken(heldAccount) // never in a URL (urltokens.go)
 	return tr, grantErr
 }
 
@@ -808,30 +786,6 @@ func (c *Company) revoke(ctx context.Context, token string) error {
 		return f, nil
 	})
 	return err
-}
-
-// postClientAuthenticated POSTs form to endpoint with the agent's client
-// assertion and no DPoP proof, as Device Sign-In's device authorization
-// request needs (spec 4.6, A-06). It returns the 200 body, or the Company's
-// error as an *Error. The endpoint must be one of the Company's.
-func (c *Company) postClientAuthenticated(ctx context.Context, endpoint string, form url.Values) ([]byte, error) {
-	if c.meta == nil {
-		return nil, ErrNoAuth
-	}
-	u, err := c.agent.parseURL(endpoint)
-	if err != nil {
-		return nil, err
-	}
-	if !c.ownsURL(u) {
-		return nil, fmt.Errorf("%w: %s is not an origin the Company's documents name", ErrForeignHost, originOf(u))
-	}
-	return c.agent.postForm(ctx, c, endpoint, nil, func() (url.Values, error) {
-		f := url.Values{}
-		for k, v := range form {
-			f[k] = slices.Clone(v)
-		}
-		return f, nil
-	})
 }
 
 // Close forgets the Session in this process. It revokes nothing: the

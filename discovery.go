@@ -17,10 +17,13 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/poppyproto/poppy/internal/bounded"
 )
 
 // Document is a Company's poppy.json (spec 3.1). Fields the SDK doesn't know
@@ -172,79 +175,6 @@ type Metadata struct {
 	PoppyDomains                []string `json:"poppy_domains"`
 }
 
-// Company is a Company resolved from one of its domains. Companies are
-// identified by their issuer (spec 3.2): two domains naming one issuer share
-// User IDs, Sessions and Account Tokens.
-type Company struct {
-	agent  *Agent
-	domain string // as requested: lower case, port and www. kept
-	doc    *Document
-	meta   *Metadata // nil without auth
-	st     *issuerState
-
-	hostsOnce sync.Once
-	orgHost   string          // organization.domain, normalized
-	origins   map[origin]bool // the origins the documents name (ownsURL)
-
-	endpointsOnce sync.Once
-	eps           []endpoint
-	anyResource   bool // some listed entry has a resource (set with eps)
-
-	resourcesOnce sync.Once
-	resources     []string // Resources
-	signInRes     string   // signInResource
-}
-
-// Domain returns the domain the Company was resolved from, as given to
-// Agent.Company: lower case, without a trailing dot, with its port and any
-// leading www. kept, so that Agent.Company(ctx, c.Domain()) resolves the
-// same Company. organization.domain is Document().Organization.Domain.
-func (c *Company) Domain() string { return c.domain }
-
-// Name returns organization.name.
-func (c *Company) Name() string { return c.doc.Organization.Name }
-
-// Issuer returns auth.issuer, or "" for a Company without auth.
-func (c *Company) Issuer() string {
-	if c.doc.Auth == nil {
-		return ""
-	}
-	return c.doc.Auth.Issuer
-}
-
-// Document returns the Company's poppy.json. Callers must not modify it.
-func (c *Company) Document() *Document { return c.doc }
-
-// Metadata returns the issuer's metadata, or nil for a Company without auth.
-// Callers must not modify it.
-func (c *Company) Metadata() *Metadata { return c.meta }
-
-// Extension returns the Company's entry for the named extension when its
-// major version is one of versions (spec 3.3: an unsupported version is
-// ignored, as if the Company did not list the extension).
-func (c *Company) Extension(name string, versions ...string) (ExtensionEntry, bool) {
-	e, ok := c.doc.Extensions[name]
-	if !ok {
-		return ExtensionEntry{}, false
-	}
-	for _, v := range versions {
-		if e.Version == v {
-			return e, true
-		}
-	}
-	return ExtensionEntry{}, false
-}
-
-// ScopeDescription returns the Company's description of a scope it defines
-// in auth.custom_scopes (spec 4.4).
-func (c *Company) ScopeDescription(scope string) (string, bool) {
-	if c.doc.Auth == nil {
-		return "", false
-	}
-	d, ok := c.doc.Auth.CustomScopes[scope]
-	return d, ok
-}
-
 // Company resolves the Company at domain (spec 3): a host name such as
 // "example.com", without scheme or path. Documents are cached by their
 // HTTP caching headers, so calling it again is cheap.
@@ -361,29 +291,6 @@ func (a *Agent) discoveryHost(domain string) (string, error) {
 	return strings.ToLower(strings.TrimSuffix(d, ".")), nil
 }
 
-func hostOnly(hostport string) string {
-	if h, _, err := splitHostPort(hostport); err == nil {
-		return h
-	}
-	return hostport
-}
-
-func splitHostPort(hp string) (string, string, error) {
-	u := url.URL{Host: hp}
-	if u.Port() == "" {
-		return "", "", errors.New("no port")
-	}
-	return u.Hostname(), u.Port(), nil
-}
-
-// normHost lower-cases a host, drops the port, a trailing dot and one
-// leading "www." (A-01).
-func normHost(h string) string {
-	u := url.URL{Host: h}
-	h = strings.ToLower(strings.TrimSuffix(u.Hostname(), "."))
-	return strings.TrimPrefix(h, "www.")
-}
-
 var versionRE = regexp.MustCompile(`^([0-9]+)\.([0-9]+)$`)
 
 // supportedMajor is the protocol major version this SDK implements.
@@ -419,7 +326,7 @@ func (a *Agent) checkDocument(requestedHost string, d *Document) error {
 		return fmt.Errorf("%w: auth.issuer is not an HTTPS URL", ErrInvalidDocument)
 	}
 	if d.Auth.Mediated != nil && d.Auth.Mediated.Endpoint != "" {
-		if _, err := a.parseURL(d.Auth.Mediated.Endpoint); err != nil {
+		if _, err := a.ParseURL(d.Auth.Mediated.Endpoint); err != nil {
 			return fmt.Errorf("%w: auth.mediated.endpoint is not an HTTPS URL", ErrInvalidDocument)
 		}
 	}
@@ -458,14 +365,14 @@ func (a *Agent) checkMetadata(d *Document, m *Metadata) error {
 		if v == "" {
 			return fmt.Errorf("%w: no %s", ErrInvalidMetadata, name)
 		}
-		if _, err := a.parseURL(v); err != nil {
+		if _, err := a.ParseURL(v); err != nil {
 			return fmt.Errorf("%w: %s is not an HTTPS URL", ErrInvalidMetadata, name)
 		}
 	}
 	// PA-3.2-06: an optional endpoint that isn't HTTPS is treated as absent.
 	for _, p := range []*string{&m.AuthorizationEndpoint, &m.DeviceAuthorizationEndpoint} {
 		if *p != "" {
-			if _, err := a.parseURL(*p); err != nil {
+			if _, err := a.ParseURL(*p); err != nil {
 				*p = ""
 			}
 		}
@@ -484,6 +391,46 @@ func decodeJSON(body []byte, what string, v any) error {
 		}
 	}
 	return nil
+}
+
+// DocumentOptions configures Agent.FetchDocument. The zero value is valid.
+type DocumentOptions struct {
+	// Name names the document in errors and logs, such as "OpenAPI
+	// description". "" means "document".
+	Name string
+	// MaxBytes caps the document's size. Zero means
+	// AgentOptions.MaxResponseBytes.
+	MaxBytes int64
+}
+
+// FetchDocument GETs a public document of a Company, such as an OpenAPI
+// description or an MCP server's protected resource metadata, through the
+// Agent's document cache, as discovery documents are fetched (spec 3):
+// rawURL must pass ParseURL, redirects go to HTTPS only, HTTP caching
+// headers are honoured (a fresh document is not fetched again), the body
+// is at most MaxBytes (else ErrResponseTooLarge), and a 429 is waited out
+// by RetryWait. No token is sent: for a document behind a Session, use
+// Session.HTTPClient. Package api fetches the documents it reads with it.
+// opts may be nil.
+func (a *Agent) FetchDocument(ctx context.Context, rawURL string, opts *DocumentOptions) ([]byte, error) {
+	what, limit := "document", a.opts.MaxResponseBytes
+	if opts != nil {
+		if opts.Name != "" {
+			what = opts.Name
+		}
+		if opts.MaxBytes > 0 {
+			limit = opts.MaxBytes
+		}
+	}
+	b, err := a.cache.get(ctx, a, rawURL, what, limit)
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		// Cached for a caller that allowed more.
+		return nil, fmt.Errorf("poppy: %s: %w", what, ErrResponseTooLarge)
+	}
+	return slices.Clone(b), nil // the cache's copy stays the cache's
 }
 
 // docCache is a small private HTTP cache for discovery documents.
@@ -560,7 +507,7 @@ const maxRedirects = 10
 func (c *docCache) fetch(ctx context.Context, a *Agent, rawURL, what string, stale *cacheEntry, limit int64) ([]byte, error) {
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
-	u, err := a.parseURL(rawURL)
+	u, err := a.ParseURL(rawURL)
 	if err != nil {
 		return nil, err
 	}
@@ -616,9 +563,12 @@ func (c *docCache) fetch(ctx context.Context, a *Agent, rawURL, what string, sta
 			resp.Body.Close()
 			return nil, fmt.Errorf("poppy: fetching %s %s: HTTP %d", what, endpointOf(u), resp.StatusCode)
 		}
-		body, err := readCapped(resp.Body, limit)
+		body, err := bounded.ReadAll(resp.Body, limit)
 		resp.Body.Close()
 		if err != nil {
+			if !errors.Is(err, ErrResponseTooLarge) {
+				err = fmt.Errorf("reading the response: %w", err)
+			}
 			return nil, fmt.Errorf("poppy: %s: %w", what, err)
 		}
 		c.store(rawURL, body, resp.Header.Get("ETag"), u.String(), resp, a.clock.Now())
@@ -686,57 +636,3 @@ func freshness(h http.Header, now time.Time) (ttl time.Duration, keep bool) {
 	}
 	return 0, true // no freshness information: revalidate every time
 }
-
-// unwrapURLError drops *url.Error's copy of the URL, keeping the cause.
-func unwrapURLError(err error) error {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return ue.Err
-	}
-	return err
-}
-
-// SignInTypes returns the sign-in types the Company offers and can serve:
-// those in auth whose endpoint the metadata gives (PA-3.2-06, PA-4.4-01),
-// in the order "direct", "device", "mediated".
-func (c *Company) SignInTypes() []string {
-	var out []string
-	if c.doc.Auth == nil || c.meta == nil {
-		return out
-	}
-	if c.doc.Auth.Direct != nil && c.meta.AuthorizationEndpoint != "" {
-		out = append(out, "direct")
-	}
-	if c.doc.Auth.Device != nil && c.meta.DeviceAuthorizationEndpoint != "" {
-		out = append(out, "device")
-	}
-	if c.doc.Auth.Mediated != nil && c.doc.Auth.Mediated.Endpoint != "" {
-		out = append(out, "mediated")
-	}
-	return out
-}
-
-// EligibleSignInTypes returns the sign-in types the Company offers whose
-// scopes include every one of scopes (spec 4.4), in the order of
-// SignInTypes.
-func (c *Company) EligibleSignInTypes(scopes []string) []string {
-	var out []string
-	for _, t := range c.SignInTypes() {
-		var can []string
-		switch t {
-		case "direct":
-			can = c.doc.Auth.Direct.Scopes
-		case "device":
-			can = c.doc.Auth.Device.Scopes
-		case "mediated":
-			can = c.doc.Auth.Mediated.Scopes
-		}
-		if covers(can, scopes) {
-			out = append(out, t)
-		}
-	}
-	return out
-}
-
-// Agent returns the Agent that resolved the Company.
-func (c *Company) Agent() *Agent { return c.agent }

@@ -82,9 +82,6 @@ func htuOf(u *url.URL) string {
 	return scheme + "://" + host + path
 }
 
-// originOf returns scheme://host of u, lower-cased.
-func originOf(u *url.URL) string { return strings.ToLower(u.Scheme + "://" + u.Host) }
-
 // storedKey is the keystore form of a DPoP private key.
 type storedKey struct {
 	D string `json:"d"`

@@ -160,27 +160,6 @@ func FuzzParseChallenges(f *testing.F) {
 	})
 }
 
-// PA-4.3-28
-func TestParseRetryAfter(t *testing.T) {
-	now := time.Date(2026, 10, 2, 17, 0, 0, 0, time.UTC)
-	for _, c := range []struct {
-		in   string
-		want time.Duration
-	}{
-		{"5", 5 * time.Second},
-		{"0", 0},
-		{"-3", 0},
-		{"", 0},
-		{"soon", 0},
-		{now.Add(10 * time.Second).Format(http.TimeFormat), 11 * time.Second},
-		{now.Add(-10 * time.Second).Format(http.TimeFormat), 0},
-	} {
-		if got := parseRetryAfter(c.in, now); got != c.want {
-			t.Errorf("parseRetryAfter(%q) = %v, want %v", c.in, got, c.want)
-		}
-	}
-}
-
 func TestFreshness(t *testing.T) {
 	now := time.Now()
 	for _, c := range []struct {

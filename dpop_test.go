@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/poppyproto/poppy"
-	"github.com/poppyproto/poppy/internal/sdk"
 	"github.com/poppyproto/poppy/poppytest"
 )
 
@@ -506,12 +505,12 @@ func TestCredentialBodiesNotRedirected(t *testing.T) {
 		hits++
 		http.Redirect(w, r, "https://api.example.test/echo", http.StatusTemporaryRedirect)
 	}))
-	_, err := sdk.PostClientAuthenticated(ctx, e.company("example.test"), "https://jump.example.test/oauth/device", nil)
+	_, err := poppy.PostClientAuthenticated(ctx, e.company("example.test"), "https://jump.example.test/oauth/device", nil)
 	var pe *poppy.Error
 	if !errors.As(err, &pe) || pe.Status != http.StatusTemporaryRedirect {
 		t.Fatalf("err = %v, want the 307 as an *Error", err)
 	}
-	resp, err := sdk.DirectHTTPClient(s).Post("https://jump.example.test/sign-in", "application/json", strings.NewReader(`{"secret":1}`))
+	resp, err := poppy.DirectHTTPClient(s).Post("https://jump.example.test/sign-in", "application/json", strings.NewReader(`{"secret":1}`))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,8 +5,8 @@ package poppy
 // A Company states durations as counts of seconds: expires_in and
 // refresh_token_expires_in in token responses (spec 4.2, 4.8), interval and
 // expires_in in device authorization responses (RFC 8628 section 3.2),
-// Retry-After (RFC 9110 section 10.2.3) and Cache-Control max-age (RFC 9111
-// section 5.2.2.1). As text, a count can be larger than any integer type,
+// and Cache-Control max-age (RFC 9111 section 5.2.2.1); Retry-After is read
+// by the SDK's one retry policy (internal/retry). As text, a count can be larger than any integer type,
 // negative, fractional or absent; multiplied into a time.Duration
 // unchecked, a large one overflows into a negative wait (a busy loop of
 // polls) or an expiry in the past (a token request before every call).
@@ -31,9 +31,6 @@ package poppy
 //     (RFC 8628 section 3.2): one rule for every value that can't be
 //     waited as sent. An interval longer than expires_in is the Company's
 //     error, and the response is refused.
-//   - Retry-After: delta-seconds at most 30 days (a longer value, whatever
-//     its digits, is "longer than MaxRetryWait", PA-4.3-27); an HTTP-date
-//     is clamped the same way.
 //   - max-age: at most 1 day, so a document is fetched again at least daily.
 
 import (
@@ -52,7 +49,6 @@ var (
 	rangeAccountLifetime = durationRange{time.Second, 10 * 365 * 24 * time.Hour}
 	rangeDeviceInterval  = durationRange{time.Second, 30 * 24 * time.Hour}
 	rangeDeviceExpiry    = durationRange{time.Second, 30 * 24 * time.Hour}
-	rangeRetryAfter      = durationRange{0, 30 * 24 * time.Hour}
 	rangeMaxAge          = durationRange{0, 24 * time.Hour}
 )
 
@@ -170,19 +166,19 @@ const deviceDefaultInterval = 5 * time.Second
 
 // deviceDurations reads a device authorization response's interval and
 // expires_in (RFC 8628 section 3.2), given as the raw JSON values ("" when
-// absent); package signin calls it through internal/sdk. Both are taken as
+// absent), for AuthorizeDevice (deviceauth.go). Both are taken as
 // sent (PA-4.6-04); an interval that is not a count of at least one second
 // is absent (5 s, PA-4.6-05), and one longer than expires_in is refused.
 func deviceDurations(interval, expiresIn string) (time.Duration, time.Duration, error) {
 	exp, positive, ok := companySeconds(expiresIn, rangeDeviceExpiry)
 	if !ok || !positive {
-		return 0, 0, errors.New("signin: device authorization response without a positive expires_in (RFC 8628 section 3.2)")
+		return 0, 0, errors.New("poppy: device authorization response without a positive expires_in (RFC 8628 section 3.2)")
 	}
 	iv := deviceDefaultInterval // PA-4.6-05
 	if f, ok := parseSeconds(interval); ok && f >= 1 {
 		iv = clampSeconds(f, rangeDeviceInterval)
 		if iv > exp {
-			return 0, 0, errors.New("signin: invalid device authorization response: interval is longer than expires_in")
+			return 0, 0, errors.New("poppy: invalid device authorization response: interval is longer than expires_in")
 		}
 	}
 	return iv, exp, nil

@@ -3,10 +3,12 @@ package poppy
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/poppyproto/poppy/internal/bounded"
 	"github.com/poppyproto/poppy/internal/companytext"
 )
 
@@ -17,7 +19,7 @@ var (
 	ErrInsecureURL                = errors.New("poppy: URL is not HTTPS")
 	ErrInsecureRedirect           = errors.New("poppy: redirect to a non-HTTPS URL")
 	ErrTooManyRedirects           = errors.New("poppy: too many redirects")
-	ErrResponseTooLarge           = errors.New("poppy: response exceeds the size limit")
+	ErrResponseTooLarge           = bounded.ErrTooLarge
 	ErrInvalidDocument            = errors.New("poppy: invalid poppy.json document")
 	ErrUnsupportedProtocolVersion = errors.New("poppy: unsupported protocol major version")
 	ErrDomainMismatch             = errors.New("poppy: organization.domain does not match the requested domain")
@@ -52,6 +54,19 @@ var (
 	// the one the SDK signs with, is not among them: no retry can
 	// help (PA-6-04). Error.Algs holds what it accepts.
 	ErrUnsupportedDPoPAlgorithm = errors.New("poppy: the Company accepts no DPoP proof algorithm the SDK signs with (ES256)")
+
+	// Browser Sessions (spec 5).
+	//
+	// ErrReturnTo: a browser assertion's return_to is not an https URL on
+	// the Company's website (PA-5-07). Nothing was signed.
+	ErrReturnTo = errors.New("poppy: return_to is not an https URL on the Company's domain")
+	// ErrNoBrowserSessionEndpoint: the Company lists no
+	// web.browser_session_endpoint, so there is nothing to join (PA-5-02;
+	// package browser browses as a visitor instead).
+	ErrNoBrowserSessionEndpoint = errors.New("poppy: the Company lists no browser_session_endpoint")
+	// ErrBadBrowserSessionEndpoint: web.browser_session_endpoint is not a
+	// plain https URL.
+	ErrBadBrowserSessionEndpoint = errors.New("poppy: bad browser_session_endpoint")
 )
 
 // codeSentinels maps protocol error codes to their sentinels.
@@ -229,4 +244,13 @@ func cleanText(s string) string { return companytext.Line(s, maxDescription) }
 // configError reports bad input from the caller.
 func configError(format string, args ...any) error {
 	return fmt.Errorf("poppy: "+format, args...)
+}
+
+// unwrapURLError drops *url.Error's copy of the URL, keeping the cause.
+func unwrapURLError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
 }

@@ -33,7 +33,10 @@ func ExampleWithResponseHeaderTimeout() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	resp.Body.Close()
+	defer resp.Body.Close()
+	if err := poppy.ResponseError(resp); err != nil {
+		log.Fatal(err)
+	}
 	fmt.Println(resp.StatusCode)
 	// Output: 200
 }

@@ -1,6 +1,7 @@
 package poppy
 
 import (
+	"context"
 	"crypto/x509"
 	"net"
 	"net/http"
@@ -41,3 +42,14 @@ func DefaultTransportLimits() (headerBytes int64, idle, headerTimeout time.Durat
 	t := ht.base.(*http.Transport)
 	return t.MaxResponseHeaderBytes, t.IdleConnTimeout, ht.d
 }
+
+// PostClientAuthenticated is Company.postClientAuthenticated, the
+// client-authenticated form POST of the device authorization and
+// revocation requests, which only this package may send.
+func PostClientAuthenticated(ctx context.Context, c *Company, endpoint string, form url.Values) ([]byte, error) {
+	return c.postClientAuthenticated(ctx, endpoint, form)
+}
+
+// DirectHTTPClient is Session.directHTTPClient, the Session's client that
+// never follows a redirect (Mediated Sign-In's credentials).
+func DirectHTTPClient(s *Session) *http.Client { return s.directHTTPClient() }

@@ -1,16 +1,18 @@
 package poppy
 
 // Fuzz targets for the parsers that read a Company's input and had none
-// (issue 8): Retry-After, cache headers, the duration clamp, device
+// (issue 8): cache headers, the duration clamp, device
 // authorization durations and ResponseError; and (issue 20) the guard's
 // reading of a host through a proxy and the search for tokens in URLs. The older targets
 // (FuzzParseChallenges, FuzzTokenResponse, FuzzDocument) are in
 // dpop_internal_test.go. Seed corpora are in testdata/fuzz; .ci/run runs
-// each target for a few seconds.
+// each target for a few seconds. Retry-After's is in internal/retry.
 
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -22,22 +24,6 @@ import (
 	"time"
 	"unicode"
 )
-
-func FuzzRetryAfter(f *testing.F) {
-	for _, s := range []string{"5", "0", "99999999999999999999", "-1", "1.5", "Wed, 21 Oct 2026 07:28:00 GMT", " 7 ", "", "1e3"} {
-		f.Add(s)
-	}
-	now := time.Date(2026, 10, 21, 7, 0, 0, 0, time.UTC)
-	f.Fuzz(func(t *testing.T, v string) {
-		d := parseRetryAfter(v, now)
-		if d < 0 || d > rangeRetryAfter.max {
-			t.Fatalf("Retry-After %q gave %v, outside [0, %v]", v, d, rangeRetryAfter.max)
-		}
-		if isDigits(strings.TrimSpace(v)) && strings.Trim(strings.TrimSpace(v), "0") != "" && d == 0 {
-			t.Fatalf("Retry-After %q (a positive number of seconds) read as absent", v)
-		}
-	})
-}
 
 func FuzzFreshness(f *testing.F) {
 	f.Add("max-age=300", "", "")
@@ -62,7 +48,7 @@ func FuzzCompanySeconds(f *testing.F) {
 	for _, s := range []string{"3600", "9223372037", "1e30", "-5", "0.5", "1e-400", "-0", "00", "1E+2", "", "null", `"3600"`} {
 		f.Add(s)
 	}
-	ranges := []durationRange{rangeTokenLifetime, rangeAccountLifetime, rangeDeviceInterval, rangeDeviceExpiry, rangeRetryAfter, rangeMaxAge}
+	ranges := []durationRange{rangeTokenLifetime, rangeAccountLifetime, rangeDeviceInterval, rangeDeviceExpiry, {0, 30 * 24 * time.Hour}, rangeMaxAge}
 	f.Fuzz(func(t *testing.T, raw string) {
 		for _, r := range ranges {
 			d, positive, ok := companySeconds(raw, r)
@@ -241,5 +227,83 @@ func FuzzURLCarries(f *testing.F) {
 		if !urlCarries(u, []string{tok}) {
 			t.Fatalf("%s carries %q, not found", raw, tok)
 		}
+	})
+}
+
+// fuzzAgent returns an Agent on agent.test for a fuzz target.
+func fuzzAgent(f *testing.F, opts *AgentOptions) *Agent {
+	key, err := GenerateSigningKey()
+	if err != nil {
+		f.Fatal(err)
+	}
+	id, err := NewIdentity(IdentityConfig{
+		ClientID: "https://agent.test/agent.json", JWKSURI: "https://agent.test/jwks.json",
+		RedirectURIs: []string{"https://agent.test/oauth/callback"}, Keys: []*SigningKey{key},
+	})
+	if err != nil {
+		f.Fatal(err)
+	}
+	a, err := NewAgent(id, opts)
+	if err != nil {
+		f.Fatal(err)
+	}
+	return a
+}
+
+// The device authorization response (RFC 8628 section 3.2) and the
+// Mediated Sign-In answers (spec 4.7), moved here from package signin with
+// the code that reads them.
+func FuzzDeviceAuthorization(f *testing.F) {
+	f.Add([]byte(`{"device_code":"d","user_code":"WDJB-MJHT","verification_uri":"https://auth.example.test/device","verification_uri_complete":"https://auth.example.test/device?user_code=WDJB-MJHT","expires_in":600,"interval":5}`))
+	f.Add([]byte(`{"device_code":"d","user_code":"A","verification_uri":"https:javascript:alert(1)","expires_in":600}`))
+	f.Add([]byte(`{"device_code":"d","user_code":"A","verification_uri":"https://x.test/","interval":10000000000,"expires_in":1e30}`))
+	f.Add([]byte(`{"device_code":"d","user_code":"\u001b[2J","verification_uri":"https://x.test/","expires_in":600}`))
+	f.Add([]byte(`{"device_code":"d","user_code":"A","verification_uri":"http://127.0.0.1:8080/device","expires_in":"600"}`))
+	a := fuzzAgent(f, &AgentOptions{UnsafeAllowLoopbackHTTP: true})
+	f.Fuzz(func(t *testing.T, body []byte) {
+		da, lifetime, err := parseDeviceAuthorization(a, body)
+		if err != nil {
+			return
+		}
+		interval := da.Interval
+		if interval < time.Second || lifetime < time.Second || lifetime > 30*24*time.Hour || (interval > lifetime && interval != 5*time.Second) {
+			t.Fatalf("interval %v, lifetime %v", interval, lifetime)
+		}
+		if da.deviceCode == "" || da.UserCode == "" || len(da.UserCode) > maxUserCode || strings.ContainsFunc(da.UserCode, unicode.IsControl) {
+			t.Fatalf("accepted user_code %q", da.UserCode)
+		}
+		for _, raw := range []string{da.VerificationURI, da.VerificationURIComplete} {
+			if raw == "" {
+				continue
+			}
+			u, err := url.Parse(raw)
+			if err != nil || u.Host == "" || u.Opaque != "" || u.User != nil || (u.Scheme != "https" && u.Scheme != "http") {
+				t.Fatalf("accepted verification URI %q", raw)
+			}
+		}
+	})
+}
+
+func FuzzMediatedResponse(f *testing.F) {
+	f.Add(200, []byte(`{"status":"complete","access_token":"a"}`))
+	f.Add(202, []byte(`{"status":"code_required","sign_in_id":"sgn_1","code":{"sent_to":"Text to \u001b]0;x\u0007 71"},"expires_at":"2026-10-21T07:28:00Z"}`))
+	f.Add(401, []byte(`{"status":"failed"}`))
+	f.Add(400, []byte(`{"error":"`+strings.Repeat("\u0007", 500)+`"}`))
+	f.Add(500, []byte(`not json`))
+	f.Fuzz(func(t *testing.T, status int, body []byte) {
+		mr, err := readMediated(status, body)
+		if err == nil {
+			if mr.Status == "" {
+				t.Fatal("an answer without a status accepted")
+			}
+			return
+		}
+		var pe *Error
+		if errors.As(err, &pe) {
+			if len(pe.Code) > maxDescription+3 || strings.ContainsFunc(pe.Code, unicode.IsControl) {
+				t.Fatalf("error code %q", pe.Code)
+			}
+		}
+		_ = json.Valid(body)
 	})
 }

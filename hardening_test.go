@@ -145,6 +145,29 @@ func TestAttackRetryAfterHuge(t *testing.T) {
 	}
 }
 
+// PA-4.3-27, PA-4.3-28: an HTTP-date so far ahead that the wait saturates
+// time.Duration was read as absent (an overflow), and the request retried
+// after 1 s.
+func TestAttackRetryAfterFarDate(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	s := e.session("alice")
+	before := len(sdkRequests(e.srv, poppytest.EndpointAPI))
+	e.srv.RateLimit(poppytest.EndpointAPI, 1, "Fri, 31 Dec 9999 23:59:59 GMT")
+	resp, err := s.HTTPClient().Get(e.srv.APIURL() + "/products")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rerr := poppy.ResponseError(resp)
+	resp.Body.Close()
+	var pe *poppy.Error
+	if resp.StatusCode != 429 || !errors.As(rerr, &pe) || pe.RetryAfter < 2*time.Minute {
+		t.Fatalf("status %d, error %v: want the 429 back with its (clamped) Retry-After", resp.StatusCode, rerr)
+	}
+	if n := len(sdkRequests(e.srv, poppytest.EndpointAPI)) - before; n != 1 {
+		t.Fatalf("%d requests: a wait longer than MaxRetryWait must not be retried", n)
+	}
+}
+
 // Item 3 and 1 (cache max-age), PA-3-04, PA-3.2-08: max-age values that
 // overflow time.Duration, or any int, are a day at most, not "revalidate
 // every time" nor "forever".

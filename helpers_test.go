@@ -171,18 +171,28 @@ func (r *recorder) Header() http.Header         { return r.h }
 func (r *recorder) Write(b []byte) (int, error) { return r.body.Write(b) }
 func (r *recorder) WriteHeader(code int)        { r.code = code }
 
-// doGet and doPost send through Session.Do, which turns the Company's
-// error responses into *poppy.Error values.
+// doGet and doPost send through Session.Do and turn the Company's error
+// responses into *poppy.Error values with ResponseError.
 func doGet(s *poppy.Session, u string) (*http.Response, error) {
 	req, err := http.NewRequest(http.MethodGet, u, nil)
 	if err != nil {
 		return nil, err
 	}
+	return doErr(s, req)
+}
+
+// doErr sends req with s.Do and returns ResponseError's error, with the
+// body closed, for an answer of 400 and above.
+func doErr(s *poppy.Session, req *http.Request) (*http.Response, error) {
 	resp, err := s.Do(req)
-	if err == nil {
-		resp.Body.Close()
+	if err != nil {
+		return nil, err
 	}
-	return resp, err
+	defer resp.Body.Close()
+	if err := poppy.ResponseError(resp); err != nil { // reads the body's error
+		return nil, err
+	}
+	return resp, nil
 }
 
 func doPost(s *poppy.Session, u, body string) (*http.Response, error) {
@@ -191,9 +201,5 @@ func doPost(s *poppy.Session, u, body string) (*http.Response, error) {
 		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := s.Do(req)
-	if err == nil {
-		resp.Body.Close()
-	}
-	return resp, err
+	return doErr(s, req)
 }

@@ -405,20 +405,106 @@ func (id *Identity) sessionAssertion(tokenEndpoint, userID string, now time.Time
 	return k.signer.Sign(p)
 }
 
-// signJWT signs claims (a JSON object) with the current signing key and the
-// given typ header, for assertions other packages define, such as the
-// browser assertion (spec 5, typ poppy-browser+jwt).
-func (id *Identity) signJWT(typ string, claims []byte) (string, error) {
-	k := id.keys.Load().keys[0]
-	h := jose.NewClaims(96).String("alg", "ES256").String("kid", k.kid)
-	if typ != "" {
-		h.String("typ", typ)
+// BrowserAssertionType is the typ header of a browser assertion (spec 5
+// step 1).
+const BrowserAssertionType = "poppy-browser+jwt"
+
+// BrowserAssertion is a signed browser assertion (spec 5 step 1), which
+// joins a browser the agent controls to a Session. The signed JWT is a
+// secret for its 60 seconds: String, GoString, Format and LogValue never
+// show it; only Value does, for the join page (package browser).
+type BrowserAssertion struct {
+	value string
+
+	// Endpoint is the aud: the Company's web.browser_session_endpoint.
+	Endpoint string
+	// SessionID is the session_id of the Session the browser joins.
+	SessionID string
+	// ReturnTo is the page the Company opens after the join.
+	ReturnTo string
+	// IssuedAt and ExpiresAt are iat and exp; they are 60 s apart.
+	IssuedAt, ExpiresAt time.Time
+}
+
+// Value returns the compact JWT. Hand it only to a browser the agent
+// controls (PA-5-11).
+func (a *BrowserAssertion) Value() string { return a.value }
+
+// String describes the assertion without its value.
+func (a *BrowserAssertion) String() string {
+	return "poppy.BrowserAssertion(aud=" + a.Endpoint + ", session_id=" + a.SessionID + ", redacted)"
+}
+
+// GoString is String.
+func (a *BrowserAssertion) GoString() string { return a.String() }
+
+// Format writes String for every verb.
+func (a *BrowserAssertion) Format(f fmt.State, _ rune) { _, _ = f.Write([]byte(a.String())) }
+
+// LogValue logs String.
+func (a *BrowserAssertion) LogValue() slog.Value { return slog.StringValue(a.String()) }
+
+// SignBrowserAssertion signs a browser assertion that joins a browser to
+// the Session and then opens returnTo (spec 5 step 1): typ
+// poppy-browser+jwt, signed with the agent's current jwks_uri key
+// (PA-5-03); iss the client_id, sub the User ID, iat, a 128-bit jti
+// (PA-5-04); aud the Company's web.browser_session_endpoint (PA-5-05);
+// session_id the Session's ID (PA-5-06); exp 60 s after iat, the most the
+// spec allows, so that a slow browser start doesn't expire it (PA-5-08).
+//
+// returnTo is checked with Company.CheckReturnTo before anything is signed
+// (PA-5-07): the error then wraps ErrReturnTo. A Company without the
+// endpoint gets ErrNoBrowserSessionEndpoint. No other claim can be chosen:
+// this is the only JWT the agent's key signs for a caller.
+//
+// Hand the assertion only to a browser the agent controls (PA-5-11);
+// package browser does the whole join.
+func (s *Session) SignBrowserAssertion(returnTo string) (*BrowserAssertion, error) {
+	if s == nil {
+		return nil, ErrNoSession
 	}
-	s, err := jose.NewSigner(k.priv, h.Bytes())
+	c := s.company
+	endpoint, err := c.BrowserSessionEndpoint()
+	if err != nil {
+		return nil, err
+	}
+	if err := c.CheckReturnTo(returnTo); err != nil {
+		return nil, err // PA-5-07: nothing signed
+	}
+	sid := s.ID()
+	if sid == "" {
+		return nil, errors.New("poppy: the Session has no session_id yet")
+	}
+	a := s.agent
+	now := a.clock.Now()
+	v, err := a.id.browserAssertion(endpoint, s.userID, sid, returnTo, now)
+	if err != nil {
+		return nil, fmt.Errorf("poppy: signing the browser assertion: %w", err)
+	}
+	return &BrowserAssertion{value: v, Endpoint: endpoint, SessionID: sid, ReturnTo: returnTo,
+		IssuedAt: time.Unix(now.Unix(), 0), ExpiresAt: time.Unix(now.Add(assertionLifetime).Unix(), 0)}, nil
+}
+
+// browserAssertion signs the claims of a browser assertion (spec 5 step 1)
+// with the current signing key, typ poppy-browser+jwt.
+func (id *Identity) browserAssertion(endpoint, userID, sessionID, returnTo string, now time.Time) (string, error) {
+	k := id.keys.Load().keys[0]
+	claims := jose.NewClaims(512).
+		String("iss", id.clientID).      // PA-5-04
+		String("sub", userID).           // PA-5-04
+		String("aud", endpoint).         // PA-5-05
+		String("session_id", sessionID). // PA-5-06
+		String("return_to", returnTo).
+		Int("iat", now.Unix()).                        // PA-5-04
+		Int("exp", now.Add(assertionLifetime).Unix()). // PA-5-08
+		String("jti", jose.RandomID(16)).              // PA-5-04: 128 random bits
+		Bytes()
+	h := jose.NewClaims(96).String("alg", "ES256").String("kid", k.kid).String("typ", BrowserAssertionType) // PA-5-03
+	signer, err := jose.NewSigner(k.priv, h.Bytes())
 	if err != nil {
 		return "", err
 	}
-	return s.Sign(claims)
+	return signer.Sign(claims)
 }
 
 // userIDPrefix marks User IDs the SDK makes.

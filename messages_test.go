@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/poppyproto/poppy"
-	"github.com/poppyproto/poppy/internal/sdk"
 	"github.com/poppyproto/poppy/poppytest"
 )
 
@@ -69,7 +68,7 @@ func TestLogNamesTheEndpoint(t *testing.T) {
 	if _, err := e.session("alice").Token(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := sdk.PostClientAuthenticated(ctx, c, c.Metadata().DeviceAuthorizationEndpoint, map[string][]string{"scope": {"poppy:read"}}); err != nil {
+	if _, err := poppy.PostClientAuthenticated(ctx, c, c.Metadata().DeviceAuthorizationEndpoint, map[string][]string{"scope": {"poppy:read"}}); err != nil {
 		t.Fatal(err)
 	}
 	mu.Lock()

@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/poppyproto/poppy/internal/jose"
+	"github.com/poppyproto/poppy/internal/redact"
 	"github.com/poppyproto/poppy/keystore"
 )
 
@@ -172,7 +173,7 @@ type Session struct {
 	rec      sessionRecord
 	tokens   map[tokenKey]*Token
 	renewing map[tokenKey]*renewal // nil while none is under way
-	held     heldTokens            // more tokens never to send in a URL (transport.go)
+	held     heldTokens            // more tokens never to send in a URL (urltokens.go)
 }
 
 type renewal struct {
@@ -321,6 +322,12 @@ type TokenOptions struct {
 	Bearer bool
 	// Renew forces a new token even if the cached one is still valid.
 	Renew bool
+	// Refused is a token a server just refused (a 401): the token is
+	// renewed only if the Session's is still that one. Of several
+	// requests refused at once, the first renews and the others get its
+	// new token, as the Session transport does for its own requests
+	// (spec 6). Package api renews MCP Bearer tokens this way.
+	Refused *Token
 }
 
 func (o *TokenOptions) key() tokenKey {
@@ -340,6 +347,9 @@ func (s *Session) Token(ctx context.Context, opts *TokenOptions) (*Token, error)
 		return nil, configError("Token: a Bearer token needs the MCP server's url as Resource")
 	}
 	stale := ""
+	if opts != nil && opts.Refused != nil {
+		stale = opts.Refused.value
+	}
 	if opts != nil && opts.Renew {
 		s.mu.Lock()
 		if t := s.tokens[k]; t != nil {
@@ -513,8 +523,8 @@ func (s *Session) renewSignedOut(ctx context.Context, k tokenKey, stale string) 
 // restart replaces the Session the Company answered invalid_session for,
 // ended, with a new signed-out Session started with the assertion, and
 // reports the replacement to OnSessionReplaced (PA-4.2-16). A sign-in whose
-// completion the Company refused that way is then completed on the new
-// Session (package signin). If the stored record already names another
+// completion the Company refused that way can then be completed on the new
+// Session (ExchangeCode, PollDevice). If the stored record already names another
 // Session (another task or process restarted it first), that one is
 // adopted and nothing is sent.
 func (s *Session) restart(ctx context.Context, ended string) error {
@@ -685,6 +695,37 @@ func (s *Session) reload(ctx context.Context) error {
 	}
 	s.setRecord(&rec)
 	return nil
+}
+
+// Redact returns s with every secret the Session holds taken out: its
+// Session Tokens (DPoP and Bearer, of every resource and scope) and the
+// Account Token it is signed in with, each replaced by "[redacted]"
+// whole, JSON-escaped, or in part, as a cut left it (internal/redact).
+// An LLM tool runtime passes what goes to a model through it, so that no
+// token reaches the model's context (PA-4.8-08); packages api and llmtools
+// do. It reads the Account Token from the keystore and sends nothing.
+func (s *Session) Redact(ctx context.Context, text string) string {
+	return redact.Secrets(text, s.secrets(ctx))
+}
+
+// secrets returns the values of the Session Tokens the Session holds and of
+// the Account Token it is signed in with, so that the tool runtime can make
+// sure none reaches a model (PA-4.8-08). It sends no request.
+func (s *Session) secrets(ctx context.Context) []string {
+	s.mu.Lock()
+	out := make([]string, 0, len(s.tokens)+1)
+	for _, t := range s.tokens {
+		out = append(out, t.value)
+	}
+	account := s.rec.Account
+	s.mu.Unlock()
+	if account == "" {
+		account = DefaultAccount
+	}
+	if t, err := s.AccountToken(ctx, account); err == nil {
+		out = append(out, t.value)
+	}
+	return out
 }
 
 // Name returns the Session's name (SessionOptions.Name).

@@ -20,9 +20,13 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/poppyproto/poppy/internal/bounded"
+	"github.com/poppyproto/poppy/internal/retry"
 )
 
 const (
@@ -78,7 +82,7 @@ type oauthError struct {
 func (a *Agent) postForm(ctx context.Context, c *Company, endpoint string, key *dpopKey, build func() (url.Values, error)) ([]byte, error) {
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
-	u, err := a.parseURL(endpoint)
+	u, err := a.ParseURL(endpoint)
 	if err != nil {
 		return nil, err
 	}
@@ -128,11 +132,14 @@ func (a *Agent) postForm(ctx context.Context, c *Company, endpoint string, key *
 			return nil, fmt.Errorf("poppy: POST %s: %w", endpointOf(u), unwrapURLError(err))
 		}
 		_, learned := a.nonces.learn(u, resp.Header)
-		body, rerr := readCapped(resp.Body, a.opts.MaxResponseBytes)
+		body, rerr := bounded.ReadAll(resp.Body, a.opts.MaxResponseBytes)
 		resp.Body.Close()
 		a.log.DebugContext(ctx, "poppy: "+c.endpointName(endpoint), "url", endpointOf(u),
 			slog.String("grant_type", form.Get("grant_type")), "status", resp.StatusCode, "attempt", attempt+1)
 		if rerr != nil {
+			if !errors.Is(rerr, ErrResponseTooLarge) {
+				rerr = fmt.Errorf("reading the response: %w", rerr)
+			}
 			return nil, fmt.Errorf("poppy: POST %s: %w", endpointOf(u), rerr)
 		}
 		if resp.StatusCode == http.StatusOK {
@@ -154,8 +161,6 @@ func (a *Agent) postForm(ctx context.Context, c *Company, endpoint string, key *
 		return nil, perr
 	}
 }
-
-const maxRateRetries = 3
 
 // replaySafeGrant reports whether a token endpoint request may be sent again
 // when it is unknown whether the Company received it (spec 4.2, 4.6): a
@@ -212,7 +217,7 @@ func (a *Agent) waitRateLimit(ctx context.Context, perr *Error, attempt int) err
 	if perr.Code == "" {
 		perr.Code = "rate_limited"
 	}
-	wait, ok := a.rateWait(perr.RetryAfter, attempt)
+	wait, ok := a.RetryWait(perr.RetryAfter, attempt)
 	if !ok {
 		return perr
 	}
@@ -221,24 +226,6 @@ func (a *Agent) waitRateLimit(ctx context.Context, perr *Error, attempt int) err
 		return fmt.Errorf("%w (while waiting to retry): %w", perr, err)
 	}
 	return nil
-}
-
-// rateWait returns how long to wait before retry number attempt+1 of a
-// request answered 429 with retryAfter (zero when absent), and false when
-// the request must not be retried: retries used up, or a wait longer than
-// MaxRetryWait.
-func (a *Agent) rateWait(retryAfter time.Duration, attempt int) (time.Duration, bool) {
-	if attempt >= maxRateRetries {
-		return 0, false
-	}
-	wait := retryAfter
-	if wait <= 0 {
-		wait = time.Second << attempt
-	}
-	if wait > a.opts.MaxRetryWait {
-		return 0, false
-	}
-	return wait, true
 }
 
 // responseError builds an *Error from an error response: the OAuth JSON
@@ -260,7 +247,7 @@ func (a *Agent) responseError(u *url.URL, resp *http.Response, body []byte) *Err
 	}
 	e.Code = cleanText(e.Code)
 	if resp.StatusCode == http.StatusTooManyRequests {
-		e.RetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), a.clock.Now())
+		e.RetryAfter = retryAfter(resp.Header, a.clock.Now())
 		if e.Code == "" {
 			e.Code = "rate_limited"
 		}
@@ -268,28 +255,10 @@ func (a *Agent) responseError(u *url.URL, resp *http.Response, body []byte) *Err
 	return e
 }
 
-// parseRetryAfter reads delta-seconds or an HTTP-date (PA-4.3-28), clamped
-// to rangeRetryAfter: any run of digits is a wait, however long, so that a
-// value too large for an integer is "longer than MaxRetryWait" rather than
-// absent (PA-4.3-27). Anything else is absent (0).
-func parseRetryAfter(v string, now time.Time) time.Duration {
-	v = strings.TrimSpace(v)
-	if isDigits(v) {
-		d, _, _ := companySeconds(v, rangeRetryAfter)
-		return d
-	}
-	if len(v) > 64 {
-		return 0 // no HTTP-date is this long
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		// Round up: waiting "at least" the date must not end a fraction early.
-		d := t.Sub(now)
-		if d <= 0 {
-			return 0
-		}
-		return clampDuration(d.Truncate(time.Second)+time.Second, rangeRetryAfter)
-	}
-	return 0
+// retryAfter reads a response's Retry-After (PA-4.3-28) by the SDK's one
+// rule (internal/retry.After).
+func retryAfter(h http.Header, now time.Time) time.Duration {
+	return retry.After(h.Get("Retry-After"), now)
 }
 
 // parseTokenResponse decodes and checks a token response (PA-4.2-11..13):
@@ -335,15 +304,26 @@ func isContextErr(err error) bool {
 	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
-// endpointName names one of the Company's OAuth endpoints for a log record.
-func (c *Company) endpointName(endpoint string) string {
-	switch endpoint {
-	case c.meta.TokenEndpoint:
-		return "token endpoint"
-	case c.meta.RevocationEndpoint:
-		return "revocation endpoint"
-	case c.meta.DeviceAuthorizationEndpoint:
-		return "device authorization endpoint"
+// postClientAuthenticated POSTs form to endpoint with the agent's client
+// assertion and no DPoP proof, as Device Sign-In's device authorization
+// request needs (spec 4.6, A-06). It returns the 200 body, or the Company's
+// error as an *Error. The endpoint must be one of the Company's.
+func (c *Company) postClientAuthenticated(ctx context.Context, endpoint string, form url.Values) ([]byte, error) {
+	if c.meta == nil {
+		return nil, ErrNoAuth
 	}
-	return "OAuth endpoint"
+	u, err := c.agent.ParseURL(endpoint)
+	if err != nil {
+		return nil, err
+	}
+	if !c.ownsURL(u) {
+		return nil, fmt.Errorf("%w: %s is not an origin the Company's documents name", ErrForeignHost, originOf(u))
+	}
+	return c.agent.postForm(ctx, c, endpoint, nil, func() (url.Values, error) {
+		f := url.Values{}
+		for k, v := range form {
+			f[k] = slices.Clone(v)
+		}
+		return f, nil
+	})
 }

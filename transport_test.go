@@ -92,10 +92,17 @@ func TestTransportReturnsErrorResponses(t *testing.T) {
 		t.Fatalf("429 error %v", rerr)
 	}
 
-	// Session.Do gives the error directly.
+	// Session.Do returns the answer, as HTTPClient().Do does, and
+	// ResponseError gives the error.
 	req, _ := http.NewRequest(http.MethodGet, e.srv.APIURL()+"/orders", nil)
-	if _, err := s.Do(req); !errors.Is(err, poppy.ErrSignInRequired) {
-		t.Fatalf("Do: %v", err)
+	resp, err = s.Do(req)
+	if err != nil || resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("Do: %v, %v", resp, err)
+	}
+	rerr = poppy.ResponseError(resp)
+	resp.Body.Close()
+	if !errors.Is(rerr, poppy.ErrSignInRequired) {
+		t.Fatalf("Do, ResponseError: %v", rerr)
 	}
 	// A 2xx is no error.
 	req, _ = http.NewRequest(http.MethodGet, e.srv.APIURL()+"/products", nil)

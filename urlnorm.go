@@ -12,7 +12,6 @@ package poppy
 
 import (
 	"net/url"
-	"slices"
 	"strings"
 )
 
@@ -117,47 +116,4 @@ func pathWithin(p, prefix string) bool {
 		return strings.HasPrefix(p, prefix)
 	}
 	return p == prefix || strings.HasPrefix(p, prefix+"/")
-}
-
-// Resources returns the RFC 8707 resource identifiers the Company lists in
-// poppy.json: the "resource" of every entry that has one, and the url of
-// every MCP server (whose Bearer tokens are asked for with it, spec 4.3),
-// each once, in the order listed. A resource passes the module's one URL
-// check (Agent.parseURL: https, or loopback http:// under
-// AgentOptions.UnsafeAllowLoopbackHTTP), as the entries package api lists
-// do.
-//
-// Direct and Device Sign-In name them all in the authorization request
-// (RFC 8707 section 2.1), so that an OAuth server that holds the Account
-// Token to the resources named at authorization (RFC 8707 section 2.2)
-// issues tokens for each of them later; every token request then names
-// exactly one resource, the one whose token it gets (see the package doc).
-func (c *Company) Resources() []string {
-	c.resourcesOnce.Do(func() {
-		seen := map[string]bool{}
-		for _, e := range c.endpoints() {
-			r := e.resource
-			if e.mcp && r == "" {
-				r = e.url
-			}
-			if r == "" || seen[r] {
-				continue
-			}
-			if _, err := c.agent.parseURL(r); err != nil {
-				continue
-			}
-			seen[r] = true
-			c.resources = append(c.resources, r)
-			if !e.mcp && c.signInRes == "" {
-				c.signInRes = r
-			}
-		}
-		if c.signInRes == "" && len(c.resources) > 1 {
-			// Only MCP servers: none is named while there is one (an
-			// OAuth server that holds the grant to it resolves it by
-			// itself), the first when there are several.
-			c.signInRes = c.resources[0]
-		}
-	})
-	return slices.Clone(c.resources)
 }

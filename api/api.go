@@ -8,7 +8,6 @@ import (
 
 	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/internal/companytext"
-	"github.com/poppyproto/poppy/internal/sdk"
 )
 
 // The API types of spec 6.
@@ -62,7 +61,7 @@ func List(c *poppy.Company) []poppy.API {
 		if e.Type != TypeOpenAPI && e.Type != TypeMCP {
 			continue
 		}
-		if _, err := sdk.ParseURL(c.Agent(), e.URL); err != nil {
+		if _, err := c.Agent().ParseURL(e.URL); err != nil {
 			continue
 		}
 		out = append(out, e)

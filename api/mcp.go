@@ -38,7 +38,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/poppyproto/poppy"
-	"github.com/poppyproto/poppy/internal/sdk"
+	"github.com/poppyproto/poppy/internal/bounded"
 	"github.com/poppyproto/poppy/operations"
 )
 
@@ -113,7 +113,7 @@ func ConnectMCP(ctx context.Context, sess *poppy.Session, entry poppy.API, opts 
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	u, err := sdk.ParseURL(c.Agent(), entry.URL)
+	u, err := c.Agent().ParseURL(entry.URL)
 	if err != nil {
 		return nil, err
 	}
@@ -323,10 +323,8 @@ func newBearerTransport(sess *poppy.Session, u *url.URL, log *slog.Logger) *bear
 		base: base, log: log}
 }
 
-const (
-	maxRateRetries = 3
-	maxRateWait    = 2 * time.Minute
-)
+// errMCPTooLarge is the read error of an MCP answer over its bound.
+var errMCPTooLarge = fmt.Errorf("%w: an MCP answer over the bound", poppy.ErrResponseTooLarge)
 
 func (t *bearerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	closeBody := func() {
@@ -352,7 +350,8 @@ func (t *bearerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		var tok *poppy.Token
 		var err error
 		if refused != nil {
-			tok, err = sdk.RenewToken(ctx, t.sess, opts, refused)
+			// One renewal for every request this token was refused for.
+			tok, err = t.sess.Token(ctx, &poppy.TokenOptions{Bearer: true, Resource: t.resource, Refused: refused})
 			refused = nil
 		} else {
 			tok, err = t.sess.Token(ctx, opts)
@@ -375,17 +374,17 @@ func (t *bearerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		if resp.StatusCode < 400 {
 			if ct := resp.Header.Get("Content-Type"); t.maxJSON > 0 && strings.HasPrefix(strings.ToLower(ct), "application/json") {
-				resp.Body = &boundedBody{rc: resp.Body, left: t.maxJSON}
+				resp.Body = bounded.Body(resp.Body, t.maxJSON, errMCPTooLarge)
 			}
 			return resp, nil
 		}
 		perr := t.refusal(resp)
-		retry := false
+		again := false
 		var wait time.Duration
 		switch {
 		case resp.StatusCode == http.StatusUnauthorized && !renewed:
 			// Spec 6: an expired or revoked token is renewed, once.
-			renewed, retry = true, true
+			renewed, again = true, true
 			refused = tok
 			t.renewals.Add(1)
 		case perr.Code == "sign_in_required" && !signInTried:
@@ -394,15 +393,13 @@ func (t *bearerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			if err != nil {
 				t.log.DebugContext(ctx, "api: using a stored Account Token failed", "error", err)
 			}
-			retry = ok
-		case resp.StatusCode == http.StatusTooManyRequests && attempt < maxRateRetries:
-			wait = perr.RetryAfter
-			if wait <= 0 {
-				wait = time.Second << attempt
-			}
-			retry = wait <= maxRateWait
+			again = ok
+		case resp.StatusCode == http.StatusTooManyRequests:
+			// The Agent's retry policy, the Session transport's
+			// (PA-4.3-27..29).
+			wait, again = agent.RetryWait(perr.RetryAfter, attempt)
 		}
-		if !retry {
+		if !again {
 			if s, _ := ctx.Value(slotKey{}).(*errSlot); s != nil {
 				s.set(perr)
 			}
@@ -471,31 +468,6 @@ func (t *bearerTransport) refusal(resp *http.Response) *poppy.Error {
 	return pe
 }
 
-// boundedBody fails a read past its bound.
-type boundedBody struct {
-	rc   io.ReadCloser
-	left int64
-}
-
-func (b *boundedBody) Read(p []byte) (int, error) {
-	if b.left <= 0 {
-		// One byte more tells a body of exactly the bound from a longer one.
-		var one [1]byte
-		if n, _ := b.rc.Read(one[:]); n > 0 {
-			return 0, fmt.Errorf("%w: an MCP answer over the bound", poppy.ErrResponseTooLarge)
-		}
-		return b.rc.Read(p)
-	}
-	if int64(len(p)) > b.left {
-		p = p[:b.left]
-	}
-	n, err := b.rc.Read(p)
-	b.left -= int64(n)
-	return n, err
-}
-
-func (b *boundedBody) Close() error { return b.rc.Close() }
-
 func drain(resp *http.Response) {
 	buf := make([]byte, 4<<10)
 	_, _ = resp.Body.Read(buf)
@@ -516,13 +488,13 @@ type ResourceMetadata struct {
 // HTTP caching), and checks that its resource is mcpURL and that
 // authorization_servers lists the Company's issuer (spec 6).
 func CheckResourceMetadata(ctx context.Context, c *poppy.Company, mcpURL string) error {
-	u, err := sdk.ParseURL(c.Agent(), mcpURL)
+	u, err := c.Agent().ParseURL(mcpURL)
 	if err != nil {
 		return err
 	}
 	// RFC 9728 3.1: the well-known segment goes before the resource's path.
 	meta := u.Scheme + "://" + u.Host + "/.well-known/oauth-protected-resource" + strings.TrimSuffix(u.EscapedPath(), "/")
-	body, err := sdk.FetchDocument(ctx, c.Agent(), meta, "protected resource metadata", 64<<10)
+	body, err := c.Agent().FetchDocument(ctx, meta, &poppy.DocumentOptions{Name: "protected resource metadata", MaxBytes: 64 << 10})
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidResourceMetadata, err)
 	}

@@ -39,7 +39,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/poppyproto/poppy"
-	"github.com/poppyproto/poppy/internal/sdk"
+	"github.com/poppyproto/poppy/internal/bounded"
 	"github.com/poppyproto/poppy/operations"
 )
 
@@ -148,7 +148,7 @@ func LoadOpenAPI(ctx context.Context, sess *poppy.Session, entry poppy.API, opts
 	if o.MaxResponseBytes <= 0 {
 		o.MaxResponseBytes = defaultMaxBytes
 	}
-	body, err := sdk.FetchDocument(ctx, c.Agent(), entry.URL, "OpenAPI description", o.MaxDescriptionBytes)
+	body, err := c.Agent().FetchDocument(ctx, entry.URL, &poppy.DocumentOptions{Name: "OpenAPI description", MaxBytes: o.MaxDescriptionBytes})
 	if err != nil {
 		return nil, err
 	}
@@ -239,7 +239,7 @@ func newOpenAPI(ctx context.Context, sess *poppy.Session, entry poppy.API, body 
 	if sess != nil {
 		// The module's one URL check: HTTPS, or loopback http:// under
 		// UnsafeAllowLoopbackHTTP.
-		if _, err := sdk.ParseURL(sess.Company().Agent(), ix.server.String()); err != nil {
+		if _, err := sess.Company().Agent().ParseURL(ix.server.String()); err != nil {
 			return nil, fmt.Errorf("%w: the server URL: %w", ErrInvalidDescription, err)
 		}
 	}
@@ -248,7 +248,7 @@ func newOpenAPI(ctx context.Context, sess *poppy.Session, entry poppy.API, body 
 	if sess != nil {
 		oa.client = sess.HTTPClient()
 		if entry.Resource != "" {
-			oa.client = sdk.ResourceHTTPClient(sess, entry.Resource) // PA-4.3-22
+			oa.client = sess.ResourceHTTPClient(entry.Resource) // PA-4.3-22
 		}
 	}
 	return oa, nil
@@ -980,12 +980,12 @@ func (oa *OpenAPI) call(ctx context.Context, o *Operation, args *Args) (*Respons
 		_, _ = io.CopyN(io.Discard, resp.Body, 4<<10)
 		return nil, perr
 	}
-	b, err := io.ReadAll(io.LimitReader(resp.Body, oa.maxResp+1))
+	b, err := bounded.ReadAll(resp.Body, oa.maxResp)
+	if errors.Is(err, bounded.ErrTooLarge) {
+		return nil, fmt.Errorf("%w: %s %s", poppy.ErrResponseTooLarge, o.Method, endpointOf(req.URL))
+	}
 	if err != nil {
 		return nil, apiError("%s %s: reading response: %w", o.Method, endpointOf(req.URL), err)
-	}
-	if int64(len(b)) > oa.maxResp {
-		return nil, fmt.Errorf("%w: %s %s", poppy.ErrResponseTooLarge, o.Method, endpointOf(req.URL))
 	}
 	out := &Response{Status: resp.StatusCode, Header: resp.Header, Body: b}
 	if resp.StatusCode == http.StatusAccepted {

@@ -36,8 +36,6 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/poppyproto/poppy"
-	"github.com/poppyproto/poppy/internal/redact"
-	"github.com/poppyproto/poppy/internal/sdk"
 	"github.com/poppyproto/poppy/operations"
 )
 
@@ -527,7 +525,7 @@ var jwsRE = regexp.MustCompile(`eyJ[A-Za-z0-9_-]{4,}\.(?:[A-Za-z0-9_-]+\.[A-Za-z
 // stretch of one left by a cut (see internal/redact), and every DPoP proof
 // (a JWS whose header has typ dpop+jwt), whole or cut, in s (PA-4.8-08).
 func scrubString(ctx context.Context, sess *poppy.Session, s string) string {
-	s = redact.Secrets(s, sdk.Secrets(ctx, sess))
+	s = sess.Redact(ctx, s)
 	return jwsRE.ReplaceAllStringFunc(s, func(j string) string {
 		h, err := base64.RawURLEncoding.DecodeString(j[:strings.IndexByte(j, '.')])
 		if err != nil {

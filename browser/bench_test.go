@@ -31,7 +31,7 @@ func BenchmarkJoinPage(b *testing.B) {
 	start := time.Now()
 	n := 0
 	for b.Loop() {
-		a, err := browser.SignAssertion(sess, "https://example.test/orders")
+		a, err := sess.SignBrowserAssertion("https://example.test/orders")
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -1,15 +1,15 @@
 // Package browser joins a browser the agent controls to a Session, so that
 // the Company's website sees the same Session as its APIs (spec 5).
 //
-// A join signs a browser assertion ([SignAssertion]), serves a
-// self-submitting form page that POSTs it to the Company's
+// A join signs a browser assertion ([poppy.Session.SignBrowserAssertion]),
+// serves a self-submitting form page that POSTs it to the Company's
 // web.browser_session_endpoint from a one-shot loopback server
 // ([NewPage], [ServePage]), and has the browser load that page. The Company
 // checks the assertion, sets a cookie of its own for the Session and
 // redirects the browser to return_to. [Browser] does all of it and then
 // browses:
 //
-//	b, err := browser.New(chromium, company, sess, nil)
+//	b, err := browser.New(chromium, sess, nil)
 //	res, err := b.Join(ctx, "https://example.com/orders")
 //	nav, err := b.Browse(ctx, "https://example.com/account")
 //
@@ -33,17 +33,18 @@
 // nothing to join: [Browser.Join] signs nothing and opens return_to as an
 // ordinary signed-out visitor, and reports it with [JoinResult.Mode]
 // [Visitor] rather than an error (PA-5-02). [Browser.Browse] then needs no
-// join.
+// join, and a Company that offers no Sessions at all is browsed with
+// [NewVisitor].
 //
 // # Decisions on the specification's open points
 //
 //   - A-18: return_to must be an https URL (no userinfo, at most 2048
 //     bytes) on organization.domain or a subdomain of it; "www." counts as a
-//     subdomain. Another domain of the same issuer is refused: the cookie
-//     the endpoint sets can't cover it. To browse that domain, resolve it
-//     as a Company of its own and join its endpoint. The endpoint itself
-//     may be on any host the Company's verified poppy.json names, but must
-//     be https.
+//     subdomain ([poppy.Company.CheckReturnTo]). Another domain of the same
+//     issuer is refused: the cookie the endpoint sets can't cover it. To
+//     browse that domain, resolve it as a Company of its own and join its
+//     endpoint. The endpoint itself may be on any host the Company's
+//     verified poppy.json names, but must be https.
 //   - A-19: the SDK never relies on the earlier cookie after a join: each
 //     join replaces it in the browser, whether or not the Company also ends
 //     it. There is no wire signal for "the website no longer recognises the
@@ -80,14 +81,6 @@ var (
 	// ErrBrowserJoinFailed: the Company refused the join; the error is a
 	// *JoinError (PA-5-12).
 	ErrBrowserJoinFailed = errors.New("browser: the Company refused to join the browser to the Session")
-	// ErrReturnTo: return_to is not an https URL on the Company's domain
-	// (PA-5-07). Nothing was signed.
-	ErrReturnTo = errors.New("browser: return_to is not an https URL on the Company's domain")
-	// ErrNoEndpoint: the Company lists no web.browser_session_endpoint
-	// (returned by SignAssertion; Join reports a Visitor instead).
-	ErrNoEndpoint = errors.New("browser: the Company lists no browser_session_endpoint")
-	// ErrBadEndpoint: web.browser_session_endpoint is not a plain https URL.
-	ErrBadEndpoint = errors.New("browser: bad browser_session_endpoint")
 	// ErrInsecureURL: Browse was given a URL that isn't https.
 	ErrInsecureURL = errors.New("browser: URL is not https")
 )
@@ -195,6 +188,11 @@ const DefaultJoinTimeout = 30 * time.Second
 
 // Browser is a controlled browser and the Session it joins at one
 // Company. It is safe for concurrent use; navigations are serialized.
+//
+// A return_to the Company's website can't take is refused before anything
+// is signed, with an error matching poppy.ErrReturnTo (PA-5-07); a
+// web.browser_session_endpoint that is not a plain https URL is
+// poppy.ErrBadBrowserSessionEndpoint.
 type Browser struct {
 	ctrl    ControlledBrowser
 	company *poppy.Company
@@ -223,19 +221,30 @@ func (b *Browser) setState(joinedSID, returnTo string) {
 	}
 }
 
-// New ties ctrl to sess at company c. sess may be nil only when c lists no
-// browser_session_endpoint (and so offers nothing to join); otherwise it
-// must be a Session of c.
-func New(ctrl ControlledBrowser, c *poppy.Company, sess *poppy.Session, opts *Options) (*Browser, error) {
+// New ties ctrl to sess, at the Company of the Session. opts may be nil.
+func New(ctrl ControlledBrowser, sess *poppy.Session, opts *Options) (*Browser, error) {
+	if ctrl == nil || sess == nil {
+		return nil, errors.New("browser: New needs a ControlledBrowser and a Session")
+	}
+	return newBrowser(ctrl, sess.Company(), sess, opts)
+}
+
+// NewVisitor ties ctrl to the website of c, a Company that lists no
+// web.browser_session_endpoint and so offers nothing to join (PA-5-02),
+// such as one without Sessions at all: the browser browses as an ordinary
+// signed-out visitor. A Company with the endpoint needs a Session (New).
+func NewVisitor(ctrl ControlledBrowser, c *poppy.Company, opts *Options) (*Browser, error) {
 	if ctrl == nil || c == nil {
-		return nil, errors.New("browser: New needs a ControlledBrowser and a Company")
+		return nil, errors.New("browser: NewVisitor needs a ControlledBrowser and a Company")
 	}
-	if sess != nil && sess.Company().Issuer() != c.Issuer() {
-		return nil, errors.New("browser: the Session belongs to another Company")
-	}
-	if _, err := endpointOf(c); err == nil && sess == nil {
+	if _, err := c.BrowserSessionEndpoint(); err == nil {
 		return nil, errors.New("browser: the Company has a browser-session endpoint: New needs a Session")
-	} else if errors.Is(err, ErrBadEndpoint) {
+	}
+	return newBrowser(ctrl, c, nil, opts)
+}
+
+func newBrowser(ctrl ControlledBrowser, c *poppy.Company, sess *poppy.Session, opts *Options) (*Browser, error) {
+	if _, err := c.BrowserSessionEndpoint(); errors.Is(err, poppy.ErrBadBrowserSessionEndpoint) {
 		return nil, err
 	}
 	b := &Browser{ctrl: ctrl, company: c, sess: sess}
@@ -283,13 +292,13 @@ func (b *Browser) Rejoin(ctx context.Context) (*JoinResult, error) {
 
 func (b *Browser) join(ctx context.Context, returnTo string) (*JoinResult, error) {
 	if returnTo == "" {
-		returnTo = "https://" + companyDomain(b.company) + "/"
+		returnTo = "https://" + b.company.WebsiteDomain() + "/"
 	}
-	if err := CheckReturnTo(b.company, returnTo); err != nil {
+	if err := b.company.CheckReturnTo(returnTo); err != nil {
 		return nil, err // PA-5-07: before anything is signed
 	}
-	endpoint, err := endpointOf(b.company)
-	if errors.Is(err, ErrNoEndpoint) {
+	endpoint, err := b.company.BrowserSessionEndpoint()
+	if errors.Is(err, poppy.ErrNoBrowserSessionEndpoint) {
 		// PA-5-02: an ordinary signed-out visitor.
 		nav, err := b.ctrl.Navigate(ctx, &NavigateRequest{URL: returnTo})
 		if err != nil {
@@ -306,7 +315,7 @@ func (b *Browser) join(ctx context.Context, returnTo string) (*JoinResult, error
 	if _, err := b.sess.Token(ctx, nil); err != nil {
 		return nil, fmt.Errorf("browser: the Session is not usable: %w", err)
 	}
-	a, err := SignAssertion(b.sess, returnTo)
+	a, err := b.sess.SignBrowserAssertion(returnTo)
 	if err != nil {
 		return nil, err
 	}
@@ -357,8 +366,8 @@ func (b *Browser) Browse(ctx context.Context, rawURL string) (*Navigation, error
 	}
 	b.nav.Lock()
 	defer b.nav.Unlock()
-	_, epErr := endpointOf(b.company)
-	site := onDomain(u.Hostname(), companyDomain(b.company)) && epErr == nil
+	_, epErr := b.company.BrowserSessionEndpoint()
+	site := onDomain(u.Hostname(), b.company.WebsiteDomain()) && epErr == nil
 	if site {
 		joined, _ := b.state()
 		if joined == "" {
@@ -391,6 +400,12 @@ func (b *Browser) Browse(ctx context.Context, rawURL string) (*Navigation, error
 		}
 	}
 	return nav, nil
+}
+
+// onDomain reports whether host is domain or a subdomain of it.
+func onDomain(host, domain string) bool {
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	return domain != "" && (host == domain || strings.HasSuffix(host, "."+domain))
 }
 
 // sameEndpoint reports whether u is the endpoint, ignoring any query.

@@ -75,7 +75,7 @@ func num(t *testing.T, c map[string]any, k string) int64 {
 
 func TestAssertionClaims(t *testing.T) {
 	env, sess := webEnv(t, nil)
-	a, err := browser.SignAssertion(sess, "https://shop.example.test/orders")
+	a, err := sess.SignBrowserAssertion("https://shop.example.test/orders")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func TestAssertionClaims(t *testing.T) {
 	if raw, err := b64.DecodeString(jti); err != nil || len(raw) < 16 {
 		t.Fatalf("jti %q holds fewer than 128 bits", jti)
 	}
-	a2, _ := browser.SignAssertion(sess, "https://shop.example.test/orders")
+	a2, _ := sess.SignBrowserAssertion("https://shop.example.test/orders")
 	if _, c2 := decode(t, a2.Value()); c2["jti"] == jti {
 		t.Fatal("two assertions share a jti")
 	}
@@ -137,7 +137,7 @@ func TestReturnTo(t *testing.T) {
 		"https://example.test/", "https://example.test", "https://shop.example.test/orders", "https://www.example.test/a?b=c#d",
 		"https://EXAMPLE.test./x", "https://example.test:443/",
 	} {
-		if err := browser.CheckReturnTo(c, u); err != nil {
+		if err := c.CheckReturnTo(u); err != nil {
 			t.Errorf("CheckReturnTo(%q) = %v, want accepted", u, err)
 		}
 	}
@@ -146,20 +146,20 @@ func TestReturnTo(t *testing.T) {
 		"https://user@example.test/", "//example.test/", "/orders", "javascript:alert(1)", "https://example2.test/",
 		"https://exa mple.test/", "https://" + strings.Repeat("a", 2100) + ".example.test/", "https://[::1]/",
 	} {
-		if err := browser.CheckReturnTo(c, u); !errors.Is(err, browser.ErrReturnTo) {
+		if err := c.CheckReturnTo(u); !errors.Is(err, poppy.ErrReturnTo) {
 			t.Errorf("CheckReturnTo(%q) = %v, want ErrReturnTo", u, err)
 		}
 	}
 	// Nothing is signed: no assertion, no navigation, no join request.
-	if a, err := browser.SignAssertion(sess, "https://evil.test/"); a != nil || !errors.Is(err, browser.ErrReturnTo) {
+	if a, err := sess.SignBrowserAssertion("https://evil.test/"); a != nil || !errors.Is(err, poppy.ErrReturnTo) {
 		t.Fatalf("SignAssertion(evil) = %v, %v", a, err)
 	}
 	fb := newFormBrowser(t, env.Srv)
-	b, err := browser.New(fb, c, sess, nil)
+	b, err := browser.New(fb, sess, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Join(context.Background(), "https://evil.test/"); !errors.Is(err, browser.ErrReturnTo) {
+	if _, err := b.Join(context.Background(), "https://evil.test/"); !errors.Is(err, poppy.ErrReturnTo) {
 		t.Fatalf("Join(evil) = %v", err)
 	}
 	if fb.navigations() != 0 || len(env.Srv.RequestsTo(poppytest.EndpointBrowserSession)) != 0 {
@@ -174,7 +174,7 @@ func TestReturnTo(t *testing.T) {
 // only; its CSP allows exactly its own script.
 func TestJoinPage(t *testing.T) {
 	_, sess := webEnv(t, nil)
-	a, err := browser.SignAssertion(sess, "https://shop.example.test/orders")
+	a, err := sess.SignBrowserAssertion("https://shop.example.test/orders")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,7 +226,7 @@ func (r *headerRecorder) WriteHeader(c int)           { r.code = c }
 // The assertion never shows in %v, %+v, %#v, slog or an error.
 func TestAssertionRedacted(t *testing.T) {
 	_, sess := webEnv(t, nil)
-	a, err := browser.SignAssertion(sess, "https://example.test/")
+	a, err := sess.SignBrowserAssertion("https://example.test/")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +246,7 @@ func TestJoinAndBrowse(t *testing.T) {
 	ctx := context.Background()
 	fb := newFormBrowser(t, env.Srv)
 	var logs bytes.Buffer
-	b, err := browser.New(fb, sess.Company(), sess, &browser.Options{Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	b, err := browser.New(fb, sess, &browser.Options{Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -307,7 +307,7 @@ func TestNoEndpoint(t *testing.T) {
 	env, sess := webEnv(t, &poppytest.Options{DropBrowserSession: true})
 	ctx := context.Background()
 	fb := newFormBrowser(t, env.Srv)
-	b, err := browser.New(fb, sess.Company(), sess, nil)
+	b, err := browser.New(fb, sess, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -318,7 +318,7 @@ func TestNoEndpoint(t *testing.T) {
 	if res.Mode != browser.Visitor || res.SessionID != "" || res.URL != "https://example.test/orders" || res.Status != 200 {
 		t.Fatalf("Join = %+v, want a Visitor on the page", res)
 	}
-	if _, err := browser.SignAssertion(sess, "https://example.test/"); !errors.Is(err, browser.ErrNoEndpoint) {
+	if _, err := sess.SignBrowserAssertion("https://example.test/"); !errors.Is(err, poppy.ErrNoBrowserSessionEndpoint) {
 		t.Fatalf("SignAssertion = %v", err)
 	}
 	if nav, err := b.Browse(ctx, "https://example.test/account"); err != nil || nav.Status != 200 {
@@ -333,11 +333,27 @@ func TestNoEndpoint(t *testing.T) {
 		t.Fatalf("page: %s", fb.lastPage())
 	}
 	// A browse-only Company needs no Session at all.
-	if _, err := browser.New(fb, sess.Company(), nil, nil); err != nil {
+	if _, err := browser.NewVisitor(fb, sess.Company(), nil); err != nil {
 		t.Fatalf("New without a Session: %v", err)
 	}
 	if Visitor := browser.Visitor.String(); Visitor != "visitor" {
 		t.Fatal(Visitor)
+	}
+}
+
+// A Company with the endpoint is joined with a Session: NewVisitor refuses
+// it, and New needs a Session.
+func TestNewNeedsASession(t *testing.T) {
+	env, sess := webEnv(t, nil)
+	fb := newFormBrowser(t, env.Srv)
+	if b, err := browser.NewVisitor(fb, sess.Company(), nil); err == nil || b != nil {
+		t.Fatalf("NewVisitor on a Company with the endpoint = %v, %v", b, err)
+	}
+	if b, err := browser.New(fb, nil, nil); err == nil || b != nil {
+		t.Fatalf("New without a Session = %v, %v", b, err)
+	}
+	if fb.navigations() != 0 {
+		t.Fatal("the browser navigated")
 	}
 }
 
@@ -347,7 +363,7 @@ func TestJoinRefused(t *testing.T) {
 	env, sess := webEnv(t, nil)
 	ctx := context.Background()
 	fb := newFormBrowser(t, env.Srv)
-	b, err := browser.New(fb, sess.Company(), sess, nil)
+	b, err := browser.New(fb, sess, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -380,7 +396,7 @@ func TestRejoin(t *testing.T) {
 			env, sess := webEnv(t, &poppytest.Options{Web: poppytest.WebOptions{RevokeOnRejoin: revoke}})
 			ctx := context.Background()
 			fb := newFormBrowser(t, env.Srv)
-			b, _ := browser.New(fb, sess.Company(), sess, nil)
+			b, _ := browser.New(fb, sess, nil)
 			if _, err := b.Join(ctx, "https://example.test/orders"); err != nil {
 				t.Fatal(err)
 			}
@@ -413,7 +429,7 @@ func TestRecognizesRejoins(t *testing.T) {
 	ctx := context.Background()
 	fb := newFormBrowser(t, env.Srv)
 	checks := 0
-	b, _ := browser.New(fb, sess.Company(), sess, &browser.Options{
+	b, _ := browser.New(fb, sess, &browser.Options{
 		Recognizes: func(_ context.Context, nav *browser.Navigation) (bool, error) {
 			checks++
 			return strings.Contains(fb.lastPage(), "Session "+sess.ID()), nil
@@ -498,7 +514,7 @@ func TestPA_5_11_AssertionsOnlyFromTheControlledBrowser(t *testing.T) {
 	ctx := context.Background()
 	var logs bytes.Buffer
 	fb := newFormBrowser(t, env.Srv)
-	b, _ := browser.New(fb, sess.Company(), sess, &browser.Options{
+	b, _ := browser.New(fb, sess, &browser.Options{
 		Logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if _, err := b.Join(ctx, "https://example.test/"); err != nil {
 		t.Fatal(err)
@@ -584,7 +600,7 @@ func srvPathOf(u string) string {
 
 func TestPageServer(t *testing.T) {
 	_, sess := webEnv(t, nil)
-	a, _ := browser.SignAssertion(sess, "https://example.test/")
+	a, _ := sess.SignBrowserAssertion("https://example.test/")
 	p := browser.NewPage(a)
 	ctx := context.Background()
 
@@ -679,7 +695,7 @@ func TestBrowseRejoinsNewSession(t *testing.T) {
 	env, sess := webEnv(t, nil)
 	ctx := context.Background()
 	fb := newFormBrowser(t, env.Srv)
-	b, _ := browser.New(fb, sess.Company(), sess, nil)
+	b, _ := browser.New(fb, sess, nil)
 	if _, err := b.Join(ctx, "https://example.test/"); err != nil {
 		t.Fatal(err)
 	}
@@ -714,7 +730,7 @@ func FuzzCheckReturnTo(f *testing.F) {
 	}
 	c := sess.Company()
 	f.Fuzz(func(t *testing.T, raw string) {
-		if browser.CheckReturnTo(c, raw) != nil {
+		if c.CheckReturnTo(raw) != nil {
 			return
 		}
 		u, err := url.Parse(raw)

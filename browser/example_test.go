@@ -7,6 +7,7 @@ import (
 	"log"
 	"strings"
 
+	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/browser"
 	"github.com/poppyproto/poppy/poppytest"
 	"github.com/poppyproto/poppy/poppytest/agenttest"
@@ -25,10 +26,10 @@ func Example() {
 	sess, _ := c.Session(ctx, "local-user-42", nil)
 
 	// return_to must be on the Company's domain: checked before signing.
-	_, err := browser.SignAssertion(sess, "https://evil.test/")
-	fmt.Println("evil.test refused:", errors.Is(err, browser.ErrReturnTo))
+	_, err := sess.SignBrowserAssertion("https://evil.test/")
+	fmt.Println("evil.test refused:", errors.Is(err, poppy.ErrReturnTo))
 
-	a, err := browser.SignAssertion(sess, "https://example.test/orders")
+	a, err := sess.SignBrowserAssertion("https://example.test/orders")
 	if err != nil {
 		log.Fatal(err)
 	}

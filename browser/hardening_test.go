@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/browser"
 	"github.com/poppyproto/poppy/poppytest"
 )
@@ -31,10 +32,10 @@ func TestAttackReturnToHost(t *testing.T) {
 		"https://-shop.example.test/", "https://shop-.example.test/", "https://" + strings.Repeat("a", 64) + ".example.test/",
 		"https://example.test:/", "https://example.test..", "https://shop.example.test:99999/orders",
 	} {
-		if err := browser.CheckReturnTo(c, u); !errors.Is(err, browser.ErrReturnTo) {
+		if err := c.CheckReturnTo(u); !errors.Is(err, poppy.ErrReturnTo) {
 			t.Errorf("CheckReturnTo(%q) = %v, want ErrReturnTo", u, err)
 		}
-		if a, err := browser.SignAssertion(sess, u); a != nil || !errors.Is(err, browser.ErrReturnTo) {
+		if a, err := sess.SignBrowserAssertion(u); a != nil || !errors.Is(err, poppy.ErrReturnTo) {
 			t.Errorf("SignAssertion(%q) = %v, %v: signed", u, a, err)
 		}
 	}
@@ -42,17 +43,17 @@ func TestAttackReturnToHost(t *testing.T) {
 		"https://example.test:443/", "https://example.test:1/", "https://shop.example.test:65535/x", "https://example.test./",
 		"https://xn--bcher-kva.example.test/", "https://a-b.example.test/", "https://" + strings.Repeat("a", 63) + ".example.test/",
 	} {
-		if err := browser.CheckReturnTo(c, u); err != nil {
+		if err := c.CheckReturnTo(u); err != nil {
 			t.Errorf("CheckReturnTo(%q) = %v, want accepted", u, err)
 		}
 	}
 	// Join signs nothing and opens nothing for such a return_to.
 	fb := newFormBrowser(t, env.Srv)
-	b, err := browser.New(fb, c, sess, nil)
+	b, err := browser.New(fb, sess, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Join(context.Background(), "https://example.test:99999/"); !errors.Is(err, browser.ErrReturnTo) {
+	if _, err := b.Join(context.Background(), "https://example.test:99999/"); !errors.Is(err, poppy.ErrReturnTo) {
 		t.Fatalf("Join(port 99999) = %v", err)
 	}
 	if fb.navigations() != 0 || len(env.Srv.RequestsTo(poppytest.EndpointBrowserSession)) != 0 {

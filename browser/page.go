@@ -30,6 +30,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/internal/jose"
 )
 
@@ -50,8 +51,9 @@ type Page struct {
 	csp  string
 }
 
-// NewPage builds the join page of a.
-func NewPage(a *Assertion) *Page {
+// NewPage builds the join page of a, an assertion
+// poppy.Session.SignBrowserAssertion signed.
+func NewPage(a *poppy.BrowserAssertion) *Page {
 	forms := originOf(a.Endpoint)
 	if rt := originOf(a.ReturnTo); rt != forms {
 		forms += " " + rt
@@ -61,14 +63,14 @@ func NewPage(a *Assertion) *Page {
 	body := "<!doctype html>\n<html><head><meta charset=\"utf-8\"><meta name=\"referrer\" content=\"no-referrer\">" +
 		"<title>Joining the Session</title></head><body>\n" +
 		`<form method="post" action="` + html.EscapeString(a.Endpoint) + `" enctype="application/x-www-form-urlencoded">` +
-		`<input type="hidden" name="assertion" value="` + html.EscapeString(a.value) + `">` +
+		`<input type="hidden" name="assertion" value="` + html.EscapeString(a.Value()) + `">` +
 		`<button type="submit">Continue</button></form>` + "\n" +
 		"<script>" + submitScript + "</script>\n</body></html>\n"
 	return &Page{html: []byte(body), csp: csp}
 }
 
 // originOf returns scheme://host[:port] of a URL already checked by
-// endpointOf or CheckReturnTo.
+// poppy.Company.BrowserSessionEndpoint or CheckReturnTo.
 func originOf(raw string) string {
 	u, _ := url.Parse(raw)
 	return u.Scheme + "://" + u.Host

@@ -39,7 +39,8 @@ import (
 	"time"
 
 	"github.com/poppyproto/poppy"
-	"github.com/poppyproto/poppy/internal/sdk"
+	"github.com/poppyproto/poppy/internal/bounded"
+	"github.com/poppyproto/poppy/internal/retry"
 	"github.com/poppyproto/poppy/keystore"
 )
 
@@ -745,8 +746,7 @@ func (c *Conversation) post(ctx context.Context, u string, body []byte, wait int
 		if ctx.Err() != nil {
 			return nil, done(ctx.Err())
 		}
-		var te *transientError
-		if !errors.As(err, &te) {
+		if !retry.IsTransient(err) {
 			return nil, err // a definite answer, or refused before sending
 		}
 		var retryAfter time.Duration
@@ -756,7 +756,7 @@ func (c *Conversation) post(ctx context.Context, u string, body []byte, wait int
 			}
 			retryAfter = company.RetryAfter
 		}
-		d, ok := sdk.RetryWait(agent, retryAfter, attempt)
+		d, ok := agent.RetryWait(retryAfter, attempt)
 		if !ok {
 			return nil, err
 		}
@@ -857,7 +857,7 @@ func (c *Conversation) setState(s Status, r Responder) {
 
 // responseError turns an error answer into the error to return: an
 // *Error for the codes of spec 7.13, else the *poppy.Error (token errors,
-// unknown codes, PA-7.13-04), or a transientError for 5xx and 429.
+// unknown codes, PA-7.13-04), or a transient error for 5xx and 429.
 func (c *Conversation) responseError(resp *http.Response) error {
 	perr := poppy.ResponseError(resp)
 	var pe *poppy.Error
@@ -865,7 +865,7 @@ func (c *Conversation) responseError(resp *http.Response) error {
 		return perr
 	}
 	if resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests {
-		return &transientError{pe}
+		return transient(pe)
 	}
 	if _, ok := codeSentinels[pe.Code]; !ok {
 		return pe
@@ -896,7 +896,7 @@ func classifyTransport(err error) error {
 	var pe *poppy.Error
 	if errors.As(err, &pe) {
 		if pe.Status == http.StatusTooManyRequests || pe.Status >= 500 {
-			return &transientError{pe}
+			return transient(pe)
 		}
 		return &unsentError{pe}
 	}
@@ -905,7 +905,7 @@ func classifyTransport(err error) error {
 			return &unsentError{err}
 		}
 	}
-	return &transientError{err}
+	return transient(err)
 }
 
 // unsentError is a request refused before it reached the conversation
@@ -916,35 +916,31 @@ type unsentError struct{ err error }
 func (e *unsentError) Error() string { return "conversation: " + e.err.Error() }
 func (e *unsentError) Unwrap() error { return e.err }
 
-// transientError is an attempt whose outcome is unknown or that the
-// Company asked to repeat: no response, 5xx, 429.
-type transientError struct{ err error }
+// transient marks an attempt whose outcome is unknown or that the Company
+// asked to repeat: no response, 5xx, 429 (the SDK's one such error,
+// internal/retry.Transient).
+func transient(err error) error { return &retry.Transient{Prefix: "conversation: ", Err: err} }
 
-func (e *transientError) Error() string { return "conversation: " + e.err.Error() }
-func (e *transientError) Unwrap() error { return e.err }
-
+// retryable reports whether the reader may read again after err, and sets
+// retryAfter to the Company's Retry-After, bounded by the SDK's default
+// longest wait (internal/retry.DefaultMaxWait, AgentOptions.MaxRetryWait's
+// default); ctx bounds the whole.
 func retryable(err error, retryAfter *time.Duration) bool {
-	var te *transientError
-	if !errors.As(err, &te) {
+	if !retry.IsTransient(err) {
 		return false
 	}
 	var pe *poppy.Error
 	if errors.As(err, &pe) {
-		*retryAfter = min(pe.RetryAfter, maxRetryAfter) // a Company's wait is bounded
+		*retryAfter = min(pe.RetryAfter, retry.DefaultMaxWait) // a Company's wait is bounded
 	}
 	return true
 }
 
-// maxRetryAfter caps the Retry-After a Company may ask for between
-// attempts; ctx bounds the whole.
-const maxRetryAfter = 2 * time.Minute
-
 // definite reports whether err is the Company's definite refusal: the
 // message will never be taken, so it leaves the outbox.
 func definite(err error) bool {
-	var te *transientError
 	var ue *unsentError
-	if errors.As(err, &te) || errors.As(err, &ue) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	if retry.IsTransient(err) || errors.As(err, &ue) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}
 	var pe *poppy.Error
@@ -966,15 +962,15 @@ func waitSeconds(d time.Duration) int {
 	return int(min((d+time.Second-1)/time.Second, 300)) // whole seconds, rounded up
 }
 
+// readCapped reads an answer by the SDK's one bounded read
+// (internal/bounded): too large is poppy.ErrResponseTooLarge, and a read
+// cut short is transient, since the Company may have taken the request.
 func readCapped(r io.Reader, limit int64) ([]byte, error) {
-	b, err := io.ReadAll(io.LimitReader(r, limit+1))
-	if err != nil {
-		return nil, &transientError{fmt.Errorf("reading the answer: %w", err)}
+	b, err := bounded.ReadAll(r, limit)
+	if err != nil && !errors.Is(err, bounded.ErrTooLarge) {
+		return nil, transient(fmt.Errorf("reading the answer: %w", err))
 	}
-	if int64(len(b)) > limit {
-		return nil, poppy.ErrResponseTooLarge
-	}
-	return b, nil
+	return b, err
 }
 
 func redactURL(u string) string {

@@ -22,7 +22,6 @@ import (
 	"github.com/poppyproto/poppy/conversation"
 	"github.com/poppyproto/poppy/internal/companytext"
 	"github.com/poppyproto/poppy/internal/redact"
-	"github.com/poppyproto/poppy/internal/sdk"
 	"github.com/poppyproto/poppy/operations"
 	"github.com/poppyproto/poppy/signin"
 )
@@ -438,15 +437,9 @@ func (k *Toolkit) scrub(ctx context.Context, s string) string {
 		sessions = append(sessions, c.sess)
 	}
 	k.mu.Unlock()
-	var secrets []string
 	for _, sess := range sessions {
-		for _, v := range sdk.Secrets(ctx, sess) {
-			if len(v) >= 8 {
-				secrets = append(secrets, v)
-			}
-		}
+		s = sess.Redact(ctx, s)
 	}
-	s = redact.Secrets(s, secrets)
 	s = jwsRE.ReplaceAllString(s, redact.Mark)
 	return cutJWSRE.ReplaceAllString(s, redact.Mark+redact.Ellipsis)
 }

@@ -9,11 +9,13 @@ package operations
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 
 	"github.com/poppyproto/poppy"
+	"github.com/poppyproto/poppy/internal/bounded"
 )
 
 // maxBody caps every response body this package reads.
@@ -37,7 +39,7 @@ func FromResponse(resp *http.Response) (*Operation, error) {
 		return nil, ErrNoOperation
 	}
 	defer resp.Body.Close()
-	b, err := readCapped(resp.Body)
+	b, err := readBody(resp.Body)
 	if err != nil {
 		return nil, err
 	}
@@ -95,13 +97,12 @@ func fromMember(v any, what string) (*Operation, error) {
 	return Parse(obj.Operation)
 }
 
-func readCapped(r io.Reader) ([]byte, error) {
-	b, err := io.ReadAll(io.LimitReader(r, maxBody+1))
-	if err != nil {
+// readBody reads a response body of at most maxBody bytes by the SDK's
+// one bounded read (internal/bounded): more is poppy.ErrResponseTooLarge.
+func readBody(r io.Reader) ([]byte, error) {
+	b, err := bounded.ReadAll(r, maxBody)
+	if err != nil && !errors.Is(err, bounded.ErrTooLarge) {
 		return nil, fmt.Errorf("operations: reading response: %w", err)
 	}
-	if len(b) > maxBody {
-		return nil, poppy.ErrResponseTooLarge
-	}
-	return b, nil
+	return b, err
 }

@@ -31,12 +31,12 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/poppyproto/poppy"
+	"github.com/poppyproto/poppy/internal/retry"
 )
 
 // Name and Version identify the extension (OPS 2).
@@ -327,7 +327,7 @@ func (c *Client) Track(ctx context.Context, id string) (*Operation, error) {
 			cur = next
 		case errors.Is(err, ErrOperationNotFound) || errors.Is(err, ErrProtocol) || ctx.Err() != nil:
 			return cur, err
-		case isTransient(err):
+		case retry.IsTransient(err):
 			c.log.DebugContext(ctx, "operations: reading failed, will read again", "operation_id", id, "error", err)
 			cur.RetryAfter = 0
 		default:
@@ -555,7 +555,7 @@ func (c *Client) unconfirm(a *Approval) {
 func (c *Client) sendConfirm(ctx context.Context, id string, jc journalConfirm) (*Operation, error) {
 	body, _ := json.Marshal(map[string]any{"revision": jc.Revision, "approved_by": jc.ApprovedBy})
 	op, err := c.sendRetrying(ctx, c.opURL(id, "confirm"), id, body)
-	if err != nil && isTransient(err) {
+	if err != nil && retry.IsTransient(err) {
 		return nil, fmt.Errorf("operations: confirm of %s unanswered after %d attempts; it is journalled, so Recover or Track it: %w", id, maxConfirmAttempts, err)
 	}
 	return op, err
@@ -569,7 +569,7 @@ func (c *Client) sendRetrying(ctx context.Context, target, id string, body []byt
 	var last error
 	for attempt := range maxConfirmAttempts {
 		if attempt > 0 {
-			if err := c.clock.Sleep(ctx, c.wait(retryAfterOf(last), attempt-1)); err != nil {
+			if err := c.clock.Sleep(ctx, c.wait(retry.AfterOf(last), attempt-1)); err != nil {
 				return nil, err
 			}
 		}
@@ -583,7 +583,7 @@ func (c *Client) sendRetrying(ctx context.Context, target, id string, body []byt
 		if ctx.Err() != nil {
 			return nil, err
 		}
-		if !isTransient(err) {
+		if !retry.IsTransient(err) {
 			return c.view(id), err
 		}
 		c.log.DebugContext(ctx, "operations: request got no answer, sending it again", "operation_id", id, "attempt", attempt+1, "error", err)
@@ -939,7 +939,7 @@ func (c *Client) send(ctx context.Context, method, target string, body []byte) (
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
-		return nil, &transientError{err: err}
+		return nil, transient(err, 0)
 	}
 	return resp, nil
 }
@@ -951,13 +951,13 @@ func (c *Client) readOperation(ctx context.Context, resp *http.Response, id stri
 	if perr := poppy.ResponseError(resp); perr != nil {
 		pe := perr.(*poppy.Error)
 		if resp.StatusCode >= 500 {
-			return nil, &transientError{err: pe, retryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), c.clock.Now())}
+			return nil, transient(pe, retry.After(resp.Header.Get("Retry-After"), c.clock.Now()))
 		}
 		if _, ok := codeSentinels[pe.Code]; !ok {
 			return nil, pe
 		}
 		e := &Error{Code: pe.Code, Status: pe.Status, Err: pe}
-		if b, err := readCapped(resp.Body); err == nil {
+		if b, err := readBody(resp.Body); err == nil {
 			var body struct {
 				Operation json.RawMessage `json:"operation"`
 			}
@@ -975,9 +975,9 @@ func (c *Client) readOperation(ctx context.Context, resp *http.Response, id stri
 	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusAccepted {
 		return nil, protocolError("operations endpoint answered HTTP %d", resp.StatusCode)
 	}
-	b, err := readCapped(resp.Body)
+	b, err := readBody(resp.Body)
 	if err != nil {
-		return nil, &transientError{err: err}
+		return nil, transient(err, 0)
 	}
 	op, err := Parse(b)
 	if err != nil {
@@ -986,31 +986,16 @@ func (c *Client) readOperation(ctx context.Context, resp *http.Response, id stri
 	if op.ID != id {
 		return nil, protocolError("asked for operation %s, got %s", id, op.ID)
 	}
-	op.RetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), c.clock.Now())
+	op.RetryAfter = retry.After(resp.Header.Get("Retry-After"), c.clock.Now()) // PA-OPS6-01
 	return op, nil
 }
 
-// transientError is a failure after which the request may be sent again:
-// no answer (network, cut connection, timeout, unreadable body) or a 5xx.
-type transientError struct {
-	err        error
-	retryAfter time.Duration
-}
-
-func (e *transientError) Error() string { return "operations: no usable answer: " + e.err.Error() }
-func (e *transientError) Unwrap() error { return e.err }
-
-func isTransient(err error) bool {
-	var t *transientError
-	return errors.As(err, &t)
-}
-
-func retryAfterOf(err error) time.Duration {
-	var t *transientError
-	if errors.As(err, &t) {
-		return t.retryAfter
-	}
-	return 0
+// transient marks a failure after which the request may be sent again: no
+// answer (network, cut connection, timeout, unreadable body) or a 5xx, with
+// the Company's Retry-After (the SDK's one such error,
+// internal/retry.Transient).
+func transient(err error, after time.Duration) error {
+	return &retry.Transient{Prefix: "operations: no usable answer: ", Err: err, After: after}
 }
 
 // isRefusal reports whether err is a 4xx answer: the Company refused the
@@ -1018,24 +1003,4 @@ func retryAfterOf(err error) time.Duration {
 func isRefusal(err error) bool {
 	var pe *poppy.Error
 	return errors.As(err, &pe) && pe.Status >= 400 && pe.Status < 500
-}
-
-// maxRetryAfter bounds a Retry-After the Company sends.
-const maxRetryAfter = 24 * time.Hour
-
-func parseRetryAfter(v string, now time.Time) time.Duration {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return 0
-	}
-	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-		if n <= 0 {
-			return 0
-		}
-		return min(time.Duration(min(n, int64(maxRetryAfter/time.Second)))*time.Second, maxRetryAfter)
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		return min(max(t.Sub(now), 0), maxRetryAfter)
-	}
-	return 0
 }

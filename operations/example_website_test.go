@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/poppyproto/poppy"
-	"github.com/poppyproto/poppy/browser"
 	"github.com/poppyproto/poppy/keystore"
 	"github.com/poppyproto/poppy/operations"
 	"github.com/poppyproto/poppy/poppytest"
@@ -74,7 +73,7 @@ func ExampleClient_ConfirmOnWebsite() {
 	web := &http.Client{Transport: company.Client().Transport, Jar: jar}
 	pressConfirm := operations.WebsiteConfirmerFunc(func(ctx context.Context, w *operations.WebsiteConfirm) error {
 		// Join the browser to the Session, landing on the operation's page (spec 5).
-		assertion, err := browser.SignAssertion(sess, w.URL)
+		assertion, err := sess.SignBrowserAssertion(w.URL)
 		if err != nil {
 			return err
 		}

@@ -36,6 +36,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/poppyproto/poppy/internal/bounded"
+	"github.com/poppyproto/poppy/internal/retry"
 	"github.com/poppyproto/poppy/keystore"
 )
 
@@ -454,8 +456,8 @@ func (c *Client) Recover(ctx context.Context) ([]*Operation, error) {
 
 func (c *Client) recoverOne(ctx context.Context, r journalRecord) (*Operation, error) {
 	cur, err := c.Get(ctx, r.OperationID)
-	for attempt := 0; err != nil && isTransient(err) && attempt < maxConfirmAttempts; attempt++ {
-		if serr := c.clock.Sleep(ctx, c.wait(retryAfterOf(err), attempt)); serr != nil {
+	for attempt := 0; err != nil && retry.IsTransient(err) && attempt < maxConfirmAttempts; attempt++ {
+		if serr := c.clock.Sleep(ctx, c.wait(retry.AfterOf(err), attempt)); serr != nil {
 			return nil, serr
 		}
 		cur, err = c.Get(ctx, r.OperationID)
@@ -593,13 +595,13 @@ func keyBody(req *http.Request) (io.ReadCloser, error) {
 		}
 		return rc, nil
 	}
-	b, err := io.ReadAll(io.LimitReader(req.Body, maxBody+1))
+	b, err := bounded.ReadAll(req.Body, maxBody)
 	req.Body.Close()
+	if errors.Is(err, bounded.ErrTooLarge) {
+		return nil, errors.New("operations: request body too large")
+	}
 	if err != nil {
 		return nil, fmt.Errorf("operations: reading the request body: %w", err)
-	}
-	if len(b) > maxBody {
-		return nil, errors.New("operations: request body too large")
 	}
 	req.Body = io.NopCloser(bytes.NewReader(b))
 	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }

@@ -23,6 +23,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/poppyproto/poppy/internal/retry"
 )
 
 // WebsiteConfirmer confirms one revision of an operation on the Company's
@@ -145,8 +147,8 @@ func (c *Client) trackIf(ctx context.Context, op *Operation, err error) (*Operat
 // answer (at most maxConfirmAttempts times).
 func (c *Client) readAfter(ctx context.Context, id string) (*Operation, error) {
 	op, err := c.Get(ctx, id)
-	for attempt := 0; err != nil && isTransient(err) && attempt < maxConfirmAttempts-1; attempt++ {
-		if serr := c.clock.Sleep(ctx, c.wait(retryAfterOf(err), attempt)); serr != nil {
+	for attempt := 0; err != nil && retry.IsTransient(err) && attempt < maxConfirmAttempts-1; attempt++ {
+		if serr := c.clock.Sleep(ctx, c.wait(retry.AfterOf(err), attempt)); serr != nil {
 			return nil, serr
 		}
 		op, err = c.Get(ctx, id)

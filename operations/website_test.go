@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/poppyproto/poppy/browser"
 	"github.com/poppyproto/poppy/operations"
 	"github.com/poppyproto/poppy/poppytest"
 )
@@ -55,7 +54,7 @@ var (
 func (b *webBrowser) ConfirmOnWebsite(ctx context.Context, req *operations.WebsiteConfirm) error {
 	b.calls.Add(1)
 	// Join the Session, landing on the operation's page (spec 5).
-	a, err := browser.SignAssertion(b.e.sess, req.URL)
+	a, err := b.e.sess.SignBrowserAssertion(req.URL)
 	if err != nil {
 		return err
 	}

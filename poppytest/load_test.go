@@ -68,7 +68,8 @@ func loadCall(s *poppy.Session, api string) error {
 	if err != nil {
 		return err
 	}
-	return resp.Body.Close()
+	defer resp.Body.Close()
+	return poppy.ResponseError(resp)
 }
 
 // BenchmarkFakeSignedInCall is the fake's cost of a signed-in API call

@@ -36,7 +36,6 @@ import (
 	"time"
 
 	"github.com/poppyproto/poppy"
-	"github.com/poppyproto/poppy/internal/sdk"
 	"github.com/poppyproto/poppy/keystore"
 )
 
@@ -566,24 +565,15 @@ func (d *Direct) redeem(ctx context.Context, p *pending, code string) (*poppy.Si
 	if err != nil {
 		return nil, err
 	}
-	grant := url.Values{
-		"grant_type":    {"authorization_code"},
-		"code":          {code},
-		"redirect_uri":  {p.RedirectURI},
-		"code_verifier": {p.Verifier},
-	}
 	opts := &poppy.SignInOptions{Scopes: p.Scopes, Account: p.Account}
-	ended := sess.ID()
-	res, err := sdk.CompleteSignIn(ctx, sess, grant, opts)
+	res, err := sess.ExchangeCode(ctx, code, p.RedirectURI, p.Verifier, opts)
 	if !errors.Is(err, poppy.ErrInvalidSession) {
 		return res, err
 	}
-	// PA-4.2-16: the Company ended the Session. The code is the User's
-	// consent, not the Session's: exchange it on a new Session.
-	if err := sdk.RestartSession(ctx, sess, ended); err != nil {
-		return nil, err
-	}
-	res, err = sdk.CompleteSignIn(ctx, sess, grant, opts)
+	// PA-4.2-16: the Company ended the Session, and ExchangeCode started
+	// a new one. The code is the User's consent, not the Session's:
+	// exchange it on the new Session.
+	res, err = sess.ExchangeCode(ctx, code, p.RedirectURI, p.Verifier, opts)
 	if errors.Is(err, poppy.ErrInvalidGrant) || errors.Is(err, poppy.ErrInvalidSession) {
 		// The Company used the code up when it refused the ended Session.
 		return nil, fmt.Errorf("%w: %w", ErrSessionEnded, err)

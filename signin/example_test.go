@@ -199,10 +199,3 @@ func ExampleTerminalPrompter() {
 	// Email: Password:
 	// granted: [poppy:read]
 }
-
-// Text from a Company is escaped before it reaches a terminal.
-func ExampleEscape() {
-	fmt.Println(signin.Escape("Shop\x1b]0;pwned\x07"))
-	// Output:
-	// Shop\x1b]0;pwned\a
-}

@@ -46,7 +46,7 @@ func sorted(s []string) []string {
 }
 
 // Issue 21 item 4: Company.Resources and api.List apply one URL rule, the
-// module's (sdk.ParseURL): with UnsafeAllowLoopbackHTTP, a loopback
+// module's (Agent.ParseURL): with UnsafeAllowLoopbackHTTP, a loopback
 // http:// API entry is listed by api.List, its resource is one of
 // Resources, and sign-in names it; without the option neither lists it.
 func TestResourcesOneURLRule(t *testing.T) {

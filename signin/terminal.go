@@ -50,26 +50,21 @@ func TerminalPrompter(out io.Writer, in io.Reader) *Terminal {
 	return t
 }
 
-// Escape returns text from a Company made safe to print on a terminal:
-// control characters, bidi controls and invalid UTF-8 are written as Go
-// escapes (\x1b, \u202e), backslashes doubled.
-func Escape(s string) string { return termtext.Escape(s) }
-
 func (t *Terminal) printf(format string, args ...any) { _, _ = fmt.Fprintf(t.out, format, args...) }
 
 func (t *Terminal) scopes(scopes []Scope) {
 	for _, s := range scopes {
 		if s.Description != "" {
-			t.printf("  - %s: %s\n", Escape(s.Name), Escape(s.Description))
+			t.printf("  - %s: %s\n", termtext.Escape(s.Name), termtext.Escape(s.Description))
 		} else {
-			t.printf("  - %s\n", Escape(s.Name))
+			t.printf("  - %s\n", termtext.Escape(s.Name))
 		}
 	}
 }
 
 // OpenURL prints the authorization URL for the User to open.
 func (t *Terminal) OpenURL(_ context.Context, p *URLPrompt) error {
-	t.printf("To sign in to %s, open this link in your browser:\n\n  %s\n\n", Escape(p.Company), Escape(p.URL))
+	t.printf("To sign in to %s, open this link in your browser:\n\n  %s\n\n", termtext.Escape(p.Company), termtext.Escape(p.URL))
 	if len(p.Scopes) > 0 {
 		t.printf("It asks for:\n")
 		t.scopes(p.Scopes)
@@ -79,9 +74,9 @@ func (t *Terminal) OpenURL(_ context.Context, p *URLPrompt) error {
 
 // ShowCode prints the verification link and the user code.
 func (t *Terminal) ShowCode(_ context.Context, p *CodePrompt) error {
-	t.printf("To sign in to %s, open %s and enter the code\n\n  %s\n\n", Escape(p.Company), Escape(p.VerificationURI), Escape(p.UserCode))
+	t.printf("To sign in to %s, open %s and enter the code\n\n  %s\n\n", termtext.Escape(p.Company), termtext.Escape(p.VerificationURI), termtext.Escape(p.UserCode))
 	if p.VerificationURIComplete != "" {
-		t.printf("or open %s\n", Escape(p.VerificationURIComplete))
+		t.printf("or open %s\n", termtext.Escape(p.VerificationURIComplete))
 	}
 	if !p.Expires.IsZero() {
 		t.printf("The code expires at %s.\n", p.Expires.Local().Format(time.Kitchen))
@@ -96,7 +91,7 @@ func (t *Terminal) ShowCode(_ context.Context, p *CodePrompt) error {
 // Credentials asks for each field the Company declared, in its order, and
 // for nothing else; secret fields are read without echo on a terminal.
 func (t *Terminal) Credentials(ctx context.Context, p *CredentialsPrompt) (*Credentials, error) {
-	t.printf("Sign in to %s.\n", Escape(p.Company))
+	t.printf("Sign in to %s.\n", termtext.Escape(p.Company))
 	if len(p.Scopes) > 0 {
 		t.printf("This asks for:\n")
 		t.scopes(p.Scopes)
@@ -110,9 +105,9 @@ func (t *Terminal) Credentials(ctx context.Context, p *CredentialsPrompt) (*Cred
 		var v string
 		var err error
 		if f.Secret && t.fd >= 0 {
-			v, err = t.readSecret(ctx, Escape(label)+": ")
+			v, err = t.readSecret(ctx, termtext.Escape(label)+": ")
 		} else {
-			t.printf("%s: ", Escape(label))
+			t.printf("%s: ", termtext.Escape(label))
 			v, err = t.read(ctx, f.Secret)
 		}
 		if err != nil {
@@ -129,9 +124,9 @@ func (t *Terminal) OneTimeCode(ctx context.Context, p *OneTimeCodePrompt) (strin
 		t.printf("That code was not accepted.\n")
 	}
 	if p.SentTo != "" {
-		t.printf("%s sent you a code (%s).\n", Escape(p.Company), Escape(p.SentTo))
+		t.printf("%s sent you a code (%s).\n", termtext.Escape(p.Company), termtext.Escape(p.SentTo))
 	} else {
-		t.printf("%s sent you a code.\n", Escape(p.Company))
+		t.printf("%s sent you a code.\n", termtext.Escape(p.Company))
 	}
 	t.printf("Code: ")
 	return t.read(ctx, false)

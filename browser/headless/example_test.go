@@ -15,15 +15,14 @@ import (
 // this package run the same against poppytest.)
 func Example() {
 	ctx := context.Background()
-	var company *poppy.Company // from agent.Company(ctx, "example.com")
-	var sess *poppy.Session    // from company.Session(ctx, user, nil)
+	var sess *poppy.Session // from company.Session(ctx, user, nil)
 
 	chromium, err := headless.Start(ctx, nil)
 	if err != nil {
 		log.Fatal(err) // headless.ErrNoChromium: install the Debian package chromium
 	}
 	defer chromium.Close()
-	b, err := browser.New(chromium, company, sess, nil)
+	b, err := browser.New(chromium, sess, nil)
 	if err != nil {
 		log.Fatal(err)
 	}

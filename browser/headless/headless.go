@@ -4,7 +4,7 @@
 //
 //	chromium, err := headless.Start(ctx, nil)
 //	defer chromium.Close()
-//	b, err := browser.New(chromium, company, sess, nil)
+//	b, err := browser.New(chromium, sess, nil)
 //	res, err := b.Join(ctx, "https://example.com/orders")
 //
 // [Start] launches a Chromium of its own (Debian's chromium package, or

@@ -187,7 +187,7 @@ func TestEndToEnd(t *testing.T) {
 	var visited urlLog
 	visited.listen(t, chromium)
 
-	b, err := browser.New(chromium, company, sess, &browser.Options{Logger: logger})
+	b, err := browser.New(chromium, sess, &browser.Options{Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,7 +313,7 @@ func TestJoinWithoutScripts(t *testing.T) {
 	if _, err := chromedp.Call(chromium.Context(), emulation.SetScriptExecutionDisabled, emulation.SetScriptExecutionDisabledParams{Value: true}); err != nil {
 		t.Fatal(err)
 	}
-	a, err := browser.SignAssertion(sess, "https://example.test/orders")
+	a, err := sess.SignBrowserAssertion("https://example.test/orders")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -351,13 +351,13 @@ func TestJoinRefused(t *testing.T) {
 	defer cancel()
 	sess := env.Session("carol")
 	chromium := startChromium(t, env.Srv, nil)
-	b, err := browser.New(chromium, env.Company("example.test"), sess, nil)
+	b, err := browser.New(chromium, sess, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Sign the assertion with the Session still active, then end it on the
 	// server, as a Company does that ends a Session between two requests.
-	a, err := browser.SignAssertion(sess, "https://example.test/")
+	a, err := sess.SignBrowserAssertion("https://example.test/")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -480,7 +480,7 @@ func TestOperationURL(t *testing.T) {
 		t.Fatalf("Propose = %+v, %v", op, err)
 	}
 	chromium := startChromium(t, srv, nil)
-	b, err := browser.New(chromium, env.Company("example.test"), sess, nil)
+	b, err := browser.New(chromium, sess, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -56,7 +56,7 @@ func TestPA_OPS4_04_WebsiteConfirmInChromium(t *testing.T) {
 		return op
 	}
 	chromium := startChromium(t, srv, nil)
-	b, err := browser.New(chromium, env.Company("example.test"), sess, nil)
+	b, err := browser.New(chromium, sess, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

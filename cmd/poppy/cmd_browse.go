@@ -10,6 +10,7 @@ package main
 import (
 	"context"
 	"errors"
+	"github.com/poppyproto/poppy"
 	"os"
 	"strings"
 
@@ -87,12 +88,12 @@ func runBrowse(ctx context.Context, opts *browseOptions) error {
 		return err
 	}
 	defer chromium.Close()
-	b, err := browser.New(chromium, c, s, &browser.Options{Logger: a.log})
+	b, err := browser.New(chromium, s, &browser.Options{Logger: a.log})
 	if err != nil {
 		return err
 	}
 	res, err := b.Join(ctx, target)
-	if errors.Is(err, browser.ErrReturnTo) {
+	if errors.Is(err, poppy.ErrReturnTo) {
 		// A page off the website: join on its home page, then go.
 		res, err = b.Join(ctx, "")
 	}

@@ -1,7 +1,7 @@
 package main
 
 // Output: text for people, JSON for programs. Text that comes from a
-// Company goes through esc (signin.Escape), the one place control
+// Company goes through esc (internal/termtext), the one place control
 // characters are escaped; JSON is escaped by encoding/json. Colour only on
 // a terminal, never with NO_COLOR or --json.
 
@@ -14,13 +14,12 @@ import (
 	"log/slog"
 	"strings"
 
+	"github.com/poppyproto/poppy/internal/termtext"
 	"golang.org/x/term"
-
-	"github.com/poppyproto/poppy/signin"
 )
 
 // esc makes text from a Company safe to print on a terminal.
-func esc(s string) string { return signin.Escape(s) }
+func esc(s string) string { return termtext.Escape(s) }
 
 type output struct {
 	stdout, stderr io.Writer

@@ -111,10 +111,12 @@ func run(ctx context.Context, cfg Config, out io.Writer, in io.Reader) error {
 	if err != nil {
 		return err
 	}
+	// The Company's name is its text: %q prints it with every control
+	// character escaped, so it can't drive the terminal.
 	if res.Reused {
-		fmt.Fprintf(out, "Signed in to %s already.\n", signin.Escape(company.Name()))
+		fmt.Fprintf(out, "Signed in to %q already.\n", company.Name())
 	} else {
-		fmt.Fprintf(out, "Signed in to %s.\n", signin.Escape(company.Name()))
+		fmt.Fprintf(out, "Signed in to %q.\n", company.Name())
 	}
 	if cfg.APIPath == "" {
 		return nil
@@ -146,6 +148,9 @@ func run(ctx context.Context, cfg Config, out io.Writer, in io.Reader) error {
 		return err
 	}
 	defer resp.Body.Close()
+	if err := poppy.ResponseError(resp); err != nil {
+		return err // a *poppy.Error: errors.Is(err, poppy.ErrSignInRequired), ...
+	}
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	if err != nil {
 		return err

@@ -29,7 +29,7 @@ func browse(ctx context.Context, step func(string, ...any), company *poppytest.S
 	}
 	defer chromium.Close()
 
-	b, err := browser.New(chromium, c, sess, nil)
+	b, err := browser.New(chromium, sess, nil)
 	if err != nil {
 		return err
 	}

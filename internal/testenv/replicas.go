@@ -819,10 +819,11 @@ func runReplica(open func(string) (keystore.Store, error)) error {
 	call := func(s *poppy.Session, path string) error {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, api+path, nil)
 		resp, err := s.Do(req)
-		if err == nil {
-			resp.Body.Close()
+		if err != nil {
+			return err
 		}
-		return err
+		defer resp.Body.Close()
+		return poppy.ResponseError(resp)
 	}
 	errKind := func(err error) string {
 		var pe *poppy.Error
