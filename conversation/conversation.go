@@ -72,8 +72,6 @@ type Options struct {
 	// Wait is how long a long-poll read asks the Company to hold it
 	// (spec 7.5), in whole seconds. Default 30 s, at most 5 min.
 	Wait time.Duration
-	// LongPoll never asks for a stream: every read is a JSON long poll.
-	LongPoll bool
 	// StrictText refuses a Text that holds JSON or HTML markup with
 	// ErrMarkupInText (PA-7.4-04); otherwise it is sent with a warning.
 	StrictText bool

@@ -244,7 +244,7 @@ func (c *Conversation) Events(ctx context.Context, opts *EventsOptions) iter.Seq
 			return
 		}
 		defer c.reading.Store(false)
-		r := &reader{c: c, yield: yield, stream: !o.LongPoll && !c.opts.LongPoll, untilIdle: o.UntilIdle, ck: o.Checkpoint.withDefaults()}
+		r := &reader{c: c, yield: yield, stream: !o.LongPoll, untilIdle: o.UntilIdle, ck: o.Checkpoint.withDefaults()}
 		r.run(ctx)
 	}
 }

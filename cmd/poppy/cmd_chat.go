@@ -100,7 +100,7 @@ func runChat(ctx context.Context, opts *chatOptions) error {
 	}
 	ch := &chatSession{
 		a: opts.app, domain: opts.Domain, company: c, session: s, noStream: opts.NoStream, as: opts.As,
-		convOpts: conversation.Options{Logger: opts.app.log, LongPoll: opts.NoStream},
+		convOpts: conversation.Options{Logger: opts.app.log},
 	}
 	return ch.run(ctx, opts.ConversationID)
 }
