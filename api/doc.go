@@ -1,5 +1,5 @@
 // Package api calls a Company's APIs (spec 6) in a Poppy Session: OpenAPI
-// operations with the Session's DPoP Session Token, MCP tools with a Bearer
+// endpoints with the Session's DPoP Session Token, MCP tools with a Bearer
 // Session Token issued for exactly that MCP server, and both as tools for an
 // LLM tool runtime.
 //
@@ -15,7 +15,9 @@
 //
 // LoadOpenAPI fetches the description through the Agent's document cache,
 // like poppy.json (HTTPS only, redirects only to HTTPS, HTTP caching headers,
-// a size cap), and indexes its operations. Calls go through
+// a size cap), and indexes its endpoints (what OpenAPI calls operations:
+// one method of one path; in this SDK an operation is always the operations
+// extension's). Calls go through
 // Session.HTTPClient, which signs a proof per request, renews an
 // invalid_token once, uses a stored Account Token on sign_in_required, and
 // waits out 429s. An answer of 400 or above becomes a *poppy.Error: Code

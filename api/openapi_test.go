@@ -43,7 +43,7 @@ func TestLoadOpenAPI(t *testing.T) {
 	if oa.ServerURL() != env.Srv.APIURL() {
 		t.Errorf("ServerURL %q", oa.ServerURL())
 	}
-	ex, ok := oa.Operation("exchangeItem")
+	ex, ok := oa.Endpoint("exchangeItem")
 	if !ok || ex.Method != "POST" || ex.Path != "/orders/{id}/exchanges" || !ex.ProposesOperation {
 		t.Fatalf("exchangeItem: %+v", ex)
 	}
@@ -64,8 +64,8 @@ func TestLoadOpenAPI(t *testing.T) {
 	if strings.Join(ex.Scopes, " ") != "poppy:read poppy:write" {
 		t.Errorf("scopes %q", ex.Scopes)
 	}
-	if len(oa.Operations()) != 6 {
-		t.Errorf("%d operations", len(oa.Operations()))
+	if len(oa.Endpoints()) != 6 {
+		t.Errorf("%d endpoints", len(oa.Endpoints()))
 	}
 	// Cached like poppy.json (spec 3): max-age=300 → no refetch within it.
 	loadOpenAPI(t, sess)
@@ -115,7 +115,7 @@ func TestOpenAPIVersions(t *testing.T) {
 	if err != nil {
 		t.Fatalf("3.0: %v", err)
 	}
-	op, _ := oa.Operation("listProducts")
+	op, _ := oa.Endpoint("listProducts")
 	// 3.0 keywords become their JSON Schema 2020-12 form.
 	if op == nil {
 		t.Fatal("no listProducts")
@@ -127,7 +127,7 @@ func TestOpenAPIVersions(t *testing.T) {
 		t.Fatalf("3.0 call: %v", err)
 	}
 	yaml := "openapi: 3.0.3\ninfo: {title: t, version: '1'}\npaths:\n  /products:\n    get:\n      operationId: listProducts\n      responses:\n        '200': {description: ok}\n"
-	if oa, err := api.NewOpenAPIFromBytes(ctx, sess, e, []byte(yaml)); err != nil || len(oa.Operations()) != 1 {
+	if oa, err := api.NewOpenAPIFromBytes(ctx, sess, e, []byte(yaml)); err != nil || len(oa.Endpoints()) != 1 {
 		t.Fatalf("YAML: %v", err)
 	}
 	for name, doc := range map[string]string{

@@ -206,7 +206,7 @@ func runAPI(ctx context.Context, opts *apiOptions) error {
 		oo = &api.OpenAPIOptions{Operations: oc}
 	}
 	var oa *api.OpenAPI
-	var found *api.Operation
+	var found *api.Endpoint
 	for _, e := range api.List(c) {
 		if e.Type != api.TypeOpenAPI || (opts.API != "" && e.URL != opts.API) {
 			continue
@@ -215,8 +215,8 @@ func runAPI(ctx context.Context, opts *apiOptions) error {
 		if err != nil {
 			return err
 		}
-		if op, ok := o.Find(method, path); ok {
-			oa, found = o, op
+		if ep, ok := o.Find(method, path); ok {
+			oa, found = o, ep
 			break
 		}
 	}
