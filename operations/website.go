@@ -115,7 +115,7 @@ func (c *Client) ConfirmOnWebsite(ctx context.Context, a *Approval, w WebsiteCon
 	if op.Confirmation == nil && (op.State == StateProposed || op.State.Final()) {
 		// The website did not confirm it (or the operation ended unconfirmed).
 		c.unconfirm(a)
-		_ = c.journalClearIntent(ctx, op.ID)
+		_ = c.j.clearIntent(ctx, op.ID)
 		return op, errors.Join(fmt.Errorf("%w: %s is %s at revision %d", ErrNotConfirmedOnWebsite, op.ID, op.State, op.Revision), stepErr)
 	}
 	if cf := op.Confirmation; cf != nil && cf.Revision != a.revision {
