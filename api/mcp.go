@@ -52,7 +52,7 @@ type MCPOptions struct {
 	Client *mcp.Client
 	// Logger receives debug records. Nil discards. No record holds a token.
 	Logger *slog.Logger
-	// Operations, if set, makes CallTool go through its ProposeCall: while
+	// Operations, if set, makes CallTool go through its Propose: while
 	// an operation that a call of the same tool with the same arguments
 	// proposed is still open, nothing is sent and CallTool returns that
 	// operation in a *operations.PendingError (OPS 6, PA-OPS6-04, A-38).
@@ -242,13 +242,14 @@ func (m *MCP) CallTool(ctx context.Context, name string, args any) (*ToolResult,
 		return nil, fmt.Errorf("%w: %w", ErrInvalidArguments, err)
 	}
 	var out *ToolResult
-	_, err = m.opsc.ProposeCall(ctx, key, operations.ToolAction(name), func(ctx context.Context) (*operations.Operation, error) {
-		var err error
-		if out, err = m.callTool(ctx, name, args); err != nil || out.Operation == nil {
-			return nil, err
-		}
-		return operations.Parse(out.Operation)
-	})
+	_, _, err = m.opsc.Propose(ctx, nil, operations.ToolAction(name), &operations.ProposeOptions{CallKey: key,
+		Call: func(ctx context.Context) (*operations.Operation, error) {
+			var err error
+			if out, err = m.callTool(ctx, name, args); err != nil || out.Operation == nil {
+				return nil, err
+			}
+			return operations.Parse(out.Operation)
+		}})
 	if err != nil {
 		return nil, err
 	}

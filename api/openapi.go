@@ -52,7 +52,7 @@ type OpenAPIOptions struct {
 	// MaxResponseBytes caps a response body Call reads. Zero means 4 MiB.
 	MaxResponseBytes int64
 	// Operations, if set, sends every call but GET, HEAD and OPTIONS
-	// through its ProposeVia, so that while an operation the same request
+	// through its Propose, so that while an operation the same request
 	// (method, URL and body; query parameters and JSON members in any
 	// order) proposed is still open, nothing is sent and
 	// the call returns that operation in a *operations.PendingError: the
@@ -964,7 +964,7 @@ func (oa *OpenAPI) call(ctx context.Context, o *Endpoint, args *Args) (*Response
 	if safe := req.Method == http.MethodGet || req.Method == http.MethodHead || req.Method == http.MethodOptions; oa.opsc != nil && !safe {
 		// OPS 6, A-38: one proposal per request while it is open.
 		var op *operations.Operation
-		if op, resp, err = oa.opsc.ProposeVia(ctx, oa.client, req, operations.OpenAPIAction(o.Method, o.Path)); err != nil {
+		if op, resp, err = oa.opsc.Propose(ctx, req, operations.OpenAPIAction(o.Method, o.Path), &operations.ProposeOptions{HTTPClient: oa.client}); err != nil {
 			return nil, unwrapURLError(err)
 		}
 		if op != nil {

@@ -18,7 +18,7 @@
 // [Client.Handle] runs the whole flow:
 //
 //	c, _ := operations.New(sess, &operations.Options{Approver: myUI})
-//	op, _, _ := c.Propose(ctx, req, operations.OpenAPIAction("POST", "/orders/{id}/exchanges"))
+//	op, _, _ := c.Propose(ctx, req, operations.OpenAPIAction("POST", "/orders/{id}/exchanges"), nil)
 //	done, err := c.Handle(ctx, op) // approve, confirm, track to a final state
 //	fmt.Println(done.Result.Summary) // the Company's account of what happened
 //
@@ -107,7 +107,7 @@
 //     request proposed is open, Propose sends nothing and returns it; the
 //     key is journalled, so a restart keeps the rule. An MCP tool call is
 //     keyed on the server's URL, the tool and its arguments, canonical JSON
-//     (ToolCallKey, for ProposeCall). Package api does this for every
+//     (ToolCallKey, for ProposeOptions.CallKey). Package api does this for every
 //     unsafe OpenAPI call and every MCP tool call given an operations
 //     Client, which package llmtools and the poppy command do: a model
 //     calling a tool again gets the open operation back, and nothing is

@@ -383,10 +383,10 @@ func (c *canonicalizer) object(depth int) bool {
 	return true
 }
 
-// ToolCallKey is the ProposeCall key of a call of the MCP tool named tool
-// on the server at serverURL with args (a JSON object, as any value
-// json.Marshal takes, or json.RawMessage): the same tool with the same
-// arguments, whatever their order or spacing, is the same call.
+// ToolCallKey is the ProposeOptions.CallKey of a call of the MCP tool
+// named tool on the server at serverURL with args (a JSON object, as any
+// value json.Marshal takes, or json.RawMessage): the same tool with the
+// same arguments, whatever their order or spacing, is the same call.
 func ToolCallKey(serverURL, tool string, args any) (string, error) {
 	var raw []byte
 	switch a := args.(type) {

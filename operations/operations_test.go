@@ -634,7 +634,7 @@ func TestNoSecondProposal(t *testing.T) {
 	if got, err := e.c.Submit(ctx, a); err != nil || got.State != operations.StateInProgress {
 		t.Fatalf("Submit: %v %v", got, err)
 	}
-	got, resp, err := e.c.Propose(ctx, e.exchangeRequest("itm_4Qa"), exchangeAction)
+	got, resp, err := e.c.Propose(ctx, e.exchangeRequest("itm_4Qa"), exchangeAction, nil)
 	var pe *operations.PendingError
 	if !errors.Is(err, operations.ErrOperationPending) || !errors.As(err, &pe) || got == nil || got.ID != op.ID || resp != nil {
 		t.Fatalf("second Propose: %v %v", got, err)

@@ -15,10 +15,31 @@ import (
 	"sync"
 )
 
+// ProposeOptions configures Propose. Nil means req is sent with the
+// Session's HTTP client.
+type ProposeOptions struct {
+	// HTTPClient sends req: a client of the Client's Session, such as one
+	// bound to an API's resource (package api passes the one of its
+	// OpenAPI). Nil means Session.HTTPClient.
+	HTTPClient *http.Client
+	// Call and CallKey make a proposing call that is not one HTTP request
+	// of the caller's, such as an MCP tool call (OPS 4.2; package api's
+	// MCP.CallTool proposes this way): req is then nil. CallKey identifies
+	// the call, "the same action" (ToolCallKey for an MCP tool). While an
+	// operation a call with the same CallKey proposed is open, Call is not
+	// run; otherwise it runs and returns the operation the Company
+	// proposed, or nil when it proposed none. Such a call carries no
+	// Idempotency-Key, and it is journalled once it answered.
+	Call    func(ctx context.Context) (*Operation, error)
+	CallKey string
+}
+
 // Propose sends req, a request to an endpoint that may propose an
-// operation (OPS 4.1), through the Session and returns the operation of a
-// 202 answer. action names the endpoint for standing permissions, such as
-// OpenAPIAction("POST", "/orders/{id}/exchanges").
+// operation (OPS 4.1), through the Session and returns the Client's view
+// of the operation of a 202 answer. action names the endpoint for
+// standing permissions, such as OpenAPIAction("POST",
+// "/orders/{id}/exchanges"). opts may be nil; with opts.Call, the call
+// proposes instead of req, and the response is nil.
 //
 // While an operation that the same request proposed is still open,
 // Propose sends nothing and returns that operation with a *PendingError
@@ -41,15 +62,23 @@ import (
 // unread, and no operation. A status of 400 and above is an error
 // (poppy.ResponseError; extension_required matches
 // poppy.ErrExtensionRequired).
-func (c *Client) Propose(ctx context.Context, req *http.Request, action Action) (*Operation, *http.Response, error) {
-	return c.ProposeVia(ctx, c.sess.HTTPClient(), req, action)
-}
-
-// ProposeVia is Propose sending req with hc, a client of the Client's
-// Session, such as one bound to an API's resource (package api uses it).
-func (c *Client) ProposeVia(ctx context.Context, hc *http.Client, req *http.Request, action Action) (*Operation, *http.Response, error) {
+func (c *Client) Propose(ctx context.Context, req *http.Request, action Action, opts *ProposeOptions) (*Operation, *http.Response, error) {
+	var o ProposeOptions
+	if opts != nil {
+		o = *opts
+	}
+	switch {
+	case o.Call != nil && req != nil:
+		return nil, nil, errors.New("operations: Propose takes a request or ProposeOptions.Call, not both")
+	case o.Call != nil:
+		op, err := c.proposeCall(ctx, o.CallKey, action, o.Call)
+		return op, nil, err
+	case req == nil:
+		return nil, nil, errors.New("operations: Propose needs a request")
+	}
+	hc := o.HTTPClient
 	if hc == nil {
-		return nil, nil, errors.New("operations: ProposeVia needs an HTTP client")
+		hc = c.sess.HTTPClient()
 	}
 	if err := c.load(ctx); err != nil {
 		return nil, nil, err
@@ -143,17 +172,10 @@ func (c *Client) hasLegacy() bool {
 	return c.legacy
 }
 
-// ProposeCall is Propose for a proposing call that is not one HTTP request
-// of the caller's, such as an MCP tool call (OPS 4.2). key identifies the
-// call (ToolCallKey for an MCP tool). While an operation a call with the
-// same key proposed is still open, call is not run and that operation is
-// returned with a *PendingError (ErrOperationPending), even after a
-// restart, since proposals are journalled (OPS 6, A-38). Otherwise call
-// runs and returns the operation the Company proposed, or nil when it
-// proposed none; ProposeCall returns the Client's view of it.
-func (c *Client) ProposeCall(ctx context.Context, key string, action Action, call func(ctx context.Context) (*Operation, error)) (*Operation, error) {
+// proposeCall is Propose of a call (ProposeOptions.Call) keyed by key.
+func (c *Client) proposeCall(ctx context.Context, key string, action Action, call func(ctx context.Context) (*Operation, error)) (*Operation, error) {
 	if key == "" {
-		return nil, errors.New("operations: ProposeCall needs a key")
+		return nil, errors.New("operations: ProposeOptions.Call needs a CallKey")
 	}
 	if err := c.load(ctx); err != nil {
 		return nil, err

@@ -116,7 +116,7 @@ func runChild(ctx context.Context, step string) error {
 			return err
 		}
 		req.Header.Set("Content-Type", "application/json")
-		op, _, err := c.Propose(ctx, req, exchangeAction) // killed while the Company holds it
+		op, _, err := c.Propose(ctx, req, exchangeAction, nil) // killed while the Company holds it
 		if errors.Is(err, operations.ErrOperationPending) {
 			fmt.Println("pending", op.ID)
 			return nil

@@ -49,7 +49,7 @@ func TestPA_OPS4_04_WebsiteConfirmInChromium(t *testing.T) {
 	propose := func(item string) *operations.Operation {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.APIURL()+"/orders/ord_7Hk2/exchanges", strings.NewReader(`{"item_id":"`+item+`"}`))
 		req.Header.Set("Content-Type", "application/json")
-		op, _, err := oc.Propose(ctx, req, operations.OpenAPIAction("POST", "/orders/{id}/exchanges"))
+		op, _, err := oc.Propose(ctx, req, operations.OpenAPIAction("POST", "/orders/{id}/exchanges"), nil)
 		if err != nil || op == nil || op.URL == "" {
 			t.Fatalf("Propose = %+v, %v", op, err)
 		}
