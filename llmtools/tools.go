@@ -291,7 +291,7 @@ func (k *Toolkit) requestApproval(ctx context.Context, args json.RawMessage) (an
 	if op.State != operations.StateProposed {
 		return map[string]any{"operation": opView(op), "approval": "The operation is " + string(op.State) + "; there is nothing to approve."}, nil
 	}
-	done, err := c.ops.Handle(ctx, op) // the Approver or a standing permission: never the model
+	done, err := c.ops.Handle(ctx, op, nil) // the Approver or a standing permission: never the model
 	switch {
 	case err == nil:
 		return map[string]any{"operation": opView(done), "approval": "The User's approval was given in the agent's own interface; the Company reports the operation " + string(done.State) + "."}, nil

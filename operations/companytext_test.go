@@ -56,7 +56,7 @@ func TestCompanyTextNeverApproves(t *testing.T) {
 			t.Errorf("Approve: %v %v", a, err)
 		}
 	}
-	if _, err := e.c.Handle(ctx, fromMsg); !errors.Is(err, operations.ErrDeclined) {
+	if _, err := e.c.Handle(ctx, fromMsg, nil); !errors.Is(err, operations.ErrDeclined) {
 		t.Errorf("Handle: %v", err)
 	}
 	if n := len(e.ap.asked()); n != 3 {
@@ -76,7 +76,7 @@ func TestCompanyTextNeverApproves(t *testing.T) {
 	}
 	op2 := e2.propose("itm_4Qa")
 	v, _ := c.Observe(op2, exchangeAction)
-	if _, err := c.Handle(ctx, v); !errors.Is(err, operations.ErrNoApprover) {
+	if _, err := c.Handle(ctx, v, nil); !errors.Is(err, operations.ErrNoApprover) {
 		t.Errorf("no Approver: %v", err)
 	}
 	if n := len(e2.confirms()); n != 0 {

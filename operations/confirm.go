@@ -22,11 +22,73 @@ import (
 // before it gives up; the journal keeps the confirm for Recover.
 const maxConfirmAttempts = 8
 
+// Handle is the default path of an operation: it takes a proposed
+// operation through approval and confirmation to a final state. It asks
+// for approval (a standing permission that covers the revision, or the
+// User through the Approver), confirms, gets a new approval when the terms
+// changed (PA-OPS5-15) or when the Company wants the User's own approval
+// (PA-OPS5-16), and tracks the operation until final. When the User
+// declines, it declines the proposal at the Company (OPS 7) and returns
+// ErrDeclined with the cancelled operation. An operation past proposed is
+// returned as it is, tracked if in_progress. opts, which may be nil, say
+// how to confirm, as for Confirm.
+//
+// Approve and Confirm are its two steps, for an interface that must hold
+// the approval itself: to withdraw it, or to confirm it again after a
+// sign-in.
+func (c *Client) Handle(ctx context.Context, op *Operation, opts *ConfirmOptions) (*Operation, error) {
+	cur, err := c.observe(op, nil, "")
+	if err != nil {
+		return nil, err
+	}
+	reason, userOnly := "", false
+	for range 16 {
+		if cur.State != StateProposed {
+			if cur.State == StateInProgress && (opts == nil || !opts.NoTrack) {
+				return c.Track(ctx, cur.ID)
+			}
+			return cur, nil
+		}
+		a, err := c.approve(ctx, cur, reason, userOnly)
+		if errors.Is(err, ErrDeclined) {
+			cancelled, cerr := c.Cancel(ctx, cur.ID)
+			return cancelled, errors.Join(ErrDeclined, cerr)
+		}
+		if err != nil {
+			return cur, err
+		}
+		done, err := c.Confirm(ctx, a, opts)
+		var oe *Error
+		switch {
+		case errors.As(err, &oe) && oe.Code == "terms_changed" && oe.Operation != nil:
+			cur, reason, userOnly = c.viewOr(oe.Operation), "terms_changed", false
+		case errors.As(err, &oe) && oe.Code == "user_approval_required":
+			cur, reason, userOnly = c.viewOr(cur), "user_approval_required", true
+		default:
+			return done, err
+		}
+	}
+	return cur, protocolError("operation %s: too many revisions", cur.ID)
+}
+
+// ConfirmOptions says how Confirm and Handle confirm. Nil means at the
+// operations endpoint, tracked until final.
+type ConfirmOptions struct {
+	// Website, when set, confirms on the Company's website instead of at
+	// the operations endpoint (OPS 4.4): see website.go and Confirm.
+	Website WebsiteConfirmer
+	// NoTrack returns the operation as the Company answered the confirm,
+	// which may be in_progress, instead of tracking it until final: Track
+	// it later, or Recover it after a restart.
+	NoTrack bool
+}
+
 // Confirm confirms the approved revision at the operations endpoint with
 // {"revision": n, "approved_by": …} (OPS 5.2, PA-OPS5-13) and tracks the
-// operation until final. The approval must be for the revision the Client
-// knows as the latest (PA-OPS5-01), not withdrawn (PA-OPS7-05), and the
-// revision unexpired (PA-OPS3-02); otherwise nothing is sent.
+// operation until final (unless opts.NoTrack). The approval must be for
+// the revision the Client knows as the latest (PA-OPS5-01), not withdrawn
+// (PA-OPS7-05), and the revision unexpired (PA-OPS3-02); otherwise nothing
+// is sent. opts may be nil.
 //
 // The confirm is written to the keystore journal before it is first sent
 // (OPS 6). A confirm that gets no answer, or a 5xx, is sent again with the
@@ -41,19 +103,47 @@ const maxConfirmAttempts = 8
 // could not settle with a stored Account Token comes back as the
 // *poppy.Error: sign the User in (package signin) and call Confirm again
 // with the same Approval, which sends the same confirm (PA-OPS5-14).
-func (c *Client) Confirm(ctx context.Context, a *Approval) (*Operation, error) {
-	op, err := c.Submit(ctx, a)
-	if err != nil || op.State != StateInProgress {
+//
+// With opts.Website, the revision is confirmed on the Company's website
+// instead (OPS 4.4), with the same checks first, so the User's approval of
+// that revision comes first however the operation is confirmed
+// (PA-OPS4-04): the operation must have a url (else ErrNoWebsite), and the
+// operation, read at the endpoint just before, must still be proposed at
+// the approved revision; otherwise the WebsiteConfirmer is not called. The
+// confirm is journalled before it runs. Then the operation is read at the
+// endpoint: still proposed means the website did not confirm it
+// (ErrNotConfirmedOnWebsite, joined with the WebsiteConfirmer's error, and
+// the journal forgets the confirm); a confirmation of another revision
+// than the approved one is an ErrApprovalMismatch with the operation. If
+// the read gets no answer, or the process dies, the journalled confirm
+// stays: [Client.Recover] reads the operation and, if it is still proposed
+// at the approved revision, confirms that revision at the operations
+// endpoint, as the same approval covers it however it is confirmed; the
+// Company performs it at most once across channels (CO-OPS6-02).
+func (c *Client) Confirm(ctx context.Context, a *Approval, opts *ConfirmOptions) (*Operation, error) {
+	var o ConfirmOptions
+	if opts != nil {
+		o = *opts
+	}
+	var op *Operation
+	var err error
+	if o.Website != nil {
+		op, err = c.confirmOnWebsite(ctx, a, o.Website)
+	} else {
+		op, err = c.submit(ctx, a)
+	}
+	if err == nil && op != nil && op.State == StateExpired {
+		err = fmt.Errorf("%w: %s", ErrOperationExpired, op.ID)
+	}
+	if err != nil || o.NoTrack || op == nil || op.State != StateInProgress {
 		return op, err
 	}
 	return c.Track(ctx, op.ID)
 }
 
-// Submit is Confirm without the tracking: it sends the journalled confirm
-// until the Company answers it and returns the operation as the Company
-// answered, which may be in_progress. Track it, or Recover it after a
-// restart.
-func (c *Client) Submit(ctx context.Context, a *Approval) (*Operation, error) {
+// submit sends the journalled confirm until the Company answers it and
+// returns the operation as the Company answered, which may be in_progress.
+func (c *Client) submit(ctx context.Context, a *Approval) (*Operation, error) {
 	cur, stop, err := c.precheck(ctx, a)
 	if stop {
 		return cur, err
@@ -125,7 +215,7 @@ func (c *Client) precheck(ctx context.Context, a *Approval) (op *Operation, stop
 
 // beginConfirm marks a as confirmed, unless it was withdrawn
 // (PA-OPS7-05), and journals the confirm before it is sent (OPS 6); via is
-// "" for the operations endpoint, "website" for ConfirmOnWebsite.
+// "" for the operations endpoint, "website" for ConfirmOptions.Website.
 func (c *Client) beginConfirm(ctx context.Context, a *Approval, cur *Operation, via string) (journalConfirm, error) {
 	a.mu.Lock()
 	if a.withdrawn {
@@ -189,48 +279,6 @@ func (c *Client) sendRetrying(ctx context.Context, target, id string, body []byt
 		last = err
 	}
 	return nil, last
-}
-
-// Handle takes a proposed operation through approval and confirmation to a
-// final state: it asks for approval (standing permission or the User),
-// confirms, gets a new approval when the terms changed (PA-OPS5-15) or
-// when the Company wants the User's own approval (PA-OPS5-16), and tracks
-// the operation until final. When the User declines, it declines the
-// proposal at the Company (OPS 7) and returns ErrDeclined with the
-// cancelled operation.
-func (c *Client) Handle(ctx context.Context, op *Operation) (*Operation, error) {
-	cur, err := c.observe(op, nil, "")
-	if err != nil {
-		return nil, err
-	}
-	reason, userOnly := "", false
-	for range 16 {
-		if cur.State != StateProposed {
-			if cur.State == StateInProgress {
-				return c.Track(ctx, cur.ID)
-			}
-			return cur, nil
-		}
-		a, err := c.approve(ctx, cur, reason, userOnly)
-		if errors.Is(err, ErrDeclined) {
-			cancelled, cerr := c.Cancel(ctx, cur.ID)
-			return cancelled, errors.Join(ErrDeclined, cerr)
-		}
-		if err != nil {
-			return cur, err
-		}
-		done, err := c.Confirm(ctx, a)
-		var oe *Error
-		switch {
-		case errors.As(err, &oe) && oe.Code == "terms_changed" && oe.Operation != nil:
-			cur, reason, userOnly = c.viewOr(oe.Operation), "terms_changed", false
-		case errors.As(err, &oe) && oe.Code == "user_approval_required":
-			cur, reason, userOnly = c.viewOr(cur), "user_approval_required", true
-		default:
-			return done, err
-		}
-	}
-	return cur, protocolError("operation %s: too many revisions", cur.ID)
 }
 
 func (c *Client) viewOr(op *Operation) *Operation {

@@ -19,7 +19,7 @@
 //
 //	c, _ := operations.New(sess, &operations.Options{Approver: myUI})
 //	op, _, _ := c.Propose(ctx, req, operations.OpenAPIAction("POST", "/orders/{id}/exchanges"), nil)
-//	done, err := c.Handle(ctx, op) // approve, confirm, track to a final state
+//	done, err := c.Handle(ctx, op, nil) // approve, confirm, track to a final state
 //	fmt.Println(done.Result.Summary) // the Company's account of what happened
 //
 // # At most once
@@ -43,9 +43,9 @@
 //
 // An operation's url shows it on the Company's website in the same Session
 // (OPS 4.4), and a website may let the Session confirm it there.
-// [Client.ConfirmOnWebsite] does that with the same [*Approval] as
-// Confirm, so the User's approval of that revision comes first however the
-// operation is confirmed (PA-OPS4-04): the caller's [WebsiteConfirmer]
+// [Client.Confirm] (or [Client.Handle]) with [ConfirmOptions].Website does
+// that with the same [*Approval], so the User's approval of that revision
+// comes first however the operation is confirmed (PA-OPS4-04): the caller's [WebsiteConfirmer]
 // presses the page's button in a browser joined to the Session (package
 // browser), and the SDK reads the operation at the endpoint to learn what
 // the Company did. Nothing else in the SDK confirms on a website.

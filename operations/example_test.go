@@ -59,7 +59,7 @@ func Example() {
 		return
 	}
 	fmt.Println("proposed:", op.State)
-	done, err := ops.Handle(ctx, op)
+	done, err := ops.Handle(ctx, op, nil)
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -47,7 +47,7 @@ func exampleSession(ctx context.Context) (*poppytest.Server, *poppy.Session) {
 // HTTP client with a cookie jar; package browser/headless drives a real
 // Chromium). The SDK reads the operation at the endpoint afterwards and
 // tracks it to its result.
-func ExampleClient_ConfirmOnWebsite() {
+func ExampleClient_Confirm_website() {
 	ctx := context.Background()
 	company, sess := exampleSession(ctx)
 	defer company.Close()
@@ -91,7 +91,7 @@ func ExampleClient_ConfirmOnWebsite() {
 		}
 		return resp.Body.Close()
 	})
-	done, err := ops.ConfirmOnWebsite(ctx, a, pressConfirm)
+	done, err := ops.Confirm(ctx, a, &operations.ConfirmOptions{Website: pressConfirm})
 	if err != nil {
 		fmt.Println(err)
 		return

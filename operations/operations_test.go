@@ -36,7 +36,7 @@ func TestJacketExchange(t *testing.T) {
 	if op.ExpiresAt.IsZero() {
 		t.Error("no expires_at")
 	}
-	done, err := e.c.Handle(ctx, op)
+	done, err := e.c.Handle(ctx, op, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +141,7 @@ func TestResourceToken(t *testing.T) {
 	const res = "https://api.example.test/poppy/operations"
 	e := newEnv(t, &poppytest.Options{Operations: poppytest.OperationsOptions{Resource: res}}, nil)
 	op := e.propose("itm_4Qa")
-	done, err := e.c.Handle(ctx, op)
+	done, err := e.c.Handle(ctx, op, nil)
 	if err != nil || done.State != operations.StateSucceeded {
 		t.Fatalf("%v %v", done, err)
 	}
@@ -206,7 +206,7 @@ func TestExpiredLocally(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.Srv.Clock().Advance(16 * time.Minute)
-	if _, err := e.c.Confirm(ctx, a); !errors.Is(err, operations.ErrOperationExpired) {
+	if _, err := e.c.Confirm(ctx, a, nil); !errors.Is(err, operations.ErrOperationExpired) {
 		t.Errorf("Confirm after expires_at: %v", err)
 	}
 	if _, err := e.c.Approve(ctx, op); !errors.Is(err, operations.ErrOperationExpired) {
@@ -234,7 +234,7 @@ func TestExpiredLocally(t *testing.T) {
 func TestSlowTracked(t *testing.T) {
 	e := newEnv(t, &poppytest.Options{Operations: poppytest.OperationsOptions{Perform: poppytest.PerformSlow, SlowFor: 9 * time.Second, RetryAfter: 3}}, nil)
 	op := e.propose("itm_4Qa")
-	done, err := e.c.Handle(ctx, op)
+	done, err := e.c.Handle(ctx, op, nil)
 	if err != nil || done.State != operations.StateSucceeded {
 		t.Fatalf("%v %v", done, err)
 	}
@@ -255,7 +255,7 @@ func TestSlowTracked(t *testing.T) {
 // off.
 func TestBackoffWithoutRetryAfter(t *testing.T) {
 	e := newEnv(t, &poppytest.Options{Operations: poppytest.OperationsOptions{Perform: poppytest.PerformSlow, SlowFor: 20 * time.Second, OmitRetryAfter: true}}, nil)
-	done, err := e.c.Handle(ctx, e.propose("itm_4Qa"))
+	done, err := e.c.Handle(ctx, e.propose("itm_4Qa"), nil)
 	if err != nil || done.State != operations.StateSucceeded {
 		t.Fatalf("%v %v", done, err)
 	}
@@ -274,7 +274,7 @@ func TestBackoffWithoutRetryAfter(t *testing.T) {
 // app.
 func TestFailedPartway(t *testing.T) {
 	e := newEnv(t, &poppytest.Options{Operations: poppytest.OperationsOptions{Perform: poppytest.PerformFailPartway}}, nil)
-	done, err := e.c.Handle(ctx, e.propose("itm_4Qa"))
+	done, err := e.c.Handle(ctx, e.propose("itm_4Qa"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,7 +288,7 @@ func TestDeclineCancels(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	e.ap.answer = func(*operations.ApprovalRequest) operations.Decision { return operations.Decline }
 	op := e.propose("itm_4Qa")
-	done, err := e.c.Handle(ctx, op)
+	done, err := e.c.Handle(ctx, op, nil)
 	if !errors.Is(err, operations.ErrDeclined) {
 		t.Fatalf("Handle: %v", err)
 	}
@@ -308,7 +308,7 @@ func TestCancelInProgress(t *testing.T) {
 	e := newEnv(t, &poppytest.Options{Operations: poppytest.OperationsOptions{Perform: poppytest.PerformSlow}}, nil)
 	op := e.propose("itm_4Qa")
 	a, _ := e.c.Approve(ctx, op)
-	if got, err := e.c.Submit(ctx, a); err != nil || got.State != operations.StateInProgress {
+	if got, err := e.c.Confirm(ctx, a, &operations.ConfirmOptions{NoTrack: true}); err != nil || got.State != operations.StateInProgress {
 		t.Fatalf("Submit in slow mode: %v %v", got, err)
 	}
 	done, err := e.c.Cancel(ctx, op.ID)
@@ -328,7 +328,7 @@ func TestCancelInProgress(t *testing.T) {
 // PA-OPS7-04: cancelling a succeeded operation returns it unchanged.
 func TestCancelSucceeded(t *testing.T) {
 	e := newEnv(t, nil, nil)
-	done, err := e.c.Handle(ctx, e.propose("itm_4Qa"))
+	done, err := e.c.Handle(ctx, e.propose("itm_4Qa"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -360,7 +360,7 @@ func TestOneOperationAcrossChannels(t *testing.T) {
 	if err != nil || view.Revision != 2 {
 		t.Errorf("stale revision replaced the newer one: %v %v", view, err)
 	}
-	done, err := e.c.Handle(ctx, view)
+	done, err := e.c.Handle(ctx, view, nil)
 	if err != nil || done.State != operations.StateSucceeded {
 		t.Fatal(err)
 	}
@@ -384,7 +384,7 @@ func TestMutatedRevision(t *testing.T) {
 	if _, err := e.c.Get(ctx, op.ID); !errors.Is(err, operations.ErrProtocol) {
 		t.Fatalf("Get: %v", err)
 	}
-	if _, err := e.c.Handle(ctx, op); !errors.Is(err, operations.ErrProtocol) {
+	if _, err := e.c.Handle(ctx, op, nil); !errors.Is(err, operations.ErrProtocol) {
 		t.Errorf("Handle: %v", err)
 	}
 	if n := len(e.confirms()); n != 0 || len(e.ap.asked()) != 0 {
@@ -410,20 +410,20 @@ func TestTermsChanged(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The SDK hasn't seen revision 2: the confirm goes out and gets 409.
-	_, err = e.c.Confirm(ctx, a)
+	_, err = e.c.Confirm(ctx, a, nil)
 	var oe *operations.Error
 	if !errors.As(err, &oe) || !errors.Is(err, operations.ErrTermsChanged) || oe.Operation == nil || oe.Operation.Revision != 2 {
 		t.Fatalf("Confirm of the old revision: %v", err)
 	}
 	// PA-OPS5-01: the old approval is refused locally now.
 	n := len(e.confirms())
-	if _, err := e.c.Confirm(ctx, a); !errors.Is(err, operations.ErrApprovalMismatch) {
+	if _, err := e.c.Confirm(ctx, a, nil); !errors.Is(err, operations.ErrApprovalMismatch) {
 		t.Errorf("old approval: %v", err)
 	}
 	if len(e.confirms()) != n {
 		t.Error("old approval sent a confirm")
 	}
-	done, err := e.c.Handle(ctx, oe.Operation)
+	done, err := e.c.Handle(ctx, oe.Operation, nil)
 	if err != nil || done.State != operations.StateSucceeded {
 		t.Fatalf("%v %v", done, err)
 	}
@@ -453,7 +453,7 @@ func TestConfirmAfterSignInRequired(t *testing.T) {
 	op := e.propose("itm_4Qa")
 	a, _ := e.c.Approve(ctx, op)
 	e.Srv.SignOutSession(e.sess.ID())
-	done, err := e.c.Confirm(ctx, a)
+	done, err := e.c.Confirm(ctx, a, nil)
 	if err != nil || done.State != operations.StateSucceeded {
 		t.Fatalf("%v %v", done, err)
 	}
@@ -470,13 +470,13 @@ func TestConfirmAfterInsufficientScope(t *testing.T) {
 	op := e.propose("itm_4Qa")
 	a, _ := e.c.Approve(ctx, op)
 	e.Srv.ForceError(poppytest.EndpointOperations, poppytest.Fault{Code: "insufficient_scope"})
-	_, err := e.c.Confirm(ctx, a)
+	_, err := e.c.Confirm(ctx, a, nil)
 	var pe *poppy.Error
 	if !errors.Is(err, poppy.ErrInsufficientScope) || !errors.As(err, &pe) || len(pe.Scope) != 2 {
 		t.Fatalf("Confirm: %v", err)
 	}
 	signIn(t, e.Env, e.sess)
-	done, err := e.c.Confirm(ctx, a)
+	done, err := e.c.Confirm(ctx, a, nil)
 	if err != nil || done.State != operations.StateSucceeded {
 		t.Fatalf("%v %v", done, err)
 	}
@@ -492,7 +492,7 @@ func TestUserApprovalRequiredAnswer(t *testing.T) {
 	grantExchange(t, e, nil)
 	op := e.propose("itm_4Qa")
 	e.Srv.ForceError(poppytest.EndpointOperations, poppytest.Fault{Status: 403, Code: "user_approval_required"})
-	done, err := e.c.Handle(ctx, op)
+	done, err := e.c.Handle(ctx, op, nil)
 	if err != nil || done.State != operations.StateSucceeded {
 		t.Fatalf("%v %v", done, err)
 	}
@@ -518,7 +518,7 @@ func TestUserApprovalRequiredFlag(t *testing.T) {
 	if !op.UserApprovalRequired {
 		t.Fatal("flag not parsed")
 	}
-	if _, err := e.c.Handle(ctx, op); err != nil {
+	if _, err := e.c.Handle(ctx, op, nil); err != nil {
 		t.Fatal(err)
 	}
 	asked := e.ap.asked()
@@ -560,7 +560,7 @@ func TestUserApprovalRequiredFlag(t *testing.T) {
 	if v, err := e2.c.Observe(flagged, exchangeAction); err != nil || !v.UserApprovalRequired {
 		t.Fatalf("Observe: %v %v", v, err)
 	}
-	if _, err := e2.c.Confirm(ctx, a); !errors.Is(err, operations.ErrApprovalMismatch) {
+	if _, err := e2.c.Confirm(ctx, a, nil); !errors.Is(err, operations.ErrApprovalMismatch) {
 		t.Errorf("Confirm of a standing approval with the flag set: %v", err)
 	}
 	if n := len(e2.confirms()); n != 0 {
@@ -572,7 +572,7 @@ func TestUserApprovalRequiredFlag(t *testing.T) {
 func TestRepeatedConfirm(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	op := e.propose("itm_4Qa")
-	if _, err := e.c.Handle(ctx, op); err != nil {
+	if _, err := e.c.Handle(ctx, op, nil); err != nil {
 		t.Fatal(err)
 	}
 	// A second Client (another process) with the proposal's old view.
@@ -585,7 +585,7 @@ func TestRepeatedConfirm(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done, err := c2.Confirm(ctx, a)
+	done, err := c2.Confirm(ctx, a, nil)
 	if err != nil || done.State != operations.StateSucceeded || done.Result == nil {
 		t.Fatalf("%v %v", done, err)
 	}
@@ -608,7 +608,7 @@ func TestLostConfirmResponse(t *testing.T) {
 			return poppytest.FaultNone
 		}}}, nil)
 		op := e.propose("itm_4Qa")
-		done, err := e.c.Handle(ctx, op)
+		done, err := e.c.Handle(ctx, op, nil)
 		if err != nil || done.State != operations.StateSucceeded {
 			t.Fatalf("fault %d: %v %v", f, done, err)
 		}
@@ -631,7 +631,7 @@ func TestNoSecondProposal(t *testing.T) {
 	e := newEnv(t, &poppytest.Options{Operations: poppytest.OperationsOptions{Perform: poppytest.PerformUnknown}}, nil)
 	op := e.propose("itm_4Qa")
 	a, _ := e.c.Approve(ctx, op)
-	if got, err := e.c.Submit(ctx, a); err != nil || got.State != operations.StateInProgress {
+	if got, err := e.c.Confirm(ctx, a, &operations.ConfirmOptions{NoTrack: true}); err != nil || got.State != operations.StateInProgress {
 		t.Fatalf("Submit: %v %v", got, err)
 	}
 	got, resp, err := e.c.Propose(ctx, e.exchangeRequest("itm_4Qa"), exchangeAction, nil)
@@ -668,7 +668,7 @@ func TestWithdrawBeforeConfirm(t *testing.T) {
 	if _, err := a.Withdraw(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.c.Confirm(ctx, a); !errors.Is(err, operations.ErrApprovalWithdrawn) {
+	if _, err := e.c.Confirm(ctx, a, nil); !errors.Is(err, operations.ErrApprovalWithdrawn) {
 		t.Errorf("Confirm: %v", err)
 	}
 	if len(e.confirms()) != 0 || len(e.opRequests("/cancel")) != 0 {
@@ -681,7 +681,7 @@ func TestWithdrawAfterConfirm(t *testing.T) {
 	e := newEnv(t, &poppytest.Options{Operations: poppytest.OperationsOptions{Perform: poppytest.PerformSlow}}, nil)
 	op := e.propose("itm_4Qa")
 	a, _ := e.c.Approve(ctx, op)
-	if got, err := e.c.Submit(ctx, a); err != nil || got.State != operations.StateInProgress {
+	if got, err := e.c.Confirm(ctx, a, &operations.ConfirmOptions{NoTrack: true}); err != nil || got.State != operations.StateInProgress {
 		t.Fatalf("Submit: %v %v", got, err)
 	}
 	done, err := a.Withdraw(ctx)
@@ -781,7 +781,7 @@ func TestExtensionRequired(t *testing.T) {
 // PA-3.3-05: unknown members in every operation answer change nothing.
 func TestNoise(t *testing.T) {
 	e := newEnv(t, &poppytest.Options{Noise: true, Operations: poppytest.OperationsOptions{Perform: poppytest.PerformSlow}}, nil)
-	done, err := e.c.Handle(ctx, e.propose("itm_4Qa"))
+	done, err := e.c.Handle(ctx, e.propose("itm_4Qa"), nil)
 	if err != nil || done.State != operations.StateSucceeded {
 		t.Fatalf("%v %v", done, err)
 	}
@@ -792,7 +792,7 @@ func TestNoise(t *testing.T) {
 func TestConfirmOnlyAtEndpoint(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	op := e.propose("itm_4Qa")
-	if _, err := e.c.Handle(ctx, op); err != nil {
+	if _, err := e.c.Handle(ctx, op, nil); err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range e.Requests() {

@@ -341,7 +341,7 @@ func TestNotProposedStateError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if done, err := other.Confirm(ctx, a); err != nil || done.State != operations.StateSucceeded {
+	if done, err := other.Confirm(ctx, a, nil); err != nil || done.State != operations.StateSucceeded {
 		t.Fatalf("the other process: %s %v", brief(done), err)
 	}
 	cur, err := e.c.Get(ctx, op.ID)
@@ -359,7 +359,7 @@ func TestNotProposedStateError(t *testing.T) {
 		t.Errorf("%q; asked %d, confirms %d", err, len(e.ap.asked())-asked, len(e.confirms())-confirms)
 	}
 	// Handle takes it as it is.
-	if got, err := e.c.Handle(ctx, cur); err != nil || got.State != operations.StateSucceeded {
+	if got, err := e.c.Handle(ctx, cur, nil); err != nil || got.State != operations.StateSucceeded {
 		t.Errorf("Handle: %s %v", brief(got), err)
 	}
 
@@ -496,7 +496,7 @@ func TestPA_OPS6_04_ProposeCall(t *testing.T) {
 		t.Errorf("misuse sent %d requests and ran the call %d times", len(e.Requests())-n, calls.Load()-1)
 	}
 	// Once final, the same call proposes again.
-	if _, err := e.c.Handle(ctx, op); err != nil {
+	if _, err := e.c.Handle(ctx, op, nil); err != nil {
 		t.Fatal(err)
 	}
 	next, _, err := e.c.Propose(ctx, nil, action, &operations.ProposeOptions{CallKey: key, Call: call})

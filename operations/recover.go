@@ -101,10 +101,10 @@ func (c *Client) answered(idem string) bool {
 // keeps returning them while they are open. A proposing request whose
 // answer never came stays journalled for the same request, which Propose
 // sends again with the same Idempotency-Key: request bodies are never
-// journalled, so Recover can't send it. A confirm journalled by
-// ConfirmOnWebsite is sent at the operations endpoint if the operation is
-// still proposed at the approved revision: the approval covers it however
-// it is confirmed.
+// journalled, so Recover can't send it. A confirm journalled for the
+// website (ConfirmOptions.Website) is sent at the operations endpoint if
+// the operation is still proposed at the approved revision: the approval
+// covers it however it is confirmed.
 func (c *Client) Recover(ctx context.Context) ([]*Operation, error) {
 	if err := c.load(ctx); err != nil {
 		return nil, err
@@ -170,7 +170,7 @@ func (c *Client) recoverOne(ctx context.Context, r journalRecord) (*Operation, e
 		}
 	}
 	a := &Approval{c: c, opID: cur.ID, revision: r.Confirm.Revision, by: r.Confirm.ApprovedBy, permission: r.Confirm.Permission}
-	return c.Confirm(ctx, a)
+	return c.Confirm(ctx, a, nil)
 }
 
 // stillPermitted checks that the standing permission of a journalled

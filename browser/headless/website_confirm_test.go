@@ -86,7 +86,7 @@ func TestPA_OPS4_04_WebsiteConfirmInChromium(t *testing.T) {
 	if err != nil || approved != 1 {
 		t.Fatalf("Approve: %v (%d asked)", err, approved)
 	}
-	done, err := oc.ConfirmOnWebsite(ctx, a, clickConfirm)
+	done, err := oc.Confirm(ctx, a, &operations.ConfirmOptions{Website: clickConfirm})
 	if err != nil || done.State != operations.StateSucceeded || done.Result == nil {
 		t.Fatalf("ConfirmOnWebsite: %+v, %v", done, err)
 	}
@@ -110,7 +110,7 @@ func TestPA_OPS4_04_WebsiteConfirmInChromium(t *testing.T) {
 		}
 		return clickConfirm(ctx, w)
 	})
-	if _, err := oc.ConfirmOnWebsite(ctx, a2, revise); err == nil {
+	if _, err := oc.Confirm(ctx, a2, &operations.ConfirmOptions{Website: revise}); err == nil {
 		t.Fatal("confirmed revision 2 under an approval of revision 1")
 	}
 	if info, _ := srv.Operation(op2.ID); info.State != "proposed" || info.WebsiteConfirms != 0 {

@@ -438,7 +438,7 @@ func runOpsConfirm(ctx context.Context, opts *opsConfirmOptions) error {
 		return a.finalOp(ctx, c, opts.Domain, op, err)
 	}
 	fa.id, fa.revision = op.ID, op.Revision
-	done, err := oc.Handle(ctx, op)
+	done, err := oc.Handle(ctx, op, nil)
 	return a.finalOp(ctx, c, opts.Domain, done, err)
 }
 

@@ -64,7 +64,7 @@ func exchangeJacket(ctx context.Context, step func(string, ...any), company *pop
 
 	// Approve, confirm (journalled first, so a crash can't confirm twice),
 	// and track until final.
-	done, err := ops.Handle(ctx, op)
+	done, err := ops.Handle(ctx, op, nil)
 	if err != nil {
 		return err
 	}
