@@ -24,11 +24,13 @@
 // from WWW-Authenticate or the JSON body, Scope for insufficient_scope,
 // SignInTypes for sign_in_required and insufficient_scope, Extension for
 // extension_required. A 202 whose body carries "operation" (operations
-// extension, OPS 4.1) is returned in Response.Operation, raw; with
-// OpenAPIOptions.Operations (MCPOptions.Operations for MCP tools), a call
-// whose operation is still open is not sent again and returns it in an
-// *operations.PendingError (OPS 6; package llmtools and the poppy command
-// do this). HTTPClient and
+// extension, OPS 4.1) is returned in Response.Operation, an
+// *operations.Operation, as an MCP tool result's is in
+// ToolResult.Operation; with OpenAPIOptions.Operations
+// (MCPOptions.Operations for MCP tools) it is that Client's view, and a
+// call whose operation is still open is not sent again and returns it in
+// an *operations.PendingError (OPS 6; package llmtools and the poppy
+// command do this). HTTPClient and
 // Transport hand the same transport to a generated client (oapi-codegen),
 // which then sees every answer as a response. After sign_in_required or
 // insufficient_scope, SignInFor gives the scopes to ask for (the union with

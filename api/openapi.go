@@ -710,10 +710,12 @@ type Response struct {
 	Header http.Header
 	// Body is the body, at most MaxResponseBytes.
 	Body []byte
-	// Operation is the operation a 202 answer proposes (OPS 4.1), raw: the
-	// action is not done until it is confirmed at the operations endpoint
-	// with the User's approval. Nil otherwise.
-	Operation json.RawMessage
+	// Operation is the operation a 202 answer proposes (OPS 4.1): with
+	// OpenAPIOptions.Operations, that Client's view of it. The action is
+	// not done until it is confirmed at the operations endpoint with the
+	// User's approval. Nil otherwise. A 202 whose operation breaks the
+	// extension's rules is an error matching operations.ErrProtocol.
+	Operation *operations.Operation
 }
 
 // JSON decodes the body into v.
@@ -973,7 +975,7 @@ func (oa *OpenAPI) call(ctx context.Context, o *Endpoint, args *Args) (*Response
 				return nil, err
 			}
 			body, _ := json.Marshal(map[string]json.RawMessage{"operation": wire})
-			return &Response{Status: http.StatusAccepted, Header: http.Header{}, Body: body, Operation: wire}, nil
+			return &Response{Status: http.StatusAccepted, Header: http.Header{}, Body: body, Operation: op}, nil
 		}
 	} else if resp, err = oa.client.Do(req); err != nil {
 		return nil, unwrapURLError(err)
@@ -992,7 +994,11 @@ func (oa *OpenAPI) call(ctx context.Context, o *Endpoint, args *Args) (*Response
 	}
 	out := &Response{Status: resp.StatusCode, Header: resp.Header, Body: b}
 	if resp.StatusCode == http.StatusAccepted {
-		out.Operation = operationOf(b)
+		if raw := operationOf(b); raw != nil {
+			if out.Operation, err = operations.Parse(raw); err != nil {
+				return nil, fmt.Errorf("api: %s %s: the 202's operation: %w", o.Method, endpointOf(req.URL), err)
+			}
+		}
 	}
 	return out, nil
 }

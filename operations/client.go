@@ -144,12 +144,15 @@ func (c *Client) Endpoint() string { return c.endpoint }
 // Session returns the Client's Session.
 func (c *Client) Session() *poppy.Session { return c.sess }
 
-// Observe hands the Client an operation read from any channel (FromResponse,
-// FromToolResult, FromMessage, Parse) with the action that proposed it, and
-// returns the Client's view of it: the same operation_id from two channels
-// is one operation, the newest revision wins, and a final state is never
-// replaced (OPS 4). Changed terms under a revision already seen are an
-// ErrProtocol, and the earlier view stays.
+// Observe hands the Client an operation read from any channel with the
+// action that proposed it, and returns the Client's view of it: the same
+// operation_id from two channels is one operation, the newest revision
+// wins, and a final state is never replaced (OPS 4). Changed terms under a
+// revision already seen are an ErrProtocol, and the earlier view stays.
+// Packages api and conversation call it for every operation they read
+// when given the Client (api.OpenAPIOptions.Operations,
+// api.MCPOptions.Operations, conversation.Options.Operations); call it for
+// an operation read elsewhere (Parse, FromResponse).
 func (c *Client) Observe(op *Operation, action Action) (*Operation, error) {
 	return c.observe(op, &action, "")
 }

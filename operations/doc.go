@@ -5,11 +5,14 @@
 //
 // An agent lists the extension in its client metadata
 // (poppy.IdentityConfig.Extensions {"operations": "1"}); [New] then gives a
-// [Client] for a Session at a Company that lists it. Operations come from
-// every channel: [Client.Propose] sends an API request that may answer 202
-// (OPS 4.1), [FromToolResult] reads an MCP tool result's structuredContent
-// (OPS 4.2), [FromMessage] a conversation message (OPS 4.3), and
-// [Client.Observe] makes them one operation per operation_id. Approval
+// [Client] for a Session at a Company that lists it. An operation is an
+// [*Operation] whichever channel it comes from, one per operation_id in the
+// Client's views ([Client.Observe]): [Client.Propose] sends an API request
+// that may answer 202 (OPS 4.1); package api, given the Client
+// (api.OpenAPIOptions.Operations, api.MCPOptions.Operations), proposes its
+// OpenAPI calls and MCP tool calls through it (OPS 4.1, 4.2), and package
+// conversation, given it (conversation.Options.Operations), hands it the
+// operation of every Company message (OPS 4.3). Approval
 // comes only from the caller's [Approver], or from a standing [Permission]
 // the User gave earlier that covers every term; never from Company text.
 // An [*Approval] can only be made by [Client.Approve] and can't be changed,

@@ -6,10 +6,12 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/poppyproto/poppy"
+	"github.com/poppyproto/poppy/conversation"
 	"github.com/poppyproto/poppy/internal/testenv"
 	"github.com/poppyproto/poppy/operations"
 	"github.com/poppyproto/poppy/poppytest"
@@ -340,7 +342,10 @@ func TestCancelSucceeded(t *testing.T) {
 
 // PA-OPS3-09 and OPS 4: one operation across channels.
 func TestOneOperationAcrossChannels(t *testing.T) {
-	e := newEnv(t, nil, nil)
+	var late atomic.Pointer[json.RawMessage]
+	e := newEnv(t, &poppytest.Options{Conversation: poppytest.ConversationOptions{Agent: func(tn *poppytest.Turn) {
+		tn.Reply(poppytest.Reply{Text: "Here it is", Operation: *late.Load()})
+	}}}, nil)
 	op := e.propose("itm_4Qa")
 	if _, err := e.Srv.ReviseOperation(op.ID); err != nil {
 		t.Fatal(err)
@@ -351,14 +356,25 @@ func TestOneOperationAcrossChannels(t *testing.T) {
 	}
 	// The conversation delivers revision 1 late: the SDK keeps revision 2.
 	old, _ := json.Marshal(op)
-	msg := json.RawMessage(`{"id":"msg_1","role":"company","text":"Here it is","operation":` + string(old) + `}`)
-	got, err := operations.FromMessage(msg)
+	late.Store((*json.RawMessage)(&old))
+	conv, err := conversation.Start(ctx, e.sess, conversation.Text("Show it again."), &conversation.StartOptions{Options: conversation.Options{Operations: e.c}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	view, err := e.c.Observe(got, operations.ConversationAction())
-	if err != nil || view.Revision != 2 {
-		t.Errorf("stale revision replaced the newer one: %v %v", view, err)
+	var view *operations.Operation
+	for ev, err := range conv.Events(ctx, &conversation.EventsOptions{UntilIdle: true, LongPoll: true}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Type == conversation.EventMessage && ev.Message.Role == conversation.RoleCompany {
+			view, err = ev.Message.Operation, ev.Message.OperationError
+			if err != nil || view == nil || view.Revision != 2 {
+				t.Errorf("stale revision replaced the newer one: %v %v", view, err)
+			}
+		}
+	}
+	if view == nil {
+		t.Fatal("no message with the operation")
 	}
 	done, err := e.c.Handle(ctx, view, nil)
 	if err != nil || done.State != operations.StateSucceeded {
@@ -719,27 +735,24 @@ func TestNotFound(t *testing.T) {
 	}
 }
 
-// PA-OPS4-02, PA-OPS4-03: operations out of an MCP tool result and a
-// conversation message.
+// OPS 3, 4: an operation object reads the same whatever channel carried
+// it. The channels' envelopes are their packages': an API's 202 and an MCP
+// tool result's structuredContent are read by package api
+// (api.Response.Operation, api.ToolResult.Operation; PA-OPS4-02 there), a
+// message by package conversation (ReceivedMessage.Operation; PA-OPS4-03
+// there), each handing over an *Operation.
 func TestChannels(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	op := e.propose("itm_4Qa")
 	raw, _ := json.Marshal(op)
-	sc := map[string]any{"operation": json.RawMessage(raw)}
-	got, err := operations.FromToolResult(sc)
-	if err != nil || got.ID != op.ID || got.State != operations.StateProposed {
-		t.Fatalf("tool result: %v %v", got, err)
+	got, err := operations.Parse(raw)
+	if err != nil || got.ID != op.ID || got.State != operations.StateProposed || got.Revision != op.Revision || got.Summary != op.Summary {
+		t.Fatalf("Parse: %v %v", got, err)
 	}
-	got, err = operations.FromToolResult(json.RawMessage(`{"operation":` + string(raw) + `}`))
-	if err != nil || got.ID != op.ID {
-		t.Fatalf("tool result raw: %v %v", got, err)
-	}
-	got, err = operations.FromMessage(map[string]any{"text": "hi", "operation": json.RawMessage(raw)})
-	if err != nil || got.ID != op.ID {
-		t.Fatalf("message: %v %v", got, err)
-	}
-	if _, err := operations.FromMessage(json.RawMessage(`{"text":"no operation"}`)); !errors.Is(err, operations.ErrNoOperation) {
-		t.Errorf("message without operation: %v", err)
+	for _, none := range []string{``, `null`, " \n "} {
+		if _, err := operations.Parse([]byte(none)); !errors.Is(err, operations.ErrNoOperation) {
+			t.Errorf("Parse(%q): %v, want ErrNoOperation", none, err)
+		}
 	}
 	// An agent without the extension: the exchange is performed directly.
 	off := testenv.New(t, nil, nil)
