@@ -25,9 +25,9 @@ var (
 	// ErrInvalidDescription: the OpenAPI description doesn't load or
 	// validate.
 	ErrInvalidDescription = errors.New("api: invalid OpenAPI description")
-	// ErrUnknownOperation: no operation has that operationId, or that
+	// ErrUnknownEndpoint: no endpoint has that operationId, or that
 	// method and path.
-	ErrUnknownOperation = errors.New("api: unknown operation")
+	ErrUnknownEndpoint = errors.New("api: unknown endpoint")
 	// ErrInvalidResourceMetadata: the MCP server's protected resource
 	// metadata (RFC 9728) is missing, malformed or for another resource.
 	ErrInvalidResourceMetadata = errors.New("api: invalid protected resource metadata")
@@ -99,7 +99,7 @@ func apiError(format string, args ...any) error {
 // SignInFor says how to sign in after a call failed with err (spec 6,
 // PA-6-06, PA-6-07): for insufficient_scope, the union of the Session's
 // scopes and those the Company named (A-21: missing or full set alike);
-// for sign_in_required, need (such as Operation.Scopes) with the Session's
+// for sign_in_required, need (such as Endpoint.Scopes) with the Session's
 // scopes. It returns the SignInOptions to pass to a sign-in and the types
 // the Company offers that can grant all of it. ok is false for any other
 // error.

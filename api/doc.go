@@ -1,5 +1,5 @@
 // Package api calls a Company's APIs (spec 6) in a Poppy Session: OpenAPI
-// operations with the Session's DPoP Session Token, MCP tools with a Bearer
+// endpoints with the Session's DPoP Session Token, MCP tools with a Bearer
 // Session Token issued for exactly that MCP server, and both as tools for an
 // LLM tool runtime.
 //
@@ -15,18 +15,22 @@
 //
 // LoadOpenAPI fetches the description through the Agent's document cache,
 // like poppy.json (HTTPS only, redirects only to HTTPS, HTTP caching headers,
-// a size cap), and indexes its operations. Calls go through
+// a size cap), and indexes its endpoints (what OpenAPI calls operations:
+// one method of one path; in this SDK an operation is always the operations
+// extension's). Calls go through
 // Session.HTTPClient, which signs a proof per request, renews an
 // invalid_token once, uses a stored Account Token on sign_in_required, and
 // waits out 429s. An answer of 400 or above becomes a *poppy.Error: Code
 // from WWW-Authenticate or the JSON body, Scope for insufficient_scope,
 // SignInTypes for sign_in_required and insufficient_scope, Extension for
 // extension_required. A 202 whose body carries "operation" (operations
-// extension, OPS 4.1) is returned in Response.Operation, raw; with
-// OpenAPIOptions.Operations (MCPOptions.Operations for MCP tools), a call
-// whose operation is still open is not sent again and returns it in an
-// *operations.PendingError (OPS 6; package llmtools and the poppy command
-// do this). HTTPClient and
+// extension, OPS 4.1) is returned in Response.Operation, an
+// *operations.Operation, as an MCP tool result's is in
+// ToolResult.Operation; with OpenAPIOptions.Operations
+// (MCPOptions.Operations for MCP tools) it is that Client's view, and a
+// call whose operation is still open is not sent again and returns it in
+// an *operations.PendingError (OPS 6; package llmtools and the poppy
+// command do this). HTTPClient and
 // Transport hand the same transport to a generated client (oapi-codegen),
 // which then sees every answer as a response. After sign_in_required or
 // insufficient_scope, SignInFor gives the scopes to ask for (the union with

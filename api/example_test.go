@@ -144,12 +144,12 @@ func ExampleLoadOpenAPI() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	for _, op := range oa.Operations() {
+	for _, ep := range oa.Endpoints() {
 		var params []string
-		for _, p := range op.Parameters {
+		for _, p := range ep.Parameters {
 			params = append(params, p.In+":"+p.Name)
 		}
-		fmt.Println(op.Method, op.Path, op.ID, params, op.Body != nil)
+		fmt.Println(ep.Method, ep.Path, ep.ID, params, ep.Body != nil)
 	}
 	// Output:
 	// GET /addresses listAddresses [] false
@@ -193,7 +193,7 @@ func ExampleSignInFor() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	op, _ := oa.Operation("listOrders")
+	op, _ := oa.Endpoint("listOrders")
 	_, err = oa.Call(ctx, op.ID, nil)
 	if opts, types, ok := api.SignInFor(sess, err, op.Scopes...); ok {
 		fmt.Println(opts.Scopes, types)

@@ -260,7 +260,7 @@ func TestAttackOpenAPIFanOut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ops := oa.Operations()
+	ops := oa.Endpoints()
 	if len(ops) != 500 {
 		t.Fatalf("%d operations", len(ops))
 	}

@@ -52,7 +52,7 @@ type MCPOptions struct {
 	Client *mcp.Client
 	// Logger receives debug records. Nil discards. No record holds a token.
 	Logger *slog.Logger
-	// Operations, if set, makes CallTool go through its ProposeCall: while
+	// Operations, if set, makes CallTool go through its Propose: while
 	// an operation that a call of the same tool with the same arguments
 	// proposed is still open, nothing is sent and CallTool returns that
 	// operation in a *operations.PendingError (OPS 6, PA-OPS6-04, A-38).
@@ -222,9 +222,12 @@ func (m *MCP) Tools(ctx context.Context) iter.Seq2[*mcp.Tool, error] {
 type ToolResult struct {
 	*mcp.CallToolResult
 	// Operation is the operation the tool proposes, from "operation" in
-	// structuredContent (OPS 4.2), raw: not done until the User approves
-	// it and it is confirmed at the operations endpoint. Nil otherwise.
-	Operation json.RawMessage
+	// structuredContent (OPS 4.2), never from the text content: with
+	// MCPOptions.Operations, that Client's view of it. It is not done until
+	// the User approves it and it is confirmed at the operations endpoint.
+	// Nil otherwise. A result whose operation breaks the extension's rules
+	// is an error matching operations.ErrProtocol.
+	Operation *operations.Operation
 }
 
 // CallTool calls the tool name with args (a JSON object: a map, a struct or
@@ -242,15 +245,19 @@ func (m *MCP) CallTool(ctx context.Context, name string, args any) (*ToolResult,
 		return nil, fmt.Errorf("%w: %w", ErrInvalidArguments, err)
 	}
 	var out *ToolResult
-	_, err = m.opsc.ProposeCall(ctx, key, operations.ToolAction(name), func(ctx context.Context) (*operations.Operation, error) {
-		var err error
-		if out, err = m.callTool(ctx, name, args); err != nil || out.Operation == nil {
-			return nil, err
-		}
-		return operations.Parse(out.Operation)
-	})
+	op, _, err := m.opsc.Propose(ctx, nil, operations.ToolAction(name), &operations.ProposeOptions{CallKey: key,
+		Call: func(ctx context.Context) (*operations.Operation, error) {
+			var err error
+			if out, err = m.callTool(ctx, name, args); err != nil || out.Operation == nil {
+				return nil, err
+			}
+			return out.Operation, nil
+		}})
 	if err != nil {
 		return nil, err
+	}
+	if op != nil {
+		out.Operation = op // the Client's view
 	}
 	return out, nil
 }
@@ -264,7 +271,11 @@ func (m *MCP) callTool(ctx context.Context, name string, args any) (*ToolResult,
 	out := &ToolResult{CallToolResult: res}
 	if res.StructuredContent != nil {
 		if b, err := json.Marshal(res.StructuredContent); err == nil {
-			out.Operation = operationOf(b)
+			if raw := operationOf(b); raw != nil {
+				if out.Operation, err = operations.Parse(raw); err != nil {
+					return nil, fmt.Errorf("api: MCP tools/call %s: the result's operation: %w", cleanText(name, 64), err)
+				}
+			}
 		}
 	}
 	return out, nil

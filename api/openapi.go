@@ -5,10 +5,12 @@ package api
 // The description is fetched through the Agent's document cache (the same
 // cache, HTTP caching and HTTPS rules as poppy.json), loaded by kin-openapi
 // with external references refused (a Company's description must not make
-// the agent fetch other URLs), validated, and indexed once: operations by
-// operationId and by method and path template, each with its parameters and
-// request-body schema as the description gives them, shared (one copy per
-// schema of the description, however many operations use it).
+// the agent fetch other URLs), validated, and indexed once: endpoints (an
+// OpenAPI "operation", one method of one path) by operationId and by method
+// and path template, each with its parameters and request-body schema as the
+// description gives them, shared (one copy per schema of the description,
+// however many endpoints use it). "Operation" in this package means the
+// operations extension's operation only.
 //
 // Nothing is inlined when the description loads: inlining ($refs resolved)
 // happens when a tool is built or ResolveSchema is called, and all of it,
@@ -50,7 +52,7 @@ type OpenAPIOptions struct {
 	// MaxResponseBytes caps a response body Call reads. Zero means 4 MiB.
 	MaxResponseBytes int64
 	// Operations, if set, sends every call but GET, HEAD and OPTIONS
-	// through its ProposeVia, so that while an operation the same request
+	// through its Propose, so that while an operation the same request
 	// (method, URL and body; query parameters and JSON members in any
 	// order) proposed is still open, nothing is sent and
 	// the call returns that operation in a *operations.PendingError: the
@@ -76,13 +78,14 @@ type OpenAPI struct {
 	maxResp int64
 	opsc    *operations.Client // OpenAPIOptions.Operations
 
-	ops  []*Operation
-	byID map[string]*Operation
+	ops  []*Endpoint
+	byID map[string]*Endpoint
 	ix   *indexed
 }
 
-// Operation is one operation of an OpenAPI description.
-type Operation struct {
+// Endpoint is one method of one path of an OpenAPI description (what
+// OpenAPI calls an operation).
+type Endpoint struct {
 	// ID is the operationId; "" when the description gives none.
 	ID string
 	// Method is the HTTP method, upper case; Path is the path template.
@@ -92,7 +95,7 @@ type Operation struct {
 	Summary, Description string
 	// Parameters are the path, query and header parameters.
 	Parameters []Parameter
-	// Body is the JSON request body, nil when the operation takes none.
+	// Body is the JSON request body, nil when the endpoint takes none.
 	Body *RequestBody
 	// Scopes are the scopes its security requirements name.
 	Scopes []string
@@ -104,19 +107,19 @@ type Operation struct {
 	segs []string
 }
 
-// Parameter is one parameter of an operation.
+// Parameter is one parameter of an endpoint.
 type Parameter struct {
 	Name, In    string // In is "path", "query" or "header"
 	Description string
 	Required    bool
 	// Schema is the parameter's JSON Schema as the description gives it:
 	// a $ref in it points into the description. ResolveSchema inlines
-	// them. Operations that use the same schema share it: callers must
+	// them. Endpoints that use the same schema share it: callers must
 	// not modify it.
 	Schema json.RawMessage
 }
 
-// RequestBody is an operation's JSON request body.
+// RequestBody is an endpoint's JSON request body.
 type RequestBody struct {
 	Required    bool
 	ContentType string
@@ -162,8 +165,8 @@ type indexed struct {
 	root   any // the description as JSON, for resolving $refs
 	v30    bool
 	server *url.URL
-	ops    []*Operation
-	byID   map[string]*Operation
+	ops    []*Endpoint
+	byID   map[string]*Endpoint
 
 	raw      map[*openapi3.SchemaRef]json.RawMessage // while indexing
 	interned map[string]json.RawMessage              // while indexing
@@ -192,7 +195,7 @@ const maxToolSchemas = 4096
 // across Agents is safe.
 //
 // An indexed description holds many times its size (kin-openapi's model,
-// its JSON form, the operations): the cache is bounded by the bytes of the
+// its JSON form, the endpoints): the cache is bounded by the bytes of the
 // descriptions it holds as well as by their number.
 var parsedCache struct {
 	sync.Mutex
@@ -264,7 +267,7 @@ func index(ctx context.Context, entry poppy.API, body []byte) (*indexed, error) 
 	if err != nil {
 		return nil, err
 	}
-	ix := &indexed{doc: doc, root: root, v30: doc.IsOpenAPI30(), server: server, byID: map[string]*Operation{},
+	ix := &indexed{doc: doc, root: root, v30: doc.IsOpenAPI30(), server: server, byID: map[string]*Endpoint{},
 		raw: map[*openapi3.SchemaRef]json.RawMessage{}, interned: map[string]json.RawMessage{}, schemas: map[string]toolSchema{},
 		budget: budget{nodes: maxDescriptionNodes, bytes: maxDescriptionBytes}}
 	if err := ix.index(); err != nil {
@@ -453,7 +456,7 @@ func (oa *indexed) index() error {
 			if op == nil {
 				continue
 			}
-			o, err := oa.newOperation(p, m, item, op)
+			o, err := oa.newEndpoint(p, m, item, op)
 			if err != nil {
 				return err
 			}
@@ -470,7 +473,7 @@ func (oa *indexed) index() error {
 }
 
 // rawSchema returns sr as JSON, $refs kept: one copy per schema of the
-// description, shared by every operation that uses it.
+// description, shared by every endpoint that uses it.
 func (ix *indexed) rawSchema(sr *openapi3.SchemaRef) (json.RawMessage, error) {
 	if b, ok := ix.raw[sr]; ok {
 		return b, nil
@@ -480,7 +483,7 @@ func (ix *indexed) rawSchema(sr *openapi3.SchemaRef) (json.RawMessage, error) {
 		return nil, fmt.Errorf("%w: %s", ErrInvalidDescription, cleanText(err.Error(), 200))
 	}
 	if same, ok := ix.interned[string(b)]; ok {
-		b = same // {"$ref": …} written at each operation: one copy
+		b = same // {"$ref": …} written at each endpoint: one copy
 	} else {
 		ix.interned[string(b)] = b
 	}
@@ -490,9 +493,9 @@ func (ix *indexed) rawSchema(sr *openapi3.SchemaRef) (json.RawMessage, error) {
 
 var stringSchema = json.RawMessage(`{"type":"string"}`)
 
-func (ix *indexed) newOperation(path, method string, item *openapi3.PathItem, op *openapi3.Operation) (*Operation, error) {
+func (ix *indexed) newEndpoint(path, method string, item *openapi3.PathItem, op *openapi3.Operation) (*Endpoint, error) {
 	doc := ix.doc
-	o := &Operation{ID: op.OperationID, Method: method, Path: path,
+	o := &Endpoint{ID: op.OperationID, Method: method, Path: path,
 		Summary: cleanText(op.Summary, maxText), Description: cleanText(op.Description, maxText),
 		segs: strings.Split(strings.Trim(path, "/"), "/")}
 	params := map[string]*openapi3.Parameter{}
@@ -506,7 +509,7 @@ func (ix *indexed) newOperation(path, method string, item *openapi3.PathItem, op
 			if _, ok := params[k]; !ok {
 				order = append(order, k)
 			}
-			params[k] = pr.Value // the operation's own overrides the path item's
+			params[k] = pr.Value // the endpoint's own overrides the path item's
 		}
 	}
 	for _, k := range order {
@@ -629,19 +632,19 @@ func (oa *OpenAPI) Document() *openapi3.T { return oa.doc }
 // server, resolved. Give it to a generated client with HTTPClient.
 func (oa *OpenAPI) ServerURL() string { return oa.server.String() }
 
-// Operations returns the operations, sorted by path and then method.
+// Endpoints returns the endpoints, sorted by path and then method.
 // Callers must not modify them.
-func (oa *OpenAPI) Operations() []*Operation { return slices.Clone(oa.ops) }
+func (oa *OpenAPI) Endpoints() []*Endpoint { return slices.Clone(oa.ops) }
 
-// Operation returns the operation with operationId id.
-func (oa *OpenAPI) Operation(id string) (*Operation, bool) {
+// Endpoint returns the endpoint with operationId id.
+func (oa *OpenAPI) Endpoint(id string) (*Endpoint, bool) {
 	o, ok := oa.byID[id]
 	return o, ok
 }
 
-// Find returns the operation for method and path, where path is a template
+// Find returns the endpoint for method and path, where path is a template
 // of the description ("/orders/{id}") or a path it matches ("/orders/ord_1").
-func (oa *OpenAPI) Find(method, path string) (*Operation, bool) {
+func (oa *OpenAPI) Find(method, path string) (*Endpoint, bool) {
 	method = strings.ToUpper(method)
 	for _, o := range oa.ops {
 		if o.Method == method && o.Path == path {
@@ -707,10 +710,12 @@ type Response struct {
 	Header http.Header
 	// Body is the body, at most MaxResponseBytes.
 	Body []byte
-	// Operation is the operation a 202 answer proposes (OPS 4.1), raw: the
-	// action is not done until it is confirmed at the operations endpoint
-	// with the User's approval. Nil otherwise.
-	Operation json.RawMessage
+	// Operation is the operation a 202 answer proposes (OPS 4.1): with
+	// OpenAPIOptions.Operations, that Client's view of it. The action is
+	// not done until it is confirmed at the operations endpoint with the
+	// User's approval. Nil otherwise. A 202 whose operation breaks the
+	// extension's rules is an error matching operations.ErrProtocol.
+	Operation *operations.Operation
 }
 
 // JSON decodes the body into v.
@@ -721,23 +726,23 @@ func (r *Response) JSON(v any) error {
 	return nil
 }
 
-// Call calls the operation with operationId id. An answer of 400 or above
+// Call calls the endpoint with operationId id. An answer of 400 or above
 // is returned as a *poppy.Error (see the package doc).
 func (oa *OpenAPI) Call(ctx context.Context, id string, args *Args) (*Response, error) {
 	o, ok := oa.byID[id]
 	if !ok {
-		return nil, fmt.Errorf("%w: %q", ErrUnknownOperation, cleanText(id, 64))
+		return nil, fmt.Errorf("%w: %q", ErrUnknownEndpoint, cleanText(id, 64))
 	}
 	return oa.call(ctx, o, args)
 }
 
-// CallPath calls the operation for method and path (see Find). Path
+// CallPath calls the endpoint for method and path (see Find). Path
 // parameters come from args, or from the path itself when it isn't a
 // template.
 func (oa *OpenAPI) CallPath(ctx context.Context, method, path string, args *Args) (*Response, error) {
 	o, ok := oa.Find(method, path)
 	if !ok {
-		return nil, fmt.Errorf("%w: %s %s", ErrUnknownOperation, strings.ToUpper(method), cleanText(path, 200))
+		return nil, fmt.Errorf("%w: %s %s", ErrUnknownEndpoint, strings.ToUpper(method), cleanText(path, 200))
 	}
 	if path != o.Path {
 		var a Args
@@ -768,7 +773,7 @@ func mapsClone(m map[string]any) map[string]any {
 }
 
 // request builds the HTTP request for o.
-func (oa *OpenAPI) request(ctx context.Context, o *Operation, args *Args) (*http.Request, error) {
+func (oa *OpenAPI) request(ctx context.Context, o *Endpoint, args *Args) (*http.Request, error) {
 	var a Args
 	if args != nil {
 		a = *args
@@ -952,7 +957,7 @@ func paramValues(v any) ([]string, error) {
 	return nil, fmt.Errorf("unsupported value of type %T", v)
 }
 
-func (oa *OpenAPI) call(ctx context.Context, o *Operation, args *Args) (*Response, error) {
+func (oa *OpenAPI) call(ctx context.Context, o *Endpoint, args *Args) (*Response, error) {
 	req, err := oa.request(ctx, o, args)
 	if err != nil {
 		return nil, err
@@ -961,7 +966,7 @@ func (oa *OpenAPI) call(ctx context.Context, o *Operation, args *Args) (*Respons
 	if safe := req.Method == http.MethodGet || req.Method == http.MethodHead || req.Method == http.MethodOptions; oa.opsc != nil && !safe {
 		// OPS 6, A-38: one proposal per request while it is open.
 		var op *operations.Operation
-		if op, resp, err = oa.opsc.ProposeVia(ctx, oa.client, req, operations.OpenAPIAction(o.Method, o.Path)); err != nil {
+		if op, resp, err = oa.opsc.Propose(ctx, req, operations.OpenAPIAction(o.Method, o.Path), &operations.ProposeOptions{HTTPClient: oa.client}); err != nil {
 			return nil, unwrapURLError(err)
 		}
 		if op != nil {
@@ -970,7 +975,7 @@ func (oa *OpenAPI) call(ctx context.Context, o *Operation, args *Args) (*Respons
 				return nil, err
 			}
 			body, _ := json.Marshal(map[string]json.RawMessage{"operation": wire})
-			return &Response{Status: http.StatusAccepted, Header: http.Header{}, Body: body, Operation: wire}, nil
+			return &Response{Status: http.StatusAccepted, Header: http.Header{}, Body: body, Operation: op}, nil
 		}
 	} else if resp, err = oa.client.Do(req); err != nil {
 		return nil, unwrapURLError(err)
@@ -989,7 +994,11 @@ func (oa *OpenAPI) call(ctx context.Context, o *Operation, args *Args) (*Respons
 	}
 	out := &Response{Status: resp.StatusCode, Header: resp.Header, Body: b}
 	if resp.StatusCode == http.StatusAccepted {
-		out.Operation = operationOf(b)
+		if raw := operationOf(b); raw != nil {
+			if out.Operation, err = operations.Parse(raw); err != nil {
+				return nil, fmt.Errorf("api: %s %s: the 202's operation: %w", o.Method, endpointOf(req.URL), err)
+			}
+		}
 	}
 	return out, nil
 }

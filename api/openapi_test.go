@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"os"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/api"
 	"github.com/poppyproto/poppy/api/internal/fakeclient"
+	"github.com/poppyproto/poppy/operations"
 	"github.com/poppyproto/poppy/poppytest"
 )
 
@@ -43,7 +45,7 @@ func TestLoadOpenAPI(t *testing.T) {
 	if oa.ServerURL() != env.Srv.APIURL() {
 		t.Errorf("ServerURL %q", oa.ServerURL())
 	}
-	ex, ok := oa.Operation("exchangeItem")
+	ex, ok := oa.Endpoint("exchangeItem")
 	if !ok || ex.Method != "POST" || ex.Path != "/orders/{id}/exchanges" || !ex.ProposesOperation {
 		t.Fatalf("exchangeItem: %+v", ex)
 	}
@@ -64,8 +66,8 @@ func TestLoadOpenAPI(t *testing.T) {
 	if strings.Join(ex.Scopes, " ") != "poppy:read poppy:write" {
 		t.Errorf("scopes %q", ex.Scopes)
 	}
-	if len(oa.Operations()) != 6 {
-		t.Errorf("%d operations", len(oa.Operations()))
+	if len(oa.Endpoints()) != 6 {
+		t.Errorf("%d endpoints", len(oa.Endpoints()))
 	}
 	// Cached like poppy.json (spec 3): max-age=300 → no refetch within it.
 	loadOpenAPI(t, sess)
@@ -115,7 +117,7 @@ func TestOpenAPIVersions(t *testing.T) {
 	if err != nil {
 		t.Fatalf("3.0: %v", err)
 	}
-	op, _ := oa.Operation("listProducts")
+	op, _ := oa.Endpoint("listProducts")
 	// 3.0 keywords become their JSON Schema 2020-12 form.
 	if op == nil {
 		t.Fatal("no listProducts")
@@ -127,7 +129,7 @@ func TestOpenAPIVersions(t *testing.T) {
 		t.Fatalf("3.0 call: %v", err)
 	}
 	yaml := "openapi: 3.0.3\ninfo: {title: t, version: '1'}\npaths:\n  /products:\n    get:\n      operationId: listProducts\n      responses:\n        '200': {description: ok}\n"
-	if oa, err := api.NewOpenAPIFromBytes(ctx, sess, e, []byte(yaml)); err != nil || len(oa.Operations()) != 1 {
+	if oa, err := api.NewOpenAPIFromBytes(ctx, sess, e, []byte(yaml)); err != nil || len(oa.Endpoints()) != 1 {
 		t.Fatalf("YAML: %v", err)
 	}
 	for name, doc := range map[string]string{
@@ -292,7 +294,9 @@ func TestPA_4_3_24_NoAnonymousCalls(t *testing.T) {
 	_ = env
 }
 
-// OPS 4.1: a 202 carrying "operation" is handed back raw, as a proposal.
+// OPS 4.1: a 202 carrying "operation" is handed back as an
+// *operations.Operation, the one Parse reads from what the Company sent,
+// as a proposal.
 func TestOpenAPIProposedOperation(t *testing.T) {
 	env, sess := setup(t, nil)
 	op := `{"operation_id":"exc_5Rt2","revision":1,"state":"proposed","summary":"Exchange the jacket","confirmation":null,"result":null}`
@@ -303,6 +307,10 @@ func TestOpenAPIProposedOperation(t *testing.T) {
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusAccepted)
+		if strings.Contains(r.URL.Path, "ord_broken") { // an operation without a summary
+			w.Write([]byte(`{"operation":{"operation_id":"exc_6","revision":1,"state":"proposed"}}`))
+			return
+		}
 		w.Write([]byte(`{"operation":` + op + `}`))
 	}))
 	desc := `{"openapi":"3.1.0","info":{"title":"t","version":"1"},"servers":[{"url":"https://shop.example.test"}],
@@ -317,8 +325,16 @@ func TestOpenAPIProposedOperation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if resp.Status != 202 || string(resp.Operation) != op {
-		t.Fatalf("%d operation %s", resp.Status, resp.Operation)
+	want, err := operations.Parse([]byte(op))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Status != 202 || !reflect.DeepEqual(resp.Operation, want) {
+		t.Fatalf("%d operation %+v", resp.Status, resp.Operation)
+	}
+	// One that breaks the extension's rules is a typed error.
+	if _, err := oa.CallPath(context.Background(), "POST", "/orders/ord_broken/exchanges", &api.Args{Body: map[string]any{"item_id": "itm_4Qa"}}); !errors.Is(err, operations.ErrProtocol) {
+		t.Fatalf("a broken operation: %v", err)
 	}
 	ts, err := api.ToolsetOf(context.Background(), sess, oa)
 	if err != nil {

@@ -41,10 +41,7 @@ func TestPA_OPS6_04_OpenAPICallsProposeOnce(t *testing.T) {
 	if err != nil || first.Status != 202 || first.Operation == nil {
 		t.Fatalf("first call: %+v, %v", first, err)
 	}
-	op, err := operations.Parse(first.Operation)
-	if err != nil {
-		t.Fatal(err)
-	}
+	op := first.Operation
 	before := srv.Counts().Requests
 	_, err = oa.CallPath(ctx, "POST", "/orders/ord_7Hk2/exchanges", args)
 	var pend *operations.PendingError
@@ -91,10 +88,7 @@ func TestPA_OPS6_04_MCPToolCallsProposeOnce(t *testing.T) {
 	if err != nil || first.Operation == nil {
 		t.Fatalf("first call: %+v, %v", first, err)
 	}
-	op, err := operations.Parse(first.Operation)
-	if err != nil {
-		t.Fatal(err)
-	}
+	op := first.Operation
 	before := srv.Counts().Requests
 	_, err = m.CallTool(ctx, "request_exchange", json.RawMessage(`{"replacement_sku": "stormline-insulated-m", "item_id":"itm_4Qa","order_id":"ord_7Hk2"}`))
 	var pend *operations.PendingError
@@ -132,10 +126,7 @@ func TestPA_OPS6_04_OpenAPIBodyInAnyOrder(t *testing.T) {
 	if err != nil || first.Operation == nil {
 		t.Fatalf("first call: %+v, %v", first, err)
 	}
-	op, err := operations.Parse(first.Operation)
-	if err != nil {
-		t.Fatal(err)
-	}
+	op := first.Operation
 	var key string
 	for _, r := range srv.Requests() {
 		if r.Endpoint == poppytest.EndpointAPI && r.Method == "POST" {

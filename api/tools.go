@@ -268,7 +268,7 @@ func (ts *Toolset) addOpenAPIAll(ctx context.Context, oa *OpenAPI, label string,
 
 // addOpenAPI makes a tool of one operation. Its input is an object with a
 // property per parameter and "body" for the request body.
-func (ts *Toolset) addOpenAPI(ctx context.Context, oa *OpenAPI, op *Operation, label string, maxSchema int) error {
+func (ts *Toolset) addOpenAPI(ctx context.Context, oa *OpenAPI, op *Endpoint, label string, maxSchema int) error {
 	base := op.ID
 	if base == "" {
 		base = strings.ToLower(op.Method) + "_" + op.Path

@@ -42,6 +42,7 @@ import (
 	"github.com/poppyproto/poppy/internal/bounded"
 	"github.com/poppyproto/poppy/internal/retry"
 	"github.com/poppyproto/poppy/keystore"
+	"github.com/poppyproto/poppy/operations"
 )
 
 // Status is a conversation's status (spec 7.7).
@@ -70,11 +71,17 @@ type Options struct {
 	// Logger receives debug and warning records; nil discards. No record
 	// holds a token, proof or message text.
 	Logger *slog.Logger
+	// Operations, if set, observes every operation a Company message
+	// carries (OPS 4.3), with operations.ConversationAction: the message's
+	// Operation is then the Client's view of it, one operation with the
+	// same operation_id from an API answer or a tool result (OPS 4). It
+	// must be a Client of a Session of the same Agent at the
+	// conversation's Company. Nil
+	// leaves each message's operation as the Company sent it, parsed.
+	Operations *operations.Client
 	// Wait is how long a long-poll read asks the Company to hold it
 	// (spec 7.5), in whole seconds. Default 30 s, at most 5 min.
 	Wait time.Duration
-	// LongPoll never asks for a stream: every read is a JSON long poll.
-	LongPoll bool
 	// StrictText refuses a Text that holds JSON or HTML markup with
 	// ErrMarkupInText (PA-7.4-04); otherwise it is sent with a warning.
 	StrictText bool
@@ -105,6 +112,18 @@ type Options struct {
 	// once that many were handled. Events up to the cursor are skipped by
 	// position whatever this says.
 	RememberEvents int
+}
+
+// check refuses options that can't serve a conversation in sess.
+func (o *Options) check(sess *poppy.Session) error {
+	if o == nil || o.Operations == nil {
+		return nil
+	}
+	oc := o.Operations.Session().Company()
+	if oc.Agent() != sess.Company().Agent() || oc.Issuer() != sess.Company().Issuer() {
+		return errors.New("conversation: Options.Operations is a Client of another Company or Agent")
+	}
+	return nil
 }
 
 func (o *Options) withDefaults() Options {
@@ -315,6 +334,9 @@ func start(ctx context.Context, sess *poppy.Session, parent string, msg Message,
 	if err != nil {
 		return nil, err // PA-7.1-02: nothing is sent
 	}
+	if err := opts.check(sess); err != nil {
+		return nil, err
+	}
 	o := opts.withDefaults()
 	w, markup, err := msg.encode(o.StrictText)
 	if err != nil {
@@ -402,6 +424,9 @@ func Resume(ctx context.Context, sess *poppy.Session, id string, opts *Options) 
 	if err != nil {
 		return nil, err
 	}
+	if err := opts.check(sess); err != nil {
+		return nil, err
+	}
 	c := newConversation(sess, id, endpoint, opts)
 	if err := c.load(ctx); err != nil {
 		return nil, err
@@ -419,6 +444,9 @@ func Resume(ctx context.Context, sess *poppy.Session, id string, opts *Options) 
 func Recover(ctx context.Context, sess *poppy.Session, opts *Options) ([]*Conversation, error) {
 	if sess == nil {
 		return nil, poppy.ErrNoSession
+	}
+	if err := opts.check(sess); err != nil {
+		return nil, err
 	}
 	pend, err := listOutbox(ctx, sess, "")
 	if err != nil {

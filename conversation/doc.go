@@ -170,9 +170,11 @@
 // tabs stay, and every rune that could drive a terminal, reorder what is
 // shown (U+202E and the other bidi controls) or hide text (tag
 // characters, runs of variation selectors, invisible format characters)
-// becomes U+FFFD; a message's "operation" (operations extension) is
-// exposed as raw JSON only when the agent's identity lists that
-// extension. One answer to a POST carries at most Options.MaxAnswerEvents
+// becomes U+FFFD; a message's "operation" (operations extension) is read
+// only when the agent's identity lists that extension, into an
+// *operations.Operation (ReceivedMessage.Operation), observed by
+// Options.Operations when it is set, as an API answer's and a tool
+// result's are. One answer to a POST carries at most Options.MaxAnswerEvents
 // events (ErrTooManyEvents), and is handled in time linear in them.
 // context.time_zone is checked against the names of the tz database the Go
 // toolchain ships, so a host without zoneinfo (a scratch image) takes

@@ -61,6 +61,7 @@ import (
 
 	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/internal/companytext"
+	"github.com/poppyproto/poppy/operations"
 )
 
 // EventType is an event's type (spec 7.5), or one of the types the SDK
@@ -138,10 +139,8 @@ type TextDelta struct {
 
 // ReceivedMessage is a message of an event (spec 7.4, 7.5). The Company's
 // text keeps newlines and tabs; every rune that could drive a terminal,
-// reorder or hide text becomes U+FFFD (see the package doc).
-//
-// It marshals to the wire form of a message, so that package operations'
-// FromMessage reads its operation: operations.FromMessage(ev.Message).
+// reorder or hide text becomes U+FFFD (see the package doc). It marshals
+// to the wire form of a message.
 type ReceivedMessage struct {
 	ID     string `json:"id"`
 	Role   Role   `json:"role"`   // "user" for the Personal Agent's side, "company"
@@ -149,10 +148,17 @@ type ReceivedMessage struct {
 	Text   string `json:"text,omitempty"`
 	// Data is the message's JSON object, if any.
 	Data json.RawMessage `json:"data,omitempty"`
-	// Operation is the "operations" extension's operation the message
-	// carries (OPS 4), as sent, when the agent's identity lists that
-	// extension; nil otherwise (PA-7.4-11).
-	Operation json.RawMessage `json:"operation,omitempty"`
+	// Operation is the operations extension's operation the message
+	// carries (OPS 4.3), when the agent's identity lists that extension;
+	// nil otherwise (PA-7.4-11). With Options.Operations it is that
+	// Client's view of it. It is a proposal: the message, whatever its
+	// text says, never approves or confirms it (PA-OPS5-04).
+	Operation *operations.Operation `json:"operation,omitempty"`
+	// OperationError says why the operation the message carries is not in
+	// Operation: it breaks the extension's rules (operations.ErrProtocol),
+	// or Options.Operations refused it (terms changed under a revision it
+	// had seen). The message itself is delivered as usual.
+	OperationError error `json:"-"`
 }
 
 // EventsOptions configures Events.
@@ -244,7 +250,7 @@ func (c *Conversation) Events(ctx context.Context, opts *EventsOptions) iter.Seq
 			return
 		}
 		defer c.reading.Store(false)
-		r := &reader{c: c, yield: yield, stream: !o.LongPoll && !c.opts.LongPoll, untilIdle: o.UntilIdle, ck: o.Checkpoint.withDefaults()}
+		r := &reader{c: c, yield: yield, stream: !o.LongPoll, untilIdle: o.UntilIdle, ck: o.Checkpoint.withDefaults()}
 		r.run(ctx)
 	}
 }
@@ -1001,6 +1007,20 @@ type wireReceived struct {
 	Operation json.RawMessage `json:"operation"`
 }
 
+// readOperation reads the operation of message id (OPS 4.3) and hands it
+// to Options.Operations, if set.
+func (c *Conversation) readOperation(id string, raw json.RawMessage) (*operations.Operation, error) {
+	op, err := operations.Parse(raw)
+	if err == nil && c.opts.Operations != nil {
+		op, err = c.opts.Operations.Observe(op, operations.ConversationAction())
+	}
+	if err != nil {
+		c.log.Warn("conversation: a message's operation was not taken", "conversation_id", c.id, "message_id", id, "error", err)
+		return nil, fmt.Errorf("conversation: the operation of message %s: %w", clip(id), err)
+	}
+	return op, nil
+}
+
 // parseEvent decodes and checks one event (spec 7.5).
 func (c *Conversation) parseEvent(raw []byte) (Event, error) {
 	var w wireEvent
@@ -1035,7 +1055,7 @@ func (c *Conversation) parseEvent(raw []byte) (Event, error) {
 			rm.Data = m.Data
 		}
 		if c.ops && len(m.Operation) > 0 && string(m.Operation) != "null" {
-			rm.Operation = m.Operation
+			rm.Operation, rm.OperationError = c.readOperation(m.ID, m.Operation)
 		}
 		ev.Message = rm
 	case EventState:

@@ -328,13 +328,13 @@ func TestPA_7_6_Streaming(t *testing.T) {
 		t.Fatalf("Accept %q", r.Header.Get("Accept"))
 	}
 	// PA-7.6-03: pings and split data lines give the same events as JSON.
-	c2, err := conversation.Resume(ctx, e.Session("alice"), c.ID(), &conversation.Options{LongPoll: true})
+	c2, err := conversation.Resume(ctx, e.Session("alice"), c.ID(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.Store.Update(ctx, keystore.Key{Kind: keystore.KindCursor, User: "alice", Issuer: e.Srv.Issuer(), ID: c.ID()}, func([]byte) ([]byte, error) { return nil, nil })
-	c2, _ = conversation.Resume(ctx, e.Session("alice"), c.ID(), &conversation.Options{LongPoll: true})
-	polled := collect(t, c2, nil, isIdle)
+	c2, _ = conversation.Resume(ctx, e.Session("alice"), c.ID(), nil)
+	polled := collect(t, c2, &conversation.EventsOptions{LongPoll: true}, isIdle)
 	var a, b []string
 	compact := func(raw []byte) string {
 		var buf bytes.Buffer

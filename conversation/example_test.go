@@ -8,6 +8,7 @@ import (
 
 	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/conversation"
+	"github.com/poppyproto/poppy/operations"
 	"github.com/poppyproto/poppy/poppytest"
 )
 
@@ -253,4 +254,61 @@ func ExampleCheckpoint() {
 	// user: The jacket from order #1042 isn't warm enough.
 	// company: Sorry to hear that. Which size?
 	// status: idle
+}
+
+// An operation a Company Agent proposes in a message (OPS 4.3) arrives as
+// an *operations.Operation; with Options.Operations it is that Client's
+// view, one operation with what the API and MCP tools propose, to approve
+// and confirm as any other (operations.Client.Handle). The message's text
+// approves nothing.
+func ExampleOptions_operations() {
+	ctx := context.Background()
+	company := poppytest.NewServer(nil, &poppytest.Options{Conversation: poppytest.ConversationOptions{
+		Agent: func(t *poppytest.Turn) {
+			op, err := t.ProposeOperation("exchange ord_7Hk2", "Exchange the Stormline Jacket (M) for the insulated version, $70 more.", nil)
+			if err != nil {
+				log.Fatal(err)
+			}
+			t.Reply(poppytest.Reply{Text: "I can exchange it for $70 more. Shall I?", Operation: op})
+		},
+	}})
+	defer company.Close()
+	key, _ := poppy.GenerateSigningKey()
+	id, err := poppy.NewIdentity(poppy.IdentityConfig{
+		ClientID: "https://agent.test/agent.json", JWKSURI: "https://agent.test/jwks.json",
+		RedirectURIs: []string{"https://agent.test/oauth/callback"}, Keys: []*poppy.SigningKey{key},
+		Extensions: map[string]string{"operations": "1"},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	company.HandleAgent("agent.test", id.Handler(nil))
+	agent, _ := poppy.NewAgent(id, &poppy.AgentOptions{HTTPClient: company.Client(), Clock: company.Clock()})
+	c, err := agent.Company(ctx, "example.test")
+	if err != nil {
+		log.Fatal(err)
+	}
+	sess, _ := c.Session(ctx, "local-user-42", nil)
+	ops, err := operations.New(sess, nil) // with the User's Approver in a real agent
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	conv, err := conversation.Start(ctx, sess, conversation.Text("The jacket is too thin."), &conversation.StartOptions{
+		Options: conversation.Options{Operations: ops}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for ev, err := range conv.Events(ctx, &conversation.EventsOptions{UntilIdle: true}) {
+		if err != nil {
+			log.Fatal(err)
+		}
+		if m := ev.Message; ev.Type == conversation.EventMessage && m.Role == conversation.RoleCompany && m.Operation != nil {
+			fmt.Println(m.Text)
+			fmt.Println(m.Operation.State, "revision", m.Operation.Revision, "-", m.Operation.Summary)
+		}
+	}
+	// Output:
+	// I can exchange it for $70 more. Shall I?
+	// proposed revision 1 - Exchange the Stormline Jacket (M) for the insulated version, $70 more.
 }

@@ -309,6 +309,9 @@ func List(ctx context.Context, sess *poppy.Session, opts *Options) ([]*Conversat
 	if err != nil {
 		return nil, err
 	}
+	if err := opts.check(sess); err != nil {
+		return nil, err
+	}
 	keys, err := sess.Company().Agent().Store().List(ctx, keystore.KindCursor, sess.User(), sess.Company().Issuer())
 	if err != nil {
 		return nil, fmt.Errorf("conversation: listing the conversations: %w", err)

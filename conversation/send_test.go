@@ -2,11 +2,13 @@ package conversation_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
 	"net/http"
+	"reflect"
 	"regexp"
 	"strings"
 	"sync"
@@ -497,10 +499,19 @@ func TestPA_7_8_Senders(t *testing.T) {
 	}
 }
 
+// PA-7.4-11, PA-OPS4-03: a Company message's operation reaches the caller
+// as an *operations.Operation, parsed, only when the agent lists the
+// extension; an operation that breaks the extension's rules leaves the
+// message whole, with OperationError saying why.
 func TestPA_7_4_11_CompanyFieldsAndOperation(t *testing.T) {
-	op := json.RawMessage(`{"operation_id":"op_1","state":"proposed","revision":1}`)
+	op := json.RawMessage(`{"operation_id":"op_1","state":"proposed","revision":1,"summary":"Exchange the jacket."}`)
+	want, err := operations.Parse(op)
+	if err != nil {
+		t.Fatal(err)
+	}
 	agent := func(tn *poppytest.Turn) {
 		tn.Reply(poppytest.Reply{Text: "Here is the exchange.", Operation: op})
+		tn.Reply(poppytest.Reply{Text: "And a broken one.", Operation: json.RawMessage(`{"operation_id":"op_2","state":"proposed","revision":0}`)})
 	}
 	for _, ops := range []bool{false, true} {
 		var e *env
@@ -512,10 +523,14 @@ func TestPA_7_4_11_CompanyFieldsAndOperation(t *testing.T) {
 		}
 		c := e.start(t, conversation.Text("Exchange it."), nil)
 		evs := collect(t, c, &conversation.EventsOptions{UntilIdle: true}, nil)
-		var m *conversation.ReceivedMessage
+		var m, broken *conversation.ReceivedMessage
 		for _, ev := range evs {
 			if ev.Type == conversation.EventMessage && ev.Message.Role == conversation.RoleCompany {
-				m = ev.Message
+				if ev.Message.Text == "And a broken one." {
+					broken = ev.Message
+				} else {
+					m = ev.Message
+				}
 			}
 			// PA-7.5-04: the unknown "poll" event never reaches the caller.
 			if ev.Type == "poll" {
@@ -524,11 +539,14 @@ func TestPA_7_4_11_CompanyFieldsAndOperation(t *testing.T) {
 		}
 		// PA-7.4-11: context and x_new are ignored; operation only with
 		// the extension.
-		if m == nil {
+		if m == nil || broken == nil {
 			t.Fatal("no Company message")
 		}
-		if ops != (m.Operation != nil) || (ops && string(m.Operation) != string(op)) {
-			t.Fatalf("ops=%v operation %s", ops, m.Operation)
+		if ops != (m.Operation != nil) || (ops && !reflect.DeepEqual(m.Operation, want)) || m.OperationError != nil {
+			t.Fatalf("ops=%v operation %+v, %v", ops, m.Operation, m.OperationError)
+		}
+		if broken.Operation != nil || ops != errors.Is(broken.OperationError, operations.ErrProtocol) {
+			t.Fatalf("ops=%v a broken operation: %+v, %v", ops, broken.Operation, broken.OperationError)
 		}
 	}
 }
@@ -572,10 +590,13 @@ func TestTokenRefusalKeepsMessage(t *testing.T) {
 	}
 }
 
+// PA-OPS4-03: a Company Agent proposes an operation in a message (OPS
+// 4.3). With Options.Operations the message's Operation is that Client's
+// view, observed with the conversation's action, so the Client approves
+// it as one of its own; the message marshals to its wire form, operation
+// included. A Client of another Company is refused before anything is
+// sent.
 func TestOperationInMessage(t *testing.T) {
-	// A Company Agent proposes an operation in a message (OPS 4.3); the
-	// message marshals to its wire form, operation included, for package
-	// operations to read.
 	e := &env{Env: testenvWithExtensions(t, &poppytest.Options{Conversation: poppytest.ConversationOptions{Agent: func(tn *poppytest.Turn) {
 		op, err := tn.ProposeOperation("exchange ord_7Hk2", "Exchange the Stormline Jacket (M) for the insulated version, $70 more.", map[string]any{"price_difference": 70})
 		if err != nil {
@@ -585,12 +606,37 @@ func TestOperationInMessage(t *testing.T) {
 		tn.Reply(poppytest.Reply{Text: "I can exchange it for $70 more.", Operation: op})
 	}}}, map[string]string{"operations": "1"})}
 	e.sess = e.Session("alice")
-	c := e.start(t, conversation.Text("Exchange it."), nil)
+	var asked []*operations.ApprovalRequest
+	oc, err := operations.New(e.sess, &operations.Options{Approver: operations.ApproverFunc(func(_ context.Context, r *operations.ApprovalRequest) (operations.Decision, error) {
+		asked = append(asked, r)
+		return operations.Decline, nil
+	})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A Client of another Company's Session: refused, nothing sent.
+	other := &env{Env: testenvWithExtensions(t, nil, map[string]string{"operations": "1"})}
+	otherClient, err := operations.New(other.Session("alice"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conversation.Start(ctx, e.sess, conversation.Text("Exchange it."), &conversation.StartOptions{Options: conversation.Options{Operations: otherClient}}); err == nil || len(e.convRequests()) != 0 {
+		t.Fatalf("a Client of another Company: %v, %d requests", err, len(e.convRequests()))
+	}
+	c := e.start(t, conversation.Text("Exchange it."), &conversation.StartOptions{Options: conversation.Options{Operations: oc}})
 	var m *conversation.ReceivedMessage
 	for _, ev := range collect(t, c, &conversation.EventsOptions{UntilIdle: true}, nil) {
 		if ev.Type == conversation.EventMessage && ev.Message.Role == conversation.RoleCompany {
 			m = ev.Message
 		}
+	}
+	if m == nil || m.Operation == nil || m.OperationError != nil || m.Operation.State != operations.StateProposed {
+		t.Fatalf("message %+v", m)
+	}
+	// The Client's own operation, proposed in the conversation.
+	if _, err := oc.Approve(ctx, m.Operation); !errors.Is(err, operations.ErrDeclined) || len(asked) != 1 ||
+		asked[0].OperationID != m.Operation.ID || asked[0].Action != operations.ConversationAction() {
+		t.Fatalf("Approve: %v, asked %+v", err, asked)
 	}
 	b, _ := json.Marshal(m)
 	var wire struct {
@@ -600,11 +646,7 @@ func TestOperationInMessage(t *testing.T) {
 			State       string `json:"state"`
 		} `json:"operation"`
 	}
-	if err := json.Unmarshal(b, &wire); err != nil || wire.ID != m.ID || wire.Operation.OperationID == "" || wire.Operation.State != "proposed" {
+	if err := json.Unmarshal(b, &wire); err != nil || wire.ID != m.ID || wire.Operation.OperationID != m.Operation.ID || wire.Operation.State != "proposed" {
 		t.Fatalf("message %s", b)
-	}
-	// Package operations reads it from the message as it is.
-	if op, err := operations.FromMessage(m); err != nil || op == nil {
-		t.Fatalf("operations.FromMessage: %v", err)
 	}
 }

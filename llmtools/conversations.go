@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/poppyproto/poppy/conversation"
-	"github.com/poppyproto/poppy/operations"
 )
 
 const (
@@ -70,7 +69,7 @@ func (k *Toolkit) startConversation(ctx context.Context, args json.RawMessage) (
 	if err != nil {
 		return nil, err
 	}
-	conv, err := conversation.Start(ctx, c.sess, conversation.Text(a.Text), &conversation.StartOptions{Options: conversation.Options{Logger: k.log}})
+	conv, err := conversation.Start(ctx, c.sess, conversation.Text(a.Text), &conversation.StartOptions{Options: k.convOptions(c)})
 	if err != nil {
 		return nil, err
 	}
@@ -118,7 +117,8 @@ func (k *Toolkit) conv(ctx context.Context, a convArgs) (*company, *conversation
 	if conv != nil {
 		return c, conv, nil
 	}
-	conv, err = conversation.Resume(ctx, c.sess, a.ID, &conversation.Options{Logger: k.log})
+	o := k.convOptions(c)
+	conv, err = conversation.Resume(ctx, c.sess, a.ID, &o)
 	if conv == nil {
 		if err == nil {
 			err = errors.New("llmtools: no such conversation")
@@ -127,6 +127,12 @@ func (k *Toolkit) conv(ctx context.Context, a convArgs) (*company, *conversation
 	}
 	k.keepConv(conv)
 	return c, conv, nil
+}
+
+// convOptions are the conversation options of c: the operations a message
+// carries go through c's operations Client (OPS 4.3), as a tool result's do.
+func (k *Toolkit) convOptions(c *company) conversation.Options {
+	return conversation.Options{Logger: k.log, Operations: c.ops}
 }
 
 func (k *Toolkit) keepConv(conv *conversation.Conversation) {
@@ -169,11 +175,12 @@ func (k *Toolkit) readTurn(ctx context.Context, c *company, conv *conversation.C
 			if len(m.Data) > 0 && len(m.Data) <= 16<<10 {
 				out["data"] = m.Data
 			}
-			if len(m.Operation) > 0 {
-				raw, _ := json.Marshal(map[string]json.RawMessage{"operation": m.Operation})
-				if v, ok := k.observe(ctx, c, raw, operations.ConversationAction()).(map[string]any); ok {
-					out["operation"], out["approval"] = v["operation"], v["approval"]
-				}
+			switch {
+			case m.Operation != nil && c.ops != nil:
+				// Observed by the Company's operations Client (convOptions).
+				out["operation"], out["approval"] = k.proposed(ctx, c, m.Operation)
+			case m.OperationError != nil:
+				out["approval"] = "The Company's message held an operation that was refused: " + k.text(ctx, m.OperationError.Error(), 200) + ". Nothing was done."
 			}
 			msgs = append(msgs, out)
 		case conversation.EventAuthorization:

@@ -34,7 +34,8 @@
 //
 // Confirming an operation is not a tool (OPS 5.1, PA-OPS5-03). A Company
 // tool whose result proposes an operation hands it to the Company's
-// operations.Client (operations.FromToolResult and Client.Observe), and the
+// operations.Client (the call goes through it, as a message in a
+// conversation does: conversation.Options.Operations), and the
 // model gets it back marked "PROPOSED, NOT DONE". Calling the tool again
 // with the same arguments while that operation is open sends nothing: the
 // model gets the open operation, with "error": "operation_pending" (OPS 6,

@@ -69,7 +69,7 @@ func TestToolsSchemasAndNames(t *testing.T) {
 }
 
 // A Company tool that proposes an operation: the model gets it PROPOSED,
-// NOT DONE, the operations client holds it (FromToolResult + Observe), and
+// NOT DONE, the operations client holds it (it observed the tool call), and
 // poppy_request_approval with the Approver's yes performs it once.
 func TestProposeApproveThroughTools(t *testing.T) {
 	e := newEnv(t, nil, nil)

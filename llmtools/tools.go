@@ -291,7 +291,7 @@ func (k *Toolkit) requestApproval(ctx context.Context, args json.RawMessage) (an
 	if op.State != operations.StateProposed {
 		return map[string]any{"operation": opView(op), "approval": "The operation is " + string(op.State) + "; there is nothing to approve."}, nil
 	}
-	done, err := c.ops.Handle(ctx, op) // the Approver or a standing permission: never the model
+	done, err := c.ops.Handle(ctx, op, nil) // the Approver or a standing permission: never the model
 	switch {
 	case err == nil:
 		return map[string]any{"operation": opView(done), "approval": "The User's approval was given in the agent's own interface; the Company reports the operation " + string(done.State) + "."}, nil
@@ -361,7 +361,11 @@ func (k *Toolkit) observe(ctx context.Context, c *company, raw json.RawMessage, 
 	if json.Unmarshal(raw, &m) != nil || m["operation"] == nil || c.ops == nil {
 		return raw
 	}
-	op, err := operations.FromToolResult(raw)
+	var env struct {
+		Operation json.RawMessage `json:"operation"`
+	}
+	_ = json.Unmarshal(raw, &env)
+	op, err := operations.Parse(env.Operation)
 	if err != nil {
 		delete(m, "operation")
 		m["approval"] = "The Company's answer held an unusable operation; nothing was done."
@@ -373,14 +377,22 @@ func (k *Toolkit) observe(ctx context.Context, c *company, raw json.RawMessage, 
 		m["approval"] = "The Company's operation was refused: " + k.text(ctx, err.Error(), 200) + ". Nothing was done."
 		return m
 	}
-	k.remember(c, view.ID)
-	k.log.DebugContext(ctx, "llmtools: operation proposed", "domain", c.domain, "operation_id", view.ID, "revision", view.Revision)
-	m["operation"] = opView(view)
+	m["operation"], m["approval"] = k.proposed(ctx, c, view)
 	m["domain"] = c.domain
-	if view.State == operations.StateProposed {
-		m["approval"] = noteProposed
-	} else {
+	if m["approval"] == nil {
 		delete(m, "approval")
 	}
 	return m
+}
+
+// proposed records an operation of c's operations Client, its view, for
+// poppy_list_operations and returns what the model is shown of it: the
+// operation and, while it is proposed, the note that it is not done.
+func (k *Toolkit) proposed(ctx context.Context, c *company, view *operations.Operation) (op map[string]any, approval any) {
+	k.remember(c, view.ID)
+	k.log.DebugContext(ctx, "llmtools: operation proposed", "domain", c.domain, "operation_id", view.ID, "revision", view.Revision)
+	if view.State == operations.StateProposed {
+		approval = noteProposed
+	}
+	return opView(view), approval
 }

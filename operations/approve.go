@@ -3,6 +3,8 @@ package operations
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"sync"
 	"time"
 )
@@ -126,7 +128,7 @@ func (a *Approval) Withdraw(ctx context.Context) (*Operation, error) {
 	a.withdrawn = true
 	confirmed := a.confirmed
 	a.mu.Unlock()
-	if err := a.c.journalWithdraw(ctx, a.opID); err != nil {
+	if err := a.c.j.withdraw(ctx, a.opID); err != nil {
 		return nil, err
 	}
 	if !confirmed {
@@ -140,4 +142,76 @@ func (a *Approval) Withdrawn() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.withdrawn
+}
+
+// Approve gets approval for the operation's current revision: from a
+// standing permission that covers it (never when user_approval_required is
+// set or terms are absent), or else from the User through the Approver
+// (OPS 5.1). It returns ErrDeclined when the User declines. op must be the
+// Client's operation (from Propose or Observe). An operation that is no
+// longer proposed (another process or channel confirmed, cancelled or
+// expired it) is a *StateError matching ErrNotProposed, with the state.
+func (c *Client) Approve(ctx context.Context, op *Operation) (*Approval, error) {
+	return c.approve(ctx, op, "", false)
+}
+
+func (c *Client) approve(ctx context.Context, op *Operation, reason string, userOnly bool) (*Approval, error) {
+	if op == nil {
+		return nil, ErrNoOperation
+	}
+	cur, err := c.observe(op, nil, "")
+	if err == nil {
+		err = c.brokenErr(cur.ID)
+	}
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case cur.State != StateProposed:
+		// Another process or channel confirmed, cancelled or expired it.
+		return nil, &StateError{Operation: cur, State: cur.State}
+	case cur.Expired(c.clock.Now()):
+		return nil, fmt.Errorf("%w: %s revision %d", ErrOperationExpired, cur.ID, cur.Revision) // PA-OPS3-02
+	}
+	action, _ := c.entryOf(cur.ID)
+	company := c.sess.Company()
+	account := ""
+	if c.sess.SignedIn() {
+		account = c.sess.Account()
+	}
+	var why error
+	if !userOnly && !cur.UserApprovalRequired { // PA-OPS5-05
+		perms, err := c.Permissions(ctx)
+		if err != nil {
+			return nil, err
+		}
+		sub := Subject{Issuer: company.Issuer(), Account: account, Action: action, Operation: cur, Now: c.clock.Now()}
+		var mismatches []error
+		for _, p := range perms {
+			if err := p.Check(sub); err != nil {
+				mismatches = append(mismatches, err)
+				continue
+			}
+			c.log.DebugContext(ctx, "operations: a standing permission covers the revision", "operation_id", cur.ID, "revision", cur.Revision, "permission", p.ID)
+			return &Approval{c: c, opID: cur.ID, revision: cur.Revision, by: ApprovedByStandingPermission, permission: p.ID}, nil
+		}
+		why = errors.Join(mismatches...)
+	}
+	if c.approver == nil {
+		return nil, ErrNoApprover
+	}
+	req := &ApprovalRequest{
+		Company: company.Name(), Domain: company.Domain(), Issuer: company.Issuer(), Account: account,
+		Action: action, OperationID: cur.ID, Revision: cur.Revision, Summary: cur.Summary, Terms: clone(cur.Terms),
+		ExpiresAt: cur.ExpiresAt, URL: cur.URL, UserApprovalRequired: cur.UserApprovalRequired,
+		Reason: reason, Permission: why, Ambiguity: cur.Ambiguity(),
+	}
+	d, err := c.approver.Approve(ctx, req) // PA-OPS5-03: the only source of a User's approval
+	if err != nil {
+		return nil, fmt.Errorf("operations: asking the User: %w", err)
+	}
+	if d != Approve {
+		return nil, ErrDeclined
+	}
+	return &Approval{c: c, opID: cur.ID, revision: cur.Revision, by: ApprovedByUser}, nil
 }

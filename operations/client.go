@@ -2,28 +2,21 @@ package operations
 
 // The Client and its at-most-once discipline (OPS 5.2, 6).
 //
-// Every operation the Client sees, from any channel, goes through observe,
-// which keeps one view per operation_id (merge: newest revision wins, a
-// final state is never replaced). Confirm writes the approved confirm
-// (operation, revision, approved_by) to the keystore journal before the
-// first confirm request; a confirm that fails without an answer, times out
-// or gets a 5xx is sent again with the same operation ID and body, never
-// re-proposed; the Company returns an operation that is no longer proposed
-// as it is, so a repeated confirm performs nothing twice. A crash leaves the
-// journal entry behind, and Recover picks it up: it reads the operation,
-// confirms again only if it is still proposed at the approved revision, and
-// tracks it until final. Propose keys each proposal by its request
-// (canonical JSON, sorted query) and returns the open operation instead of
-// proposing again; it journals the request before sending it, with
-// its Idempotency-Key, so that a request whose answer was lost is sent
-// again with the same key, never as a new proposal. One proposing request
-// per key is in flight in a Client at a time.
+// A Client holds three things: its views, one per operation_id, which
+// every operation it sees from any channel goes through (observe: the
+// newest revision wins, a final state is never replaced); the journal
+// (journal.go), the keystore records written before the network call each
+// protects; and a lock per proposal key (propose.go). The flows read
+// top-down, each in its own file: propose.go (Propose: key, journal,
+// send), approve.go (Approve: standing permissions, then the Approver),
+// confirm.go (Handle, Confirm, Cancel: journal, send until answered,
+// track), website.go (a confirm on the Company's website) and recover.go
+// (loading the journal, Recover after a crash). This file holds the views,
+// the reads (Get, Track) and the requests to the operations endpoint.
 
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -85,14 +78,8 @@ type Client struct {
 	// proposal key is of the legacy form (see proposalKeys).
 	legacy bool
 
-	keyMu    sync.Mutex
-	keyLocks map[string]*keyLock
-}
-
-// keyLock lets one proposing request of a key be in flight in a Client.
-type keyLock struct {
-	ch chan struct{}
-	n  int
+	j     *journal // the keystore journal (journal.go)
+	locks keyLocks // one proposing request per key in flight (propose.go)
 }
 
 type entry struct {
@@ -146,7 +133,8 @@ func New(sess *poppy.Session, opts *Options) (*Client, error) {
 	return &Client{
 		sess: sess, endpoint: strings.TrimSuffix(v.Endpoint, "/"), approver: o.Approver,
 		log: o.Logger, clock: c.Agent().Clock(), maxWait: o.MaxWait, onFinal: o.OnFinal,
-		origins: companyOrigins(c), ops: map[string]*entry{}, keyLocks: map[string]*keyLock{},
+		origins: companyOrigins(c), ops: map[string]*entry{},
+		j: &journal{sess: sess, endpoint: strings.TrimSuffix(v.Endpoint, "/"), clock: c.Agent().Clock()},
 	}, nil
 }
 
@@ -156,12 +144,15 @@ func (c *Client) Endpoint() string { return c.endpoint }
 // Session returns the Client's Session.
 func (c *Client) Session() *poppy.Session { return c.sess }
 
-// Observe hands the Client an operation read from any channel (FromResponse,
-// FromToolResult, FromMessage, Parse) with the action that proposed it, and
-// returns the Client's view of it: the same operation_id from two channels
-// is one operation, the newest revision wins, and a final state is never
-// replaced (OPS 4). Changed terms under a revision already seen are an
-// ErrProtocol, and the earlier view stays.
+// Observe hands the Client an operation read from any channel with the
+// action that proposed it, and returns the Client's view of it: the same
+// operation_id from two channels is one operation, the newest revision
+// wins, and a final state is never replaced (OPS 4). Changed terms under a
+// revision already seen are an ErrProtocol, and the earlier view stays.
+// Packages api and conversation call it for every operation they read
+// when given the Client (api.OpenAPIOptions.Operations,
+// api.MCPOptions.Operations, conversation.Options.Operations); call it for
+// an operation read elsewhere (Parse, FromResponse).
 func (c *Client) Observe(op *Operation, action Action) (*Operation, error) {
 	return c.observe(op, &action, "")
 }
@@ -272,10 +263,23 @@ func (c *Client) forget(ctx context.Context, id string) {
 	}
 	delete(c.ops, id)
 	c.mu.Unlock()
-	_ = c.journalDelete(ctx, id)
+	_ = c.j.remove(ctx, id)
 	if key != "" {
-		_ = c.clearAnswered(ctx, key, id)
+		_ = c.j.closed(ctx, key, id)
 	}
+}
+
+// finalize records a final operation in the journal and drops the record
+// of the request that proposed it, no longer open.
+func (c *Client) finalize(ctx context.Context, op *Operation) error {
+	key, err := c.j.final(ctx, op)
+	if key == "" {
+		_, key = c.entryOf(op.ID)
+	}
+	if key != "" {
+		_ = c.j.closed(ctx, key, op.ID)
+	}
+	return err
 }
 
 // Get reads the operation once at the operations endpoint (OPS 6,
@@ -299,7 +303,7 @@ func (c *Client) afterRead(ctx context.Context, op *Operation) (*Operation, erro
 		return v, err
 	}
 	if v.State.Final() {
-		_ = c.journalFinal(ctx, v)
+		_ = c.finalize(ctx, v)
 	}
 	return v, nil
 }
@@ -346,568 +350,6 @@ func (c *Client) wait(retryAfter time.Duration, attempt int) time.Duration {
 		d = min(d, 30*time.Second)
 	}
 	return min(max(d, time.Second), c.maxWait)
-}
-
-// Approve gets approval for the operation's current revision: from a
-// standing permission that covers it (never when user_approval_required is
-// set or terms are absent), or else from the User through the Approver
-// (OPS 5.1). It returns ErrDeclined when the User declines. op must be the
-// Client's operation (from Propose or Observe). An operation that is no
-// longer proposed (another process or channel confirmed, cancelled or
-// expired it) is a *StateError matching ErrNotProposed, with the state.
-func (c *Client) Approve(ctx context.Context, op *Operation) (*Approval, error) {
-	return c.approve(ctx, op, "", false)
-}
-
-func (c *Client) approve(ctx context.Context, op *Operation, reason string, userOnly bool) (*Approval, error) {
-	if op == nil {
-		return nil, ErrNoOperation
-	}
-	cur, err := c.observe(op, nil, "")
-	if err == nil {
-		err = c.brokenErr(cur.ID)
-	}
-	if err != nil {
-		return nil, err
-	}
-	switch {
-	case cur.State != StateProposed:
-		// Another process or channel confirmed, cancelled or expired it.
-		return nil, &StateError{Operation: cur, State: cur.State}
-	case cur.Expired(c.clock.Now()):
-		return nil, fmt.Errorf("%w: %s revision %d", ErrOperationExpired, cur.ID, cur.Revision) // PA-OPS3-02
-	}
-	action, _ := c.entryOf(cur.ID)
-	company := c.sess.Company()
-	account := ""
-	if c.sess.SignedIn() {
-		account = c.sess.Account()
-	}
-	var why error
-	if !userOnly && !cur.UserApprovalRequired { // PA-OPS5-05
-		perms, err := c.Permissions(ctx)
-		if err != nil {
-			return nil, err
-		}
-		sub := Subject{Issuer: company.Issuer(), Account: account, Action: action, Operation: cur, Now: c.clock.Now()}
-		var mismatches []error
-		for _, p := range perms {
-			if err := p.Check(sub); err != nil {
-				mismatches = append(mismatches, err)
-				continue
-			}
-			c.log.DebugContext(ctx, "operations: a standing permission covers the revision", "operation_id", cur.ID, "revision", cur.Revision, "permission", p.ID)
-			return &Approval{c: c, opID: cur.ID, revision: cur.Revision, by: ApprovedByStandingPermission, permission: p.ID}, nil
-		}
-		why = errors.Join(mismatches...)
-	}
-	if c.approver == nil {
-		return nil, ErrNoApprover
-	}
-	req := &ApprovalRequest{
-		Company: company.Name(), Domain: company.Domain(), Issuer: company.Issuer(), Account: account,
-		Action: action, OperationID: cur.ID, Revision: cur.Revision, Summary: cur.Summary, Terms: clone(cur.Terms),
-		ExpiresAt: cur.ExpiresAt, URL: cur.URL, UserApprovalRequired: cur.UserApprovalRequired,
-		Reason: reason, Permission: why, Ambiguity: cur.Ambiguity(),
-	}
-	d, err := c.approver.Approve(ctx, req) // PA-OPS5-03: the only source of a User's approval
-	if err != nil {
-		return nil, fmt.Errorf("operations: asking the User: %w", err)
-	}
-	if d != Approve {
-		return nil, ErrDeclined
-	}
-	return &Approval{c: c, opID: cur.ID, revision: cur.Revision, by: ApprovedByUser}, nil
-}
-
-// maxConfirmAttempts bounds how often one Confirm call sends the confirm
-// before it gives up; the journal keeps the confirm for Recover.
-const maxConfirmAttempts = 8
-
-// Confirm confirms the approved revision at the operations endpoint with
-// {"revision": n, "approved_by": …} (OPS 5.2, PA-OPS5-13) and tracks the
-// operation until final. The approval must be for the revision the Client
-// knows as the latest (PA-OPS5-01), not withdrawn (PA-OPS7-05), and the
-// revision unexpired (PA-OPS3-02); otherwise nothing is sent.
-//
-// The confirm is written to the keystore journal before it is first sent
-// (OPS 6). A confirm that gets no answer, or a 5xx, is sent again with the
-// same operation ID and body (PA-OPS6-03); the Company returns an operation
-// that is no longer proposed as it is. terms_changed and
-// user_approval_required come back as an *Error (with the current operation
-// for terms_changed) and need a new approval: Confirm never confirms new
-// terms on its own (PA-OPS5-15). An operation that is already past proposed
-// is returned as it is, tracked if in_progress (PA-OPS5-18).
-//
-// A sign_in_required or insufficient_scope that the Session transport
-// could not settle with a stored Account Token comes back as the
-// *poppy.Error: sign the User in (package signin) and call Confirm again
-// with the same Approval, which sends the same confirm (PA-OPS5-14).
-func (c *Client) Confirm(ctx context.Context, a *Approval) (*Operation, error) {
-	op, err := c.Submit(ctx, a)
-	if err != nil || op.State != StateInProgress {
-		return op, err
-	}
-	return c.Track(ctx, op.ID)
-}
-
-// Submit is Confirm without the tracking: it sends the journalled confirm
-// until the Company answers it and returns the operation as the Company
-// answered, which may be in_progress. Track it, or Recover it after a
-// restart.
-func (c *Client) Submit(ctx context.Context, a *Approval) (*Operation, error) {
-	cur, stop, err := c.precheck(ctx, a)
-	if stop {
-		return cur, err
-	}
-	jc, err := c.beginConfirm(ctx, a, cur, "")
-	if err != nil {
-		return nil, err
-	}
-	op, err := c.sendConfirm(ctx, cur.ID, jc)
-	if err != nil {
-		var oe *Error
-		if errors.As(err, &oe) || isRefusal(err) {
-			// The Company refused without acting: nothing to recover.
-			c.unconfirm(a)
-			_ = c.journalClearIntent(ctx, cur.ID)
-		}
-		return op, err
-	}
-	if op.State.Final() {
-		if op.State == StateExpired {
-			return op, fmt.Errorf("%w: %s", ErrOperationExpired, op.ID)
-		}
-		return op, nil
-	}
-	if op.State == StateProposed {
-		return op, protocolError("operation %s is still proposed after its confirm", op.ID)
-	}
-	return op, nil
-}
-
-// precheck checks, before anything is sent, that a may confirm its
-// operation now: an Approval of this Client (PA-OPS5-03), for the revision
-// the Client knows as the latest (PA-OPS5-01), not a standing permission
-// where the User's own approval is required (PA-OPS5-05), unexpired
-// (PA-OPS3-02). With stop, the caller returns (op, err) as they are: an
-// error, or an operation past proposed returned as it is (PA-OPS5-18).
-func (c *Client) precheck(ctx context.Context, a *Approval) (op *Operation, stop bool, err error) {
-	if a == nil || a.c != c {
-		return nil, true, errors.New("operations: Confirm needs an Approval from this Client")
-	}
-	if err := c.load(ctx); err != nil {
-		return nil, true, err
-	}
-	cur := c.view(a.opID)
-	if cur == nil {
-		return nil, true, fmt.Errorf("operations: unknown operation %s", a.opID)
-	}
-	if err := c.brokenErr(cur.ID); err != nil {
-		return nil, true, err
-	}
-	switch {
-	case cur.State == StateInProgress:
-		return cur, true, nil
-	case cur.State == StateExpired:
-		return cur, true, fmt.Errorf("%w: %s", ErrOperationExpired, cur.ID) // PA-OPS3-07
-	case cur.State.Final():
-		return cur, true, nil
-	case a.revision != cur.Revision:
-		return nil, true, fmt.Errorf("%w: approved revision %d, latest %d", ErrApprovalMismatch, a.revision, cur.Revision)
-	case a.by == ApprovedByStandingPermission && cur.UserApprovalRequired:
-		return nil, true, fmt.Errorf("%w: the operation requires the User's own approval", ErrApprovalMismatch)
-	case a.by == ApprovedByStandingPermission && cur.Ambiguity() != nil:
-		return nil, true, fmt.Errorf("%w: the terms can be read more than one way", ErrApprovalMismatch)
-	case cur.Expired(c.clock.Now()):
-		return cur, true, fmt.Errorf("%w: %s revision %d", ErrOperationExpired, cur.ID, cur.Revision)
-	}
-	return cur, false, nil
-}
-
-// beginConfirm marks a as confirmed, unless it was withdrawn
-// (PA-OPS7-05), and journals the confirm before it is sent (OPS 6); via is
-// "" for the operations endpoint, "website" for ConfirmOnWebsite.
-func (c *Client) beginConfirm(ctx context.Context, a *Approval, cur *Operation, via string) (journalConfirm, error) {
-	a.mu.Lock()
-	if a.withdrawn {
-		a.mu.Unlock()
-		return journalConfirm{}, ErrApprovalWithdrawn
-	}
-	a.confirmed = true
-	a.mu.Unlock()
-	jc := journalConfirm{Revision: a.revision, ApprovedBy: a.by, Permission: a.permission, Via: via, At: c.clock.Now()}
-	if err := c.journalIntent(ctx, cur, jc); err != nil {
-		c.unconfirm(a)
-		return journalConfirm{}, err
-	}
-	return jc, nil
-}
-
-// unconfirm records that a was not confirmed after all.
-func (c *Client) unconfirm(a *Approval) {
-	a.mu.Lock()
-	a.confirmed = false
-	a.mu.Unlock()
-}
-
-// sendConfirm sends the journalled confirm until the Company answers it.
-func (c *Client) sendConfirm(ctx context.Context, id string, jc journalConfirm) (*Operation, error) {
-	body, _ := json.Marshal(map[string]any{"revision": jc.Revision, "approved_by": jc.ApprovedBy})
-	op, err := c.sendRetrying(ctx, c.opURL(id, "confirm"), id, body)
-	if err != nil && retry.IsTransient(err) {
-		return nil, fmt.Errorf("operations: confirm of %s unanswered after %d attempts; it is journalled, so Recover or Track it: %w", id, maxConfirmAttempts, err)
-	}
-	return op, err
-}
-
-// sendRetrying POSTs body to target, an idempotent request about operation
-// id (confirm or cancel), until the Company answers it: a request that gets
-// no answer or a 5xx is sent again, same body, after a backoff that honours
-// Retry-After (PA-OPS6-03).
-func (c *Client) sendRetrying(ctx context.Context, target, id string, body []byte) (*Operation, error) {
-	var last error
-	for attempt := range maxConfirmAttempts {
-		if attempt > 0 {
-			if err := c.clock.Sleep(ctx, c.wait(retry.AfterOf(last), attempt-1)); err != nil {
-				return nil, err
-			}
-		}
-		resp, err := c.send(ctx, http.MethodPost, target, body)
-		if err == nil {
-			var op *Operation
-			if op, err = c.readOperation(ctx, resp, id); err == nil {
-				return c.afterRead(ctx, op)
-			}
-		}
-		if ctx.Err() != nil {
-			return nil, err
-		}
-		if !retry.IsTransient(err) {
-			return c.view(id), err
-		}
-		c.log.DebugContext(ctx, "operations: request got no answer, sending it again", "operation_id", id, "attempt", attempt+1, "error", err)
-		last = err
-	}
-	return nil, last
-}
-
-// Handle takes a proposed operation through approval and confirmation to a
-// final state: it asks for approval (standing permission or the User),
-// confirms, gets a new approval when the terms changed (PA-OPS5-15) or
-// when the Company wants the User's own approval (PA-OPS5-16), and tracks
-// the operation until final. When the User declines, it declines the
-// proposal at the Company (OPS 7) and returns ErrDeclined with the
-// cancelled operation.
-func (c *Client) Handle(ctx context.Context, op *Operation) (*Operation, error) {
-	cur, err := c.observe(op, nil, "")
-	if err != nil {
-		return nil, err
-	}
-	reason, userOnly := "", false
-	for range 16 {
-		if cur.State != StateProposed {
-			if cur.State == StateInProgress {
-				return c.Track(ctx, cur.ID)
-			}
-			return cur, nil
-		}
-		a, err := c.approve(ctx, cur, reason, userOnly)
-		if errors.Is(err, ErrDeclined) {
-			cancelled, cerr := c.Cancel(ctx, cur.ID)
-			return cancelled, errors.Join(ErrDeclined, cerr)
-		}
-		if err != nil {
-			return cur, err
-		}
-		done, err := c.Confirm(ctx, a)
-		var oe *Error
-		switch {
-		case errors.As(err, &oe) && oe.Code == "terms_changed" && oe.Operation != nil:
-			cur, reason, userOnly = c.viewOr(oe.Operation), "terms_changed", false
-		case errors.As(err, &oe) && oe.Code == "user_approval_required":
-			cur, reason, userOnly = c.viewOr(cur), "user_approval_required", true
-		default:
-			return done, err
-		}
-	}
-	return cur, protocolError("operation %s: too many revisions", cur.ID)
-}
-
-func (c *Client) viewOr(op *Operation) *Operation {
-	if v := c.view(op.ID); v != nil {
-		return v
-	}
-	return op
-}
-
-// Cancel declines a proposed operation or asks the Company to stop one in
-// progress, with POST {endpoint}/{id}/cancel and an empty JSON object
-// (OPS 7, A-37), then tracks it until final (PA-OPS7-03). A final
-// operation comes back as it is, without an error (PA-OPS7-04).
-func (c *Client) Cancel(ctx context.Context, id string) (*Operation, error) {
-	v, err := c.sendRetrying(ctx, c.opURL(id, "cancel"), id, []byte("{}"))
-	if err != nil || v.State.Final() {
-		return v, err
-	}
-	return c.Track(ctx, id)
-}
-
-// Propose sends req, a request to an endpoint that may propose an
-// operation (OPS 4.1), through the Session and returns the operation of a
-// 202 answer. action names the endpoint for standing permissions, such as
-// OpenAPIAction("POST", "/orders/{id}/exchanges").
-//
-// While an operation that the same request proposed is still open,
-// Propose sends nothing and returns that operation with a *PendingError
-// (ErrOperationPending): the SDK never asks for a new proposal of an
-// action whose operation isn't final (OPS 6, A-38), not even after a
-// restart, since proposals are journalled. The same request is the same
-// method, URL and body, with query parameters in any order and, for a
-// JSON body, members in any order and any spacing.
-//
-// The request is journalled before it is sent, with the Idempotency-Key
-// header it is sent with (the caller's own, if req has one). When it gets
-// no usable answer (none at all, or a 5xx), or the process dies before the
-// answer is journalled, Propose returns an error matching
-// ErrProposalUnanswered, and the same request sent again (in this process
-// or after a restart) carries the same Idempotency-Key: a Company that
-// honours the header, or that returns the open operation of the same
-// action (OPS 4), answers with the operation it proposed the first time.
-// When the Company answers without an operation (it performed the request
-// as it would without the extension), Propose returns the response, body
-// unread, and no operation. A status of 400 and above is an error
-// (poppy.ResponseError; extension_required matches
-// poppy.ErrExtensionRequired).
-func (c *Client) Propose(ctx context.Context, req *http.Request, action Action) (*Operation, *http.Response, error) {
-	return c.ProposeVia(ctx, c.sess.HTTPClient(), req, action)
-}
-
-// ProposeVia is Propose sending req with hc, a client of the Client's
-// Session, such as one bound to an API's resource (package api uses it).
-func (c *Client) ProposeVia(ctx context.Context, hc *http.Client, req *http.Request, action Action) (*Operation, *http.Response, error) {
-	if hc == nil {
-		return nil, nil, errors.New("operations: ProposeVia needs an HTTP client")
-	}
-	if err := c.load(ctx); err != nil {
-		return nil, nil, err
-	}
-	key, old, err := proposalKeys(req, c.hasLegacy())
-	if err != nil {
-		return nil, nil, err
-	}
-	unlock, err := c.lockKey(ctx, key)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer unlock()
-	if open := c.openProposal(ctx, key, old); open != nil {
-		// Another process may have finished it since: the journal says.
-		if _, err := c.loadRecord(ctx, open.ID); err != nil {
-			return nil, nil, err
-		}
-		if open := c.openProposal(ctx, key, old); open != nil {
-			return open, nil, &PendingError{Operation: open} // PA-OPS6-04
-		}
-	}
-	// OPS 6: journalled before it is sent, with the key it is sent with.
-	idem, openID, err := c.journalProposing(ctx, key, action, req.Header.Get("Idempotency-Key"), "")
-	if err == nil && openID != "" {
-		// Another process proposed it since this Client read the journal.
-		if _, err := c.loadRecord(ctx, openID); err != nil {
-			return nil, nil, err
-		}
-		if open := c.openProposal(ctx, key, old); open != nil {
-			return open, nil, &PendingError{Operation: open} // PA-OPS6-04
-		}
-		idem, _, err = c.journalProposing(ctx, key, action, req.Header.Get("Idempotency-Key"), openID)
-	}
-	if err != nil {
-		return nil, nil, err
-	}
-	out := req.Clone(ctx)
-	out.Header.Set("Idempotency-Key", idem)
-	resp, err := hc.Do(out)
-	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err // without the URL, which the caller has
-		}
-		c.log.DebugContext(ctx, "operations: a proposing request got no answer; it stays journalled", "error", err)
-		return nil, nil, &unansweredError{err: err} // the journal keeps the request
-	}
-	op, err := FromResponse(resp)
-	if errors.Is(err, ErrNoOperation) {
-		_ = c.clearProposing(ctx, key, idem) // performed without an operation
-		return nil, resp, nil
-	}
-	if err != nil {
-		if resp.Body != nil {
-			resp.Body.Close()
-		}
-		switch {
-		case resp.StatusCode >= 500 || resp.StatusCode == http.StatusAccepted:
-			// A 5xx, or a 202 whose body didn't arrive whole or doesn't
-			// parse: the Company may have proposed an operation. The
-			// journal keeps the request.
-			return nil, nil, &unansweredError{err: err}
-		case resp.StatusCode != http.StatusConflict:
-			// A refusal: nothing is open. (A 409 may be the Company still
-			// processing the same Idempotency-Key: the record stays.)
-			_ = c.clearProposing(ctx, key, idem)
-		}
-		return nil, nil, err
-	}
-	v, err := c.observeProposed(op, &action, key, idem)
-	if err != nil {
-		return v, nil, err
-	}
-	if err := c.journalProposal(ctx, v, action, key, idem); err != nil {
-		return v, nil, err
-	}
-	if v.State.Final() {
-		_ = c.clearProposing(ctx, key, idem)
-	} else {
-		_ = c.markAnswered(ctx, key, idem, v.ID)
-	}
-	return v, nil, nil
-}
-
-// hasLegacy reports whether proposals journalled under legacy keys are
-// open, so that requests must be keyed both ways.
-func (c *Client) hasLegacy() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.legacy
-}
-
-// lockKey waits until no other proposing request of key is in flight in
-// this Client, so that two goroutines sending the same request make one
-// proposal: the second finds the first one's operation.
-func (c *Client) lockKey(ctx context.Context, key string) (func(), error) {
-	c.keyMu.Lock()
-	l := c.keyLocks[key]
-	if l == nil {
-		l = &keyLock{ch: make(chan struct{}, 1)}
-		c.keyLocks[key] = l
-	}
-	l.n++
-	c.keyMu.Unlock()
-	release := func() {
-		c.keyMu.Lock()
-		if l.n--; l.n == 0 {
-			delete(c.keyLocks, key)
-		}
-		c.keyMu.Unlock()
-	}
-	select {
-	case l.ch <- struct{}{}:
-	case <-ctx.Done():
-		release()
-		return nil, ctx.Err()
-	}
-	return func() {
-		<-l.ch
-		release()
-	}, nil
-}
-
-// ProposeCall is Propose for a proposing call that is not one HTTP request
-// of the caller's, such as an MCP tool call (OPS 4.2). key identifies the
-// call (ToolCallKey for an MCP tool). While an operation a call with the
-// same key proposed is still open, call is not run and that operation is
-// returned with a *PendingError (ErrOperationPending), even after a
-// restart, since proposals are journalled (OPS 6, A-38). Otherwise call
-// runs and returns the operation the Company proposed, or nil when it
-// proposed none; ProposeCall returns the Client's view of it.
-func (c *Client) ProposeCall(ctx context.Context, key string, action Action, call func(ctx context.Context) (*Operation, error)) (*Operation, error) {
-	if key == "" {
-		return nil, errors.New("operations: ProposeCall needs a key")
-	}
-	if err := c.load(ctx); err != nil {
-		return nil, err
-	}
-	unlock, err := c.lockKey(ctx, key)
-	if err != nil {
-		return nil, err
-	}
-	defer unlock()
-	if open := c.openProposal(ctx, key, ""); open != nil {
-		return open, &PendingError{Operation: open} // PA-OPS6-04
-	}
-	op, err := call(ctx)
-	if err != nil || op == nil {
-		return nil, err
-	}
-	v, err := c.observe(op, &action, key)
-	if err != nil {
-		return v, err
-	}
-	if err := c.journalProposal(ctx, v, action, key, ""); err != nil {
-		return v, err
-	}
-	return v, nil
-}
-
-// ToolCallKey is the ProposeCall key of a call of the MCP tool named tool
-// on the server at serverURL with args (a JSON object, as any value
-// json.Marshal takes, or json.RawMessage): the same tool with the same
-// arguments, whatever their order or spacing, is the same call.
-func ToolCallKey(serverURL, tool string, args any) (string, error) {
-	var raw []byte
-	switch a := args.(type) {
-	case json.RawMessage:
-		raw = a
-	case []byte:
-		raw = a
-	default:
-		var err error
-		if raw, err = json.Marshal(args); err != nil {
-			return "", fmt.Errorf("operations: tool arguments: %w", err)
-		}
-	}
-	var v any
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	if len(bytes.TrimSpace(raw)) > 0 {
-		if err := dec.Decode(&v); err != nil {
-			return "", fmt.Errorf("operations: tool arguments: %w", err)
-		}
-	}
-	canon, err := json.Marshal(v) // object keys sorted
-	if err != nil {
-		return "", fmt.Errorf("operations: tool arguments: %w", err)
-	}
-	h := sha256.New()
-	fmt.Fprintf(h, "mcp tools/call %s %s\n", serverURL, tool)
-	h.Write(canon)
-	return "mcp-" + base64.RawURLEncoding.EncodeToString(h.Sum(nil)), nil
-}
-
-// openProposal returns the open operation the request with key (or the
-// legacy key old, when not "") proposed.
-func (c *Client) openProposal(ctx context.Context, key, old string) *Operation {
-	c.mu.Lock()
-	var open *Operation
-	for _, e := range c.ops {
-		if (e.proposal == key || old != "" && e.proposal == old) && !e.op.State.Final() {
-			open = e.op.Clone()
-			break
-		}
-	}
-	c.mu.Unlock()
-	if open == nil {
-		return nil
-	}
-	if open.State == StateProposed && open.Expired(c.clock.Now()) {
-		// An expired proposal is final at the Company: read it to be sure.
-		if v, err := c.Get(ctx, open.ID); err == nil && v.State.Final() {
-			return nil
-		} else if errors.Is(err, ErrOperationNotFound) {
-			return nil
-		}
-	}
-	return open
 }
 
 func (c *Client) opURL(id, action string) string {

@@ -5,11 +5,14 @@
 //
 // An agent lists the extension in its client metadata
 // (poppy.IdentityConfig.Extensions {"operations": "1"}); [New] then gives a
-// [Client] for a Session at a Company that lists it. Operations come from
-// every channel: [Client.Propose] sends an API request that may answer 202
-// (OPS 4.1), [FromToolResult] reads an MCP tool result's structuredContent
-// (OPS 4.2), [FromMessage] a conversation message (OPS 4.3), and
-// [Client.Observe] makes them one operation per operation_id. Approval
+// [Client] for a Session at a Company that lists it. An operation is an
+// [*Operation] whichever channel it comes from, one per operation_id in the
+// Client's views ([Client.Observe]): [Client.Propose] sends an API request
+// that may answer 202 (OPS 4.1); package api, given the Client
+// (api.OpenAPIOptions.Operations, api.MCPOptions.Operations), proposes its
+// OpenAPI calls and MCP tool calls through it (OPS 4.1, 4.2), and package
+// conversation, given it (conversation.Options.Operations), hands it the
+// operation of every Company message (OPS 4.3). Approval
 // comes only from the caller's [Approver], or from a standing [Permission]
 // the User gave earlier that covers every term; never from Company text.
 // An [*Approval] can only be made by [Client.Approve] and can't be changed,
@@ -18,8 +21,8 @@
 // [Client.Handle] runs the whole flow:
 //
 //	c, _ := operations.New(sess, &operations.Options{Approver: myUI})
-//	op, _, _ := c.Propose(ctx, req, operations.OpenAPIAction("POST", "/orders/{id}/exchanges"))
-//	done, err := c.Handle(ctx, op) // approve, confirm, track to a final state
+//	op, _, _ := c.Propose(ctx, req, operations.OpenAPIAction("POST", "/orders/{id}/exchanges"), nil)
+//	done, err := c.Handle(ctx, op, nil) // approve, confirm, track to a final state
 //	fmt.Println(done.Result.Summary) // the Company's account of what happened
 //
 // # At most once
@@ -43,9 +46,9 @@
 //
 // An operation's url shows it on the Company's website in the same Session
 // (OPS 4.4), and a website may let the Session confirm it there.
-// [Client.ConfirmOnWebsite] does that with the same [*Approval] as
-// Confirm, so the User's approval of that revision comes first however the
-// operation is confirmed (PA-OPS4-04): the caller's [WebsiteConfirmer]
+// [Client.Confirm] (or [Client.Handle]) with [ConfirmOptions].Website does
+// that with the same [*Approval], so the User's approval of that revision
+// comes first however the operation is confirmed (PA-OPS4-04): the caller's [WebsiteConfirmer]
 // presses the page's button in a browser joined to the Session (package
 // browser), and the SDK reads the operation at the endpoint to learn what
 // the Company did. Nothing else in the SDK confirms on a website.
@@ -107,7 +110,7 @@
 //     request proposed is open, Propose sends nothing and returns it; the
 //     key is journalled, so a restart keeps the rule. An MCP tool call is
 //     keyed on the server's URL, the tool and its arguments, canonical JSON
-//     (ToolCallKey, for ProposeCall). Package api does this for every
+//     (ToolCallKey, for ProposeOptions.CallKey). Package api does this for every
 //     unsafe OpenAPI call and every MCP tool call given an operations
 //     Client, which package llmtools and the poppy command do: a model
 //     calling a tool again gets the open operation back, and nothing is

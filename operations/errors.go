@@ -63,8 +63,9 @@ var (
 	// with the operation it proposed instead of proposing another (OPS 6,
 	//
 	ErrProposalUnanswered = errors.New("operations: the proposing request got no usable answer")
-	// ErrNoWebsite: ConfirmOnWebsite was asked for an operation without a
-	// url on the Company's website (OPS 3, 4.4). Nothing was sent.
+	// ErrNoWebsite: a confirm on the website (ConfirmOptions.Website) was
+	// asked for an operation without a url on the Company's website (OPS
+	// 3, 4.4). Nothing was sent.
 	ErrNoWebsite = errors.New("operations: the operation has no page on the Company's website")
 	// ErrNotConfirmedOnWebsite: after the WebsiteConfirmer ran, the
 	// Company still reports the operation proposed: the website did not

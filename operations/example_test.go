@@ -53,13 +53,13 @@ func Example() {
 	req, _ := http.NewRequest("POST", company.APIURL()+"/orders/ord_7Hk2/exchanges",
 		strings.NewReader(`{"item_id":"itm_4Qa","replacement_sku":"stormline-insulated-m"}`))
 	req.Header.Set("Content-Type", "application/json")
-	op, _, err := ops.Propose(ctx, req, operations.OpenAPIAction("POST", "/orders/{id}/exchanges"))
+	op, _, err := ops.Propose(ctx, req, operations.OpenAPIAction("POST", "/orders/{id}/exchanges"), nil)
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	fmt.Println("proposed:", op.State)
-	done, err := ops.Handle(ctx, op)
+	done, err := ops.Handle(ctx, op, nil)
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -74,15 +74,14 @@ func Example() {
 	// Exchange placed. The Stormline Insulated Jacket (M) ships today, and a return label for the original jacket was emailed. $70.00 was charged to the card ending in 4242.
 }
 
-// An operation carried by a conversation message (OPS 4.3): only the
-// message's "operation" is read; its text approves nothing.
-func ExampleFromMessage() {
-	msg := json.RawMessage(`{"id":"msg_r2Kq","role":"company","sender":"agent",
-		"text":"I can exchange it for the insulated version for $70 more. Confirm whenever you're ready.",
-		"operation":{"operation_id":"exc_5Rt2","revision":1,"state":"proposed",
-			"summary":"Exchange the Stormline Jacket (M) on order ord_7Hk2 for the Stormline Insulated Jacket (M), for $70.00 more.",
-			"expires_at":"2026-10-08T12:20:00-07:00","confirmation":null,"result":null}}`)
-	op, err := operations.FromMessage(msg)
+// An operation object as a channel carries it (OPS 3): packages api and
+// conversation read it out of a 202, a tool result or a message and hand
+// over an *Operation; Parse is what they call.
+func ExampleParse() {
+	raw := json.RawMessage(`{"operation_id":"exc_5Rt2","revision":1,"state":"proposed",
+		"summary":"Exchange the Stormline Jacket (M) on order ord_7Hk2 for the Stormline Insulated Jacket (M), for $70.00 more.",
+		"expires_at":"2026-10-08T12:20:00-07:00","confirmation":null,"result":null}`)
+	op, err := operations.Parse(raw)
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -46,7 +46,7 @@ func exampleSession(ctx context.Context) (*poppytest.Server, *poppy.Session) {
 // HTTP client with a cookie jar; package browser/headless drives a real
 // Chromium). The SDK reads the operation at the endpoint afterwards and
 // tracks it to its result.
-func ExampleClient_ConfirmOnWebsite() {
+func ExampleClient_Confirm_website() {
 	ctx := context.Background()
 	company, sess := exampleSession(ctx)
 	defer company.Close()
@@ -58,7 +58,7 @@ func ExampleClient_ConfirmOnWebsite() {
 	req, _ := http.NewRequest("POST", company.APIURL()+"/orders/ord_7Hk2/exchanges",
 		strings.NewReader(`{"item_id":"itm_4Qa","replacement_sku":"stormline-insulated-m"}`))
 	req.Header.Set("Content-Type", "application/json")
-	op, _, err := ops.Propose(ctx, req, operations.OpenAPIAction("POST", "/orders/{id}/exchanges"))
+	op, _, err := ops.Propose(ctx, req, operations.OpenAPIAction("POST", "/orders/{id}/exchanges"), nil)
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -90,7 +90,7 @@ func ExampleClient_ConfirmOnWebsite() {
 		}
 		return resp.Body.Close()
 	})
-	done, err := ops.ConfirmOnWebsite(ctx, a, pressConfirm)
+	done, err := ops.Confirm(ctx, a, &operations.ConfirmOptions{Website: pressConfirm})
 	if err != nil {
 		fmt.Println(err)
 		return

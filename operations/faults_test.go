@@ -93,7 +93,7 @@ func TestFaultInjection500(t *testing.T) {
 			for i := range work {
 				op := e.propose(fmt.Sprintf("itm_%d", i))
 				ids[i] = op.ID
-				results[i], errs[i] = e.c.Handle(ctx, op)
+				results[i], errs[i] = e.c.Handle(ctx, op, nil)
 			}
 		}()
 	}
@@ -115,7 +115,7 @@ func TestFaultInjection500(t *testing.T) {
 	}
 	e.Srv.Clock().Advance(1001 * time.Hour)
 	for _, i := range toExpire {
-		results[i], errs[i] = e.c.Handle(ctx, left[i])
+		results[i], errs[i] = e.c.Handle(ctx, left[i], nil)
 	}
 
 	performed := map[string]int{}

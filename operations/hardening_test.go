@@ -143,7 +143,7 @@ func TestAttackDottedKeyCollides(t *testing.T) {
 		if err := p.Check(sub); !errors.Is(err, operations.ErrAmbiguousTerms) {
 			t.Fatalf("attempt %d: Check: %v", i, err)
 		}
-		if _, err := e.c.Handle(ctx, op); !errors.Is(err, operations.ErrDeclined) {
+		if _, err := e.c.Handle(ctx, op, nil); !errors.Is(err, operations.ErrDeclined) {
 			t.Fatalf("attempt %d: Handle: %v", i, err)
 		}
 	}
@@ -412,7 +412,7 @@ func TestAttackForeignOperationURL(t *testing.T) {
 		})
 		op := e.propose("itm_4Qa")
 		sent, _ := operations.Parse(mustOpJSON(t, op, c.url))
-		if _, err := e.c.Handle(ctx, op); !errors.Is(err, operations.ErrDeclined) {
+		if _, err := e.c.Handle(ctx, op, nil); !errors.Is(err, operations.ErrDeclined) {
 			t.Fatalf("%s: %v", c.url, err)
 		}
 		asked := e.ap.asked()

@@ -118,7 +118,7 @@ func (e *env) exchangeRequest(item string) *http.Request {
 // propose proposes the jacket exchange and returns the operation.
 func (e *env) propose(item string) *operations.Operation {
 	e.T.Helper()
-	op, resp, err := e.c.Propose(ctx, e.exchangeRequest(item), exchangeAction)
+	op, resp, err := e.c.Propose(ctx, e.exchangeRequest(item), exchangeAction, nil)
 	if err != nil {
 		e.T.Fatal(err)
 	}

@@ -89,8 +89,8 @@ type Operation struct {
 	// Propose, …) keep it only on an origin the Company's documents name
 	// (the domain it was resolved from, organization.domain, the URLs of
 	// poppy.json and the OAuth metadata), so that it can be shown as the
-	// Company's; an operation from Parse, FromMessage or FromToolResult
-	// alone is not checked yet.
+	// Company's; an operation from Parse or FromResponse alone is not
+	// checked yet.
 	URL string
 	// Confirmation is nil until the operation is confirmed.
 	Confirmation *Confirmation

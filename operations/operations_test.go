@@ -6,10 +6,12 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/poppyproto/poppy"
+	"github.com/poppyproto/poppy/conversation"
 	"github.com/poppyproto/poppy/internal/testenv"
 	"github.com/poppyproto/poppy/operations"
 	"github.com/poppyproto/poppy/poppytest"
@@ -36,7 +38,7 @@ func TestJacketExchange(t *testing.T) {
 	if op.ExpiresAt.IsZero() {
 		t.Error("no expires_at")
 	}
-	done, err := e.c.Handle(ctx, op)
+	done, err := e.c.Handle(ctx, op, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +143,7 @@ func TestResourceToken(t *testing.T) {
 	const res = "https://api.example.test/poppy/operations"
 	e := newEnv(t, &poppytest.Options{Operations: poppytest.OperationsOptions{Resource: res}}, nil)
 	op := e.propose("itm_4Qa")
-	done, err := e.c.Handle(ctx, op)
+	done, err := e.c.Handle(ctx, op, nil)
 	if err != nil || done.State != operations.StateSucceeded {
 		t.Fatalf("%v %v", done, err)
 	}
@@ -206,7 +208,7 @@ func TestExpiredLocally(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.Srv.Clock().Advance(16 * time.Minute)
-	if _, err := e.c.Confirm(ctx, a); !errors.Is(err, operations.ErrOperationExpired) {
+	if _, err := e.c.Confirm(ctx, a, nil); !errors.Is(err, operations.ErrOperationExpired) {
 		t.Errorf("Confirm after expires_at: %v", err)
 	}
 	if _, err := e.c.Approve(ctx, op); !errors.Is(err, operations.ErrOperationExpired) {
@@ -234,7 +236,7 @@ func TestExpiredLocally(t *testing.T) {
 func TestSlowTracked(t *testing.T) {
 	e := newEnv(t, &poppytest.Options{Operations: poppytest.OperationsOptions{Perform: poppytest.PerformSlow, SlowFor: 9 * time.Second, RetryAfter: 3}}, nil)
 	op := e.propose("itm_4Qa")
-	done, err := e.c.Handle(ctx, op)
+	done, err := e.c.Handle(ctx, op, nil)
 	if err != nil || done.State != operations.StateSucceeded {
 		t.Fatalf("%v %v", done, err)
 	}
@@ -255,7 +257,7 @@ func TestSlowTracked(t *testing.T) {
 // off.
 func TestBackoffWithoutRetryAfter(t *testing.T) {
 	e := newEnv(t, &poppytest.Options{Operations: poppytest.OperationsOptions{Perform: poppytest.PerformSlow, SlowFor: 20 * time.Second, OmitRetryAfter: true}}, nil)
-	done, err := e.c.Handle(ctx, e.propose("itm_4Qa"))
+	done, err := e.c.Handle(ctx, e.propose("itm_4Qa"), nil)
 	if err != nil || done.State != operations.StateSucceeded {
 		t.Fatalf("%v %v", done, err)
 	}
@@ -274,7 +276,7 @@ func TestBackoffWithoutRetryAfter(t *testing.T) {
 // app.
 func TestFailedPartway(t *testing.T) {
 	e := newEnv(t, &poppytest.Options{Operations: poppytest.OperationsOptions{Perform: poppytest.PerformFailPartway}}, nil)
-	done, err := e.c.Handle(ctx, e.propose("itm_4Qa"))
+	done, err := e.c.Handle(ctx, e.propose("itm_4Qa"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,7 +290,7 @@ func TestDeclineCancels(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	e.ap.answer = func(*operations.ApprovalRequest) operations.Decision { return operations.Decline }
 	op := e.propose("itm_4Qa")
-	done, err := e.c.Handle(ctx, op)
+	done, err := e.c.Handle(ctx, op, nil)
 	if !errors.Is(err, operations.ErrDeclined) {
 		t.Fatalf("Handle: %v", err)
 	}
@@ -308,7 +310,7 @@ func TestCancelInProgress(t *testing.T) {
 	e := newEnv(t, &poppytest.Options{Operations: poppytest.OperationsOptions{Perform: poppytest.PerformSlow}}, nil)
 	op := e.propose("itm_4Qa")
 	a, _ := e.c.Approve(ctx, op)
-	if got, err := e.c.Submit(ctx, a); err != nil || got.State != operations.StateInProgress {
+	if got, err := e.c.Confirm(ctx, a, &operations.ConfirmOptions{NoTrack: true}); err != nil || got.State != operations.StateInProgress {
 		t.Fatalf("Submit in slow mode: %v %v", got, err)
 	}
 	done, err := e.c.Cancel(ctx, op.ID)
@@ -328,7 +330,7 @@ func TestCancelInProgress(t *testing.T) {
 // PA-OPS7-04: cancelling a succeeded operation returns it unchanged.
 func TestCancelSucceeded(t *testing.T) {
 	e := newEnv(t, nil, nil)
-	done, err := e.c.Handle(ctx, e.propose("itm_4Qa"))
+	done, err := e.c.Handle(ctx, e.propose("itm_4Qa"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -340,7 +342,10 @@ func TestCancelSucceeded(t *testing.T) {
 
 // PA-OPS3-09 and OPS 4: one operation across channels.
 func TestOneOperationAcrossChannels(t *testing.T) {
-	e := newEnv(t, nil, nil)
+	var late atomic.Pointer[json.RawMessage]
+	e := newEnv(t, &poppytest.Options{Conversation: poppytest.ConversationOptions{Agent: func(tn *poppytest.Turn) {
+		tn.Reply(poppytest.Reply{Text: "Here it is", Operation: *late.Load()})
+	}}}, nil)
 	op := e.propose("itm_4Qa")
 	if _, err := e.Srv.ReviseOperation(op.ID); err != nil {
 		t.Fatal(err)
@@ -351,16 +356,27 @@ func TestOneOperationAcrossChannels(t *testing.T) {
 	}
 	// The conversation delivers revision 1 late: the SDK keeps revision 2.
 	old, _ := json.Marshal(op)
-	msg := json.RawMessage(`{"id":"msg_1","role":"company","text":"Here it is","operation":` + string(old) + `}`)
-	got, err := operations.FromMessage(msg)
+	late.Store((*json.RawMessage)(&old))
+	conv, err := conversation.Start(ctx, e.sess, conversation.Text("Show it again."), &conversation.StartOptions{Options: conversation.Options{Operations: e.c}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	view, err := e.c.Observe(got, operations.ConversationAction())
-	if err != nil || view.Revision != 2 {
-		t.Errorf("stale revision replaced the newer one: %v %v", view, err)
+	var view *operations.Operation
+	for ev, err := range conv.Events(ctx, &conversation.EventsOptions{UntilIdle: true, LongPoll: true}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Type == conversation.EventMessage && ev.Message.Role == conversation.RoleCompany {
+			view, err = ev.Message.Operation, ev.Message.OperationError
+			if err != nil || view == nil || view.Revision != 2 {
+				t.Errorf("stale revision replaced the newer one: %v %v", view, err)
+			}
+		}
 	}
-	done, err := e.c.Handle(ctx, view)
+	if view == nil {
+		t.Fatal("no message with the operation")
+	}
+	done, err := e.c.Handle(ctx, view, nil)
 	if err != nil || done.State != operations.StateSucceeded {
 		t.Fatal(err)
 	}
@@ -384,7 +400,7 @@ func TestMutatedRevision(t *testing.T) {
 	if _, err := e.c.Get(ctx, op.ID); !errors.Is(err, operations.ErrProtocol) {
 		t.Fatalf("Get: %v", err)
 	}
-	if _, err := e.c.Handle(ctx, op); !errors.Is(err, operations.ErrProtocol) {
+	if _, err := e.c.Handle(ctx, op, nil); !errors.Is(err, operations.ErrProtocol) {
 		t.Errorf("Handle: %v", err)
 	}
 	if n := len(e.confirms()); n != 0 || len(e.ap.asked()) != 0 {
@@ -410,20 +426,20 @@ func TestTermsChanged(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The SDK hasn't seen revision 2: the confirm goes out and gets 409.
-	_, err = e.c.Confirm(ctx, a)
+	_, err = e.c.Confirm(ctx, a, nil)
 	var oe *operations.Error
 	if !errors.As(err, &oe) || !errors.Is(err, operations.ErrTermsChanged) || oe.Operation == nil || oe.Operation.Revision != 2 {
 		t.Fatalf("Confirm of the old revision: %v", err)
 	}
 	// PA-OPS5-01: the old approval is refused locally now.
 	n := len(e.confirms())
-	if _, err := e.c.Confirm(ctx, a); !errors.Is(err, operations.ErrApprovalMismatch) {
+	if _, err := e.c.Confirm(ctx, a, nil); !errors.Is(err, operations.ErrApprovalMismatch) {
 		t.Errorf("old approval: %v", err)
 	}
 	if len(e.confirms()) != n {
 		t.Error("old approval sent a confirm")
 	}
-	done, err := e.c.Handle(ctx, oe.Operation)
+	done, err := e.c.Handle(ctx, oe.Operation, nil)
 	if err != nil || done.State != operations.StateSucceeded {
 		t.Fatalf("%v %v", done, err)
 	}
@@ -453,7 +469,7 @@ func TestConfirmAfterSignInRequired(t *testing.T) {
 	op := e.propose("itm_4Qa")
 	a, _ := e.c.Approve(ctx, op)
 	e.Srv.SignOutSession(e.sess.ID())
-	done, err := e.c.Confirm(ctx, a)
+	done, err := e.c.Confirm(ctx, a, nil)
 	if err != nil || done.State != operations.StateSucceeded {
 		t.Fatalf("%v %v", done, err)
 	}
@@ -470,13 +486,13 @@ func TestConfirmAfterInsufficientScope(t *testing.T) {
 	op := e.propose("itm_4Qa")
 	a, _ := e.c.Approve(ctx, op)
 	e.Srv.ForceError(poppytest.EndpointOperations, poppytest.Fault{Code: "insufficient_scope"})
-	_, err := e.c.Confirm(ctx, a)
+	_, err := e.c.Confirm(ctx, a, nil)
 	var pe *poppy.Error
 	if !errors.Is(err, poppy.ErrInsufficientScope) || !errors.As(err, &pe) || len(pe.Scope) != 2 {
 		t.Fatalf("Confirm: %v", err)
 	}
 	signIn(t, e.Env, e.sess)
-	done, err := e.c.Confirm(ctx, a)
+	done, err := e.c.Confirm(ctx, a, nil)
 	if err != nil || done.State != operations.StateSucceeded {
 		t.Fatalf("%v %v", done, err)
 	}
@@ -492,7 +508,7 @@ func TestUserApprovalRequiredAnswer(t *testing.T) {
 	grantExchange(t, e, nil)
 	op := e.propose("itm_4Qa")
 	e.Srv.ForceError(poppytest.EndpointOperations, poppytest.Fault{Status: 403, Code: "user_approval_required"})
-	done, err := e.c.Handle(ctx, op)
+	done, err := e.c.Handle(ctx, op, nil)
 	if err != nil || done.State != operations.StateSucceeded {
 		t.Fatalf("%v %v", done, err)
 	}
@@ -518,7 +534,7 @@ func TestUserApprovalRequiredFlag(t *testing.T) {
 	if !op.UserApprovalRequired {
 		t.Fatal("flag not parsed")
 	}
-	if _, err := e.c.Handle(ctx, op); err != nil {
+	if _, err := e.c.Handle(ctx, op, nil); err != nil {
 		t.Fatal(err)
 	}
 	asked := e.ap.asked()
@@ -560,7 +576,7 @@ func TestUserApprovalRequiredFlag(t *testing.T) {
 	if v, err := e2.c.Observe(flagged, exchangeAction); err != nil || !v.UserApprovalRequired {
 		t.Fatalf("Observe: %v %v", v, err)
 	}
-	if _, err := e2.c.Confirm(ctx, a); !errors.Is(err, operations.ErrApprovalMismatch) {
+	if _, err := e2.c.Confirm(ctx, a, nil); !errors.Is(err, operations.ErrApprovalMismatch) {
 		t.Errorf("Confirm of a standing approval with the flag set: %v", err)
 	}
 	if n := len(e2.confirms()); n != 0 {
@@ -572,7 +588,7 @@ func TestUserApprovalRequiredFlag(t *testing.T) {
 func TestRepeatedConfirm(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	op := e.propose("itm_4Qa")
-	if _, err := e.c.Handle(ctx, op); err != nil {
+	if _, err := e.c.Handle(ctx, op, nil); err != nil {
 		t.Fatal(err)
 	}
 	// A second Client (another process) with the proposal's old view.
@@ -585,7 +601,7 @@ func TestRepeatedConfirm(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done, err := c2.Confirm(ctx, a)
+	done, err := c2.Confirm(ctx, a, nil)
 	if err != nil || done.State != operations.StateSucceeded || done.Result == nil {
 		t.Fatalf("%v %v", done, err)
 	}
@@ -608,7 +624,7 @@ func TestLostConfirmResponse(t *testing.T) {
 			return poppytest.FaultNone
 		}}}, nil)
 		op := e.propose("itm_4Qa")
-		done, err := e.c.Handle(ctx, op)
+		done, err := e.c.Handle(ctx, op, nil)
 		if err != nil || done.State != operations.StateSucceeded {
 			t.Fatalf("fault %d: %v %v", f, done, err)
 		}
@@ -631,10 +647,10 @@ func TestNoSecondProposal(t *testing.T) {
 	e := newEnv(t, &poppytest.Options{Operations: poppytest.OperationsOptions{Perform: poppytest.PerformUnknown}}, nil)
 	op := e.propose("itm_4Qa")
 	a, _ := e.c.Approve(ctx, op)
-	if got, err := e.c.Submit(ctx, a); err != nil || got.State != operations.StateInProgress {
+	if got, err := e.c.Confirm(ctx, a, &operations.ConfirmOptions{NoTrack: true}); err != nil || got.State != operations.StateInProgress {
 		t.Fatalf("Submit: %v %v", got, err)
 	}
-	got, resp, err := e.c.Propose(ctx, e.exchangeRequest("itm_4Qa"), exchangeAction)
+	got, resp, err := e.c.Propose(ctx, e.exchangeRequest("itm_4Qa"), exchangeAction, nil)
 	var pe *operations.PendingError
 	if !errors.Is(err, operations.ErrOperationPending) || !errors.As(err, &pe) || got == nil || got.ID != op.ID || resp != nil {
 		t.Fatalf("second Propose: %v %v", got, err)
@@ -668,7 +684,7 @@ func TestWithdrawBeforeConfirm(t *testing.T) {
 	if _, err := a.Withdraw(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.c.Confirm(ctx, a); !errors.Is(err, operations.ErrApprovalWithdrawn) {
+	if _, err := e.c.Confirm(ctx, a, nil); !errors.Is(err, operations.ErrApprovalWithdrawn) {
 		t.Errorf("Confirm: %v", err)
 	}
 	if len(e.confirms()) != 0 || len(e.opRequests("/cancel")) != 0 {
@@ -681,7 +697,7 @@ func TestWithdrawAfterConfirm(t *testing.T) {
 	e := newEnv(t, &poppytest.Options{Operations: poppytest.OperationsOptions{Perform: poppytest.PerformSlow}}, nil)
 	op := e.propose("itm_4Qa")
 	a, _ := e.c.Approve(ctx, op)
-	if got, err := e.c.Submit(ctx, a); err != nil || got.State != operations.StateInProgress {
+	if got, err := e.c.Confirm(ctx, a, &operations.ConfirmOptions{NoTrack: true}); err != nil || got.State != operations.StateInProgress {
 		t.Fatalf("Submit: %v %v", got, err)
 	}
 	done, err := a.Withdraw(ctx)
@@ -719,27 +735,24 @@ func TestNotFound(t *testing.T) {
 	}
 }
 
-// PA-OPS4-02, PA-OPS4-03: operations out of an MCP tool result and a
-// conversation message.
+// OPS 3, 4: an operation object reads the same whatever channel carried
+// it. The channels' envelopes are their packages': an API's 202 and an MCP
+// tool result's structuredContent are read by package api
+// (api.Response.Operation, api.ToolResult.Operation; PA-OPS4-02 there), a
+// message by package conversation (ReceivedMessage.Operation; PA-OPS4-03
+// there), each handing over an *Operation.
 func TestChannels(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	op := e.propose("itm_4Qa")
 	raw, _ := json.Marshal(op)
-	sc := map[string]any{"operation": json.RawMessage(raw)}
-	got, err := operations.FromToolResult(sc)
-	if err != nil || got.ID != op.ID || got.State != operations.StateProposed {
-		t.Fatalf("tool result: %v %v", got, err)
+	got, err := operations.Parse(raw)
+	if err != nil || got.ID != op.ID || got.State != operations.StateProposed || got.Revision != op.Revision || got.Summary != op.Summary {
+		t.Fatalf("Parse: %v %v", got, err)
 	}
-	got, err = operations.FromToolResult(json.RawMessage(`{"operation":` + string(raw) + `}`))
-	if err != nil || got.ID != op.ID {
-		t.Fatalf("tool result raw: %v %v", got, err)
-	}
-	got, err = operations.FromMessage(map[string]any{"text": "hi", "operation": json.RawMessage(raw)})
-	if err != nil || got.ID != op.ID {
-		t.Fatalf("message: %v %v", got, err)
-	}
-	if _, err := operations.FromMessage(json.RawMessage(`{"text":"no operation"}`)); !errors.Is(err, operations.ErrNoOperation) {
-		t.Errorf("message without operation: %v", err)
+	for _, none := range []string{``, `null`, " \n "} {
+		if _, err := operations.Parse([]byte(none)); !errors.Is(err, operations.ErrNoOperation) {
+			t.Errorf("Parse(%q): %v, want ErrNoOperation", none, err)
+		}
 	}
 	// An agent without the extension: the exchange is performed directly.
 	off := testenv.New(t, nil, nil)
@@ -781,7 +794,7 @@ func TestExtensionRequired(t *testing.T) {
 // PA-3.3-05: unknown members in every operation answer change nothing.
 func TestNoise(t *testing.T) {
 	e := newEnv(t, &poppytest.Options{Noise: true, Operations: poppytest.OperationsOptions{Perform: poppytest.PerformSlow}}, nil)
-	done, err := e.c.Handle(ctx, e.propose("itm_4Qa"))
+	done, err := e.c.Handle(ctx, e.propose("itm_4Qa"), nil)
 	if err != nil || done.State != operations.StateSucceeded {
 		t.Fatalf("%v %v", done, err)
 	}
@@ -792,7 +805,7 @@ func TestNoise(t *testing.T) {
 func TestConfirmOnlyAtEndpoint(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	op := e.propose("itm_4Qa")
-	if _, err := e.c.Handle(ctx, op); err != nil {
+	if _, err := e.c.Handle(ctx, op, nil); err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range e.Requests() {

@@ -129,7 +129,7 @@ func TestStandingPermission(t *testing.T) {
 	if err != nil || len(list) != 1 || list[0].ID != g.ID || list[0].Issuer != "https://auth.example.test" {
 		t.Fatalf("Permissions: %v %v", list, err)
 	}
-	done, err := e.c.Handle(ctx, e.propose("itm_4Qa"))
+	done, err := e.c.Handle(ctx, e.propose("itm_4Qa"), nil)
 	if err != nil || done.State != operations.StateSucceeded {
 		t.Fatalf("%v %v", done, err)
 	}
@@ -151,7 +151,7 @@ func TestStandingPermission(t *testing.T) {
 	grantExchange(t, e, func(p *operations.Permission) { p.Terms = p.Terms[:4] })
 	grantExchange(t, e, func(p *operations.Permission) { p.Expires = e.Srv.Clock().Now().Add(time.Minute) })
 	e.Srv.Clock().Advance(2 * time.Minute)
-	if _, err := e.c.Handle(ctx, e.propose("itm_9Zz")); err != nil {
+	if _, err := e.c.Handle(ctx, e.propose("itm_9Zz"), nil); err != nil {
 		t.Fatal(err)
 	}
 	asked := e.ap.asked()

@@ -15,6 +15,8 @@ import (
 // permission ID), so that every process and replica sharing the store
 // applies, lists and revokes the same ones.
 
+func (c *Client) store() keystore.Store { return c.sess.Company().Agent().Store() }
+
 func (c *Client) permKey(id string) keystore.Key {
 	return keystore.Key{Kind: keystore.KindPermission, User: c.sess.User(), Issuer: c.sess.Company().Issuer(), ID: id}
 }

@@ -6,6 +6,7 @@ package operations_test
 // an operation that is no longer proposed is a typed error.
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
@@ -52,13 +53,13 @@ func TestPA_OPS6_04_LostProposalAnswer(t *testing.T) {
 	lost, got := 0, map[string]string{}
 	for i := range items {
 		item := fmt.Sprintf("itm_%02d", i)
-		op, _, err := e.c.Propose(ctx, e.exchangeRequest(item), exchangeAction)
+		op, _, err := e.c.Propose(ctx, e.exchangeRequest(item), exchangeAction, nil)
 		if lose(i) != poppytest.FaultNone {
 			if err == nil {
 				t.Fatalf("%s: the lost answer was not an error: %s", item, brief(op))
 			}
 			lost++
-			op, _, err = e.c.Propose(ctx, e.exchangeRequest(item), exchangeAction) // the caller sends it again
+			op, _, err = e.c.Propose(ctx, e.exchangeRequest(item), exchangeAction, nil) // the caller sends it again
 		}
 		if err != nil || op == nil {
 			t.Fatalf("%s: %s %v", item, brief(op), err)
@@ -86,7 +87,7 @@ func TestPA_OPS6_04_LostProposalAnswer(t *testing.T) {
 	// Each item's operation is open: calling again sends nothing.
 	before := len(e.Requests(poppytest.EndpointAPI))
 	for item, id := range got {
-		if op, _, err := e.c.Propose(ctx, e.exchangeRequest(item), exchangeAction); !errors.Is(err, operations.ErrOperationPending) || op.ID != id {
+		if op, _, err := e.c.Propose(ctx, e.exchangeRequest(item), exchangeAction, nil); !errors.Is(err, operations.ErrOperationPending) || op.ID != id {
 			t.Errorf("%s again: %s %v", item, brief(op), err)
 		}
 	}
@@ -130,16 +131,16 @@ func TestProposalUnansweredError(t *testing.T) {
 			}
 			return poppytest.FaultNone
 		}}}, nil)
-	_, _, err := e.c.Propose(ctx, e.exchangeRequest("itm_4Qa"), exchangeAction)
+	_, _, err := e.c.Propose(ctx, e.exchangeRequest("itm_4Qa"), exchangeAction, nil)
 	if !errors.Is(err, operations.ErrProposalUnanswered) || !strings.HasPrefix(err.Error(), "operations: ") {
 		t.Fatalf("cut: %v", err)
 	}
 	// A refusal (403 insufficient_scope) forgets the request: nothing is open.
 	e.Srv.ForceError(poppytest.EndpointAPI, poppytest.Fault{Code: "insufficient_scope"})
-	if _, _, err := e.c.Propose(ctx, e.exchangeRequest("itm_5Qa"), exchangeAction); err == nil || errors.Is(err, operations.ErrProposalUnanswered) {
+	if _, _, err := e.c.Propose(ctx, e.exchangeRequest("itm_5Qa"), exchangeAction, nil); err == nil || errors.Is(err, operations.ErrProposalUnanswered) {
 		t.Fatalf("refused: %v", err)
 	}
-	op, _, err := e.c.Propose(ctx, e.exchangeRequest("itm_5Qa"), exchangeAction)
+	op, _, err := e.c.Propose(ctx, e.exchangeRequest("itm_5Qa"), exchangeAction, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,7 +241,7 @@ func TestPA_OPS6_04_SameActionInAnyOrder(t *testing.T) {
 		r.Header.Set("Content-Type", "application/json; charset=utf-8")
 		return r
 	}
-	first, _, err := e.c.Propose(ctx, req("?lang=en&channel=app&tag=a&tag=b", `{"item_id":"itm_4Qa","replacement_sku":"stormline-insulated-m","note":{"x":1,"y":[1,2]}}`), exchangeAction)
+	first, _, err := e.c.Propose(ctx, req("?lang=en&channel=app&tag=a&tag=b", `{"item_id":"itm_4Qa","replacement_sku":"stormline-insulated-m","note":{"x":1,"y":[1,2]}}`), exchangeAction, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,7 +251,7 @@ func TestPA_OPS6_04_SameActionInAnyOrder(t *testing.T) {
 		{"?tag=a&channel=app&tag=b&lang=en", " {\n  \"note\": {\"x\": 1, \"y\": [1, 2]},\n  \"item_id\": \"itm_\\u0034Qa\",\n  \"replacement_sku\": \"stormline-insulated-m\"\n}\n"},
 	}
 	for _, s := range same {
-		op, _, err := e.c.Propose(ctx, req(s.query, s.body), exchangeAction)
+		op, _, err := e.c.Propose(ctx, req(s.query, s.body), exchangeAction, nil)
 		if !errors.Is(err, operations.ErrOperationPending) || op == nil || op.ID != first.ID {
 			t.Errorf("PA-OPS6-04: %s %q proposed again: %s %v", s.query, s.body, brief(op), err)
 		}
@@ -268,7 +269,7 @@ func TestPA_OPS6_04_SameActionInAnyOrder(t *testing.T) {
 		{"?lang=en&channel=app&tag=a&tag=b", `{"item_id":"itm_4Qa","item_id":"itm_4Qa","replacement_sku":"stormline-insulated-m","note":{"x":1,"y":[1,2]}}`},
 	}
 	for i, o := range other {
-		op, _, err := e.c.Propose(ctx, req(o.query, o.body), exchangeAction)
+		op, _, err := e.c.Propose(ctx, req(o.query, o.body), exchangeAction, nil)
 		if err != nil || op == nil || op.ID == first.ID {
 			t.Errorf("other request %d: %s %v", i, brief(op), err)
 		}
@@ -316,7 +317,7 @@ func TestPA_OPS6_04_LegacyProposalKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, _, err := c2.Propose(ctx, e.exchangeRequest("itm_4Qa"), exchangeAction)
+	got, _, err := c2.Propose(ctx, e.exchangeRequest("itm_4Qa"), exchangeAction, nil)
 	if !errors.Is(err, operations.ErrOperationPending) || got == nil || got.ID != op.ID {
 		t.Fatalf("PA-OPS6-04: the legacy-keyed proposal was not found: %s %v", brief(got), err)
 	}
@@ -340,7 +341,7 @@ func TestNotProposedStateError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if done, err := other.Confirm(ctx, a); err != nil || done.State != operations.StateSucceeded {
+	if done, err := other.Confirm(ctx, a, nil); err != nil || done.State != operations.StateSucceeded {
 		t.Fatalf("the other process: %s %v", brief(done), err)
 	}
 	cur, err := e.c.Get(ctx, op.ID)
@@ -358,7 +359,7 @@ func TestNotProposedStateError(t *testing.T) {
 		t.Errorf("%q; asked %d, confirms %d", err, len(e.ap.asked())-asked, len(e.confirms())-confirms)
 	}
 	// Handle takes it as it is.
-	if got, err := e.c.Handle(ctx, cur); err != nil || got.State != operations.StateSucceeded {
+	if got, err := e.c.Handle(ctx, cur, nil); err != nil || got.State != operations.StateSucceeded {
 		t.Errorf("Handle: %s %v", brief(got), err)
 	}
 
@@ -388,7 +389,7 @@ func TestPA_OPS6_04_TwoProcessesOneProposal(t *testing.T) {
 		t.Fatal(err)
 	}
 	op := e.propose("itm_4Qa")
-	got, _, err := c2.Propose(ctx, e.exchangeRequest("itm_4Qa"), exchangeAction)
+	got, _, err := c2.Propose(ctx, e.exchangeRequest("itm_4Qa"), exchangeAction, nil)
 	if !errors.Is(err, operations.ErrOperationPending) || got == nil || got.ID != op.ID {
 		t.Fatalf("PA-OPS6-04: the second process: %s %v", brief(got), err)
 	}
@@ -398,7 +399,7 @@ func TestPA_OPS6_04_TwoProcessesOneProposal(t *testing.T) {
 	if _, err := e.c.Cancel(ctx, op.ID); err != nil {
 		t.Fatal(err)
 	}
-	next, _, err := c2.Propose(ctx, e.exchangeRequest("itm_4Qa"), exchangeAction)
+	next, _, err := c2.Propose(ctx, e.exchangeRequest("itm_4Qa"), exchangeAction, nil)
 	if err != nil || next == nil || next.ID == op.ID {
 		t.Fatalf("after the first process cancelled it: %s %v", brief(next), err)
 	}
@@ -416,7 +417,7 @@ func TestPA_OPS6_04_ConcurrentSameRequest(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			op, _, err := e.c.Propose(ctx, e.exchangeRequest("itm_4Qa"), exchangeAction)
+			op, _, err := e.c.Propose(ctx, e.exchangeRequest("itm_4Qa"), exchangeAction, nil)
 			ids[i], errs[i] = brief(op), err
 		}()
 	}
@@ -434,5 +435,72 @@ func TestPA_OPS6_04_ConcurrentSameRequest(t *testing.T) {
 	}
 	if m := len(e.Requests(poppytest.EndpointAPI)); m != 1 || pending != n-1 || len(e.Srv.Operations()) != 1 {
 		t.Errorf("PA-OPS6-04: %d requests, %d pending, %d operations", m, pending, len(e.Srv.Operations()))
+	}
+}
+
+// PA-OPS6-04 for a proposing call that is not one HTTP request of the
+// caller's (ProposeOptions.Call, as package api's MCP tool calls use it):
+// while the operation a call with the same CallKey proposed is open, the
+// call is not run again, in this Client or in another one sharing the
+// keystore, and Propose returns the open operation with a *PendingError.
+// A Propose with both a request and a Call, or with neither, or a Call
+// without a CallKey, sends nothing.
+func TestPA_OPS6_04_ProposeCall(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	action := operations.ToolAction("request_exchange")
+	key, err := operations.ToolCallKey(e.Srv.MCPURL(), "request_exchange", map[string]any{"item_id": "itm_4Qa"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int32
+	call := func(ctx context.Context) (*operations.Operation, error) {
+		calls.Add(1)
+		resp, err := e.sess.HTTPClient().Do(e.exchangeRequest("itm_4Qa"))
+		if err != nil {
+			return nil, err
+		}
+		return operations.FromResponse(resp)
+	}
+	op, resp, err := e.c.Propose(ctx, nil, action, &operations.ProposeOptions{CallKey: key, Call: call})
+	if err != nil || op == nil || resp != nil || op.State != operations.StateProposed || calls.Load() != 1 {
+		t.Fatalf("first call: %s, %v, %v after %d calls", brief(op), resp, err, calls.Load())
+	}
+	again, _, err := e.c.Propose(ctx, nil, action, &operations.ProposeOptions{CallKey: key, Call: call})
+	var pend *operations.PendingError
+	if !errors.As(err, &pend) || again == nil || again.ID != op.ID || pend.Operation.ID != op.ID || calls.Load() != 1 {
+		t.Fatalf("the same call again: %s, %v after %d calls; want the open operation, not run", brief(again), err, calls.Load())
+	}
+	// Another process sharing the keystore: the journal keeps the key.
+	c2, err := operations.New(e.sess, &operations.Options{Approver: e.ap})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _, err := c2.Propose(ctx, nil, action, &operations.ProposeOptions{CallKey: key, Call: call}); !errors.Is(err, operations.ErrOperationPending) || got == nil || got.ID != op.ID || calls.Load() != 1 {
+		t.Fatalf("another Client: %s, %v after %d calls", brief(got), err, calls.Load())
+	}
+	// Misuse sends nothing.
+	n := len(e.Requests())
+	for name, args := range map[string]struct {
+		req  *http.Request
+		opts *operations.ProposeOptions
+	}{
+		"both":    {e.exchangeRequest("itm_5Qa"), &operations.ProposeOptions{CallKey: "k", Call: call}},
+		"neither": {nil, nil},
+		"no key":  {nil, &operations.ProposeOptions{Call: call}},
+	} {
+		if got, resp, err := e.c.Propose(ctx, args.req, action, args.opts); err == nil || got != nil || resp != nil {
+			t.Errorf("%s: %s, %v, %v; want an error", name, brief(got), resp, err)
+		}
+	}
+	if len(e.Requests()) != n || calls.Load() != 1 {
+		t.Errorf("misuse sent %d requests and ran the call %d times", len(e.Requests())-n, calls.Load()-1)
+	}
+	// Once final, the same call proposes again.
+	if _, err := e.c.Handle(ctx, op, nil); err != nil {
+		t.Fatal(err)
+	}
+	next, _, err := e.c.Propose(ctx, nil, action, &operations.ProposeOptions{CallKey: key, Call: call})
+	if err != nil || next == nil || next.ID == op.ID || calls.Load() != 2 {
+		t.Fatalf("after the first is final: %s, %v after %d calls", brief(next), err, calls.Load())
 	}
 }

@@ -107,7 +107,7 @@ func runChild(ctx context.Context, step string) error {
 			return err
 		}
 		fmt.Println("confirming")
-		_, err = c.Confirm(ctx, a) // killed while the Company holds it
+		_, err = c.Confirm(ctx, a, nil) // killed while the Company holds it
 		return err
 	case "propose":
 		body := `{"item_id":"` + os.Getenv(childOp) + `","replacement_sku":"stormline-insulated-m"}`
@@ -116,7 +116,7 @@ func runChild(ctx context.Context, step string) error {
 			return err
 		}
 		req.Header.Set("Content-Type", "application/json")
-		op, _, err := c.Propose(ctx, req, exchangeAction) // killed while the Company holds it
+		op, _, err := c.Propose(ctx, req, exchangeAction, nil) // killed while the Company holds it
 		if errors.Is(err, operations.ErrOperationPending) {
 			fmt.Println("pending", op.ID)
 			return nil
@@ -326,7 +326,7 @@ func TestRecoverResendsJournalledConfirm(t *testing.T) {
 	}}}, nil)
 	op := e.propose("itm_4Qa")
 	a, _ := e.c.Approve(ctx, op)
-	if _, err := e.c.Confirm(ctx, a); err == nil {
+	if _, err := e.c.Confirm(ctx, a, nil); err == nil {
 		t.Fatal("Confirm succeeded through cut connections")
 	}
 	if info(t, e.Srv, op.ID).Performed != 0 {
@@ -373,7 +373,7 @@ func TestRecoverRevokedPermission(t *testing.T) {
 	if err != nil || a.By() != operations.ApprovedByStandingPermission {
 		t.Fatalf("%v %v", a, err)
 	}
-	if _, err := e.c.Confirm(ctx, a); err == nil {
+	if _, err := e.c.Confirm(ctx, a, nil); err == nil {
 		t.Fatal("Confirm through cut connections")
 	}
 	cut.Store(false)
@@ -395,7 +395,7 @@ func TestRecoverRevokedPermission(t *testing.T) {
 func TestJournalHoldsNoSecrets(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	grantExchange(t, e, nil)
-	if _, err := e.c.Handle(ctx, e.propose("itm_4Qa")); err != nil {
+	if _, err := e.c.Handle(ctx, e.propose("itm_4Qa"), nil); err != nil {
 		t.Fatal(err)
 	}
 	var secrets []string

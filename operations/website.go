@@ -3,12 +3,12 @@ package operations
 // Confirming on the Company's website (OPS 4.4). An operation's url shows
 // it on the website in the same Session; a website that also lets the
 // Session confirm it confirms the same operation, and "the Personal
-// Agent's duties in 5.1 apply however it confirms" (PA-OPS4-04). So
-// ConfirmOnWebsite takes the same *Approval as Confirm, which only Approve
-// makes (the User through the Approver, or a standing permission that
-// covers every term), runs the same checks before anything happens, and
-// journals the confirm before the website is asked, as Confirm does before
-// its first request. The website step itself (loading the page in a
+// Agent's duties in 5.1 apply however it confirms" (PA-OPS4-04). So a
+// confirm on the website is Confirm with ConfirmOptions.Website: the same
+// *Approval, which only Approve makes (the User through the Approver, or a
+// standing permission that covers every term), the same checks before
+// anything happens, and the confirm journalled before the website is
+// asked, as before the first request at the endpoint. The website step itself (loading the page in a
 // browser joined to the Session and pressing its confirm button) is the
 // caller's WebsiteConfirmer: the extension doesn't define the website's
 // form. Afterwards the SDK reads the operation at the operations endpoint,
@@ -28,10 +28,10 @@ import (
 )
 
 // WebsiteConfirmer confirms one revision of an operation on the Company's
-// website (OPS 4.4), for ConfirmOnWebsite: typically it loads req.URL in a
-// browser the agent controls, joined to the Session (package browser),
-// checks that the page shows req.Revision, and presses the page's confirm
-// button. It must confirm that revision only, and nothing when the page
+// website (OPS 4.4), for ConfirmOptions.Website: typically it loads
+// req.URL in a browser the agent controls, joined to the Session (package
+// browser), checks that the page shows req.Revision, and presses the
+// page's confirm button. It must confirm that revision only, and nothing when the page
 // shows another one. It is called only with the User's approval of that
 // revision.
 type WebsiteConfirmer interface {
@@ -59,32 +59,13 @@ type WebsiteConfirm struct {
 	URL string
 }
 
-// ConfirmOnWebsite confirms the approved revision on the Company's website
-// instead of at the operations endpoint (OPS 4.4) and tracks the operation
-// until final. The approval must be one Confirm would send (for the latest
-// revision, not withdrawn, unexpired; PA-OPS5-01, PA-OPS7-05, PA-OPS3-02),
-// the operation must have a url (else ErrNoWebsite), and the operation, read
-// at the endpoint just before, must still be proposed at the approved
-// revision; otherwise w is not called. An operation already past proposed
-// is returned as it is, tracked if in_progress.
-//
-// The confirm is journalled before w runs, with the approval. Then the
-// operation is read at the endpoint: still proposed means the website did
-// not confirm it (ErrNotConfirmedOnWebsite, joined with w's error, and the
-// journal forgets the confirm); a confirmation of another revision than the
-// approved one is an ErrApprovalMismatch with the operation. If the read
-// gets no answer, or the process dies, the journalled confirm stays:
-// [Client.Recover] reads the operation and, if it is still proposed at the
-// approved revision, confirms that revision at the operations endpoint, as
-// the same approval covers it however it is confirmed; the Company
-// performs it at most once across channels (CO-OPS6-02).
-func (c *Client) ConfirmOnWebsite(ctx context.Context, a *Approval, w WebsiteConfirmer) (*Operation, error) {
-	if w == nil {
-		return nil, errors.New("operations: ConfirmOnWebsite needs a WebsiteConfirmer")
-	}
+// confirmOnWebsite is Confirm with ConfirmOptions.Website: it confirms the
+// approved revision on the Company's website instead of at the operations
+// endpoint (OPS 4.4), and returns the operation without tracking it.
+func (c *Client) confirmOnWebsite(ctx context.Context, a *Approval, w WebsiteConfirmer) (*Operation, error) {
 	cur, stop, err := c.precheck(ctx, a)
 	if stop {
-		return c.trackIf(ctx, cur, err)
+		return cur, err
 	}
 	if cur.URL == "" {
 		return nil, fmt.Errorf("%w: %s", ErrNoWebsite, cur.ID)
@@ -95,7 +76,7 @@ func (c *Client) ConfirmOnWebsite(ctx context.Context, a *Approval, w WebsiteCon
 		return nil, err
 	}
 	if cur, stop, err = c.precheck(ctx, a); stop {
-		return c.trackIf(ctx, cur, err)
+		return cur, err
 	}
 	if cur.URL == "" {
 		return nil, fmt.Errorf("%w: %s", ErrNoWebsite, cur.ID)
@@ -117,7 +98,7 @@ func (c *Client) ConfirmOnWebsite(ctx context.Context, a *Approval, w WebsiteCon
 	if op.Confirmation == nil && (op.State == StateProposed || op.State.Final()) {
 		// The website did not confirm it (or the operation ended unconfirmed).
 		c.unconfirm(a)
-		_ = c.journalClearIntent(ctx, op.ID)
+		_ = c.j.clearIntent(ctx, op.ID)
 		return op, errors.Join(fmt.Errorf("%w: %s is %s at revision %d", ErrNotConfirmedOnWebsite, op.ID, op.State, op.Revision), stepErr)
 	}
 	if cf := op.Confirmation; cf != nil && cf.Revision != a.revision {
@@ -128,19 +109,7 @@ func (c *Client) ConfirmOnWebsite(ctx context.Context, a *Approval, w WebsiteCon
 	if stepErr != nil {
 		c.log.DebugContext(ctx, "operations: the website step failed, but the operation is confirmed", "operation_id", op.ID, "error", stepErr)
 	}
-	return c.trackIf(ctx, op, nil)
-}
-
-// trackIf tracks an in_progress operation until final; it returns any
-// other operation, and err, as they are.
-func (c *Client) trackIf(ctx context.Context, op *Operation, err error) (*Operation, error) {
-	if err != nil || op == nil || op.State != StateInProgress {
-		if err == nil && op != nil && op.State == StateExpired {
-			err = fmt.Errorf("%w: %s", ErrOperationExpired, op.ID)
-		}
-		return op, err
-	}
-	return c.Track(ctx, op.ID)
+	return op, nil
 }
 
 // readAfter reads the operation, reading again when a read gets no usable

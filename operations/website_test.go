@@ -125,7 +125,7 @@ func TestPA_OPS4_04_ConfirmOnWebsite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done, err := e.c.ConfirmOnWebsite(ctx, a, b)
+	done, err := e.c.Confirm(ctx, a, &operations.ConfirmOptions{Website: b})
 	if err != nil || done.State != operations.StateSucceeded || done.Result == nil || done.Confirmation == nil || done.Confirmation.Revision != 1 {
 		t.Fatalf("ConfirmOnWebsite: %s %v", brief(done), err)
 	}
@@ -141,7 +141,7 @@ func TestPA_OPS4_04_ConfirmOnWebsite(t *testing.T) {
 	if ops, err := e.c.Recover(ctx); err != nil || len(ops) != 0 {
 		t.Errorf("Recover: %v %v", ops, err)
 	}
-	if again, err := e.c.ConfirmOnWebsite(ctx, a, b); err != nil || again.State != operations.StateSucceeded || b.calls.Load() != 1 {
+	if again, err := e.c.Confirm(ctx, a, &operations.ConfirmOptions{Website: b}); err != nil || again.State != operations.StateSucceeded || b.calls.Load() != 1 {
 		t.Errorf("again: %s %v, %d steps", brief(again), err, b.calls.Load())
 	}
 }
@@ -165,7 +165,7 @@ func TestPA_OPS4_04_WebsiteDuties(t *testing.T) {
 	if _, err := e.Srv.ReviseOperation(op.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.c.ConfirmOnWebsite(ctx, a, b); !errors.Is(err, operations.ErrApprovalMismatch) {
+	if _, err := e.c.Confirm(ctx, a, &operations.ConfirmOptions{Website: b}); !errors.Is(err, operations.ErrApprovalMismatch) {
 		t.Errorf("PA-OPS4-04, PA-OPS5-01: revised: %v", err)
 	}
 	// Withdrawn before the confirm.
@@ -174,7 +174,7 @@ func TestPA_OPS4_04_WebsiteDuties(t *testing.T) {
 	if _, err := a2.Withdraw(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.c.ConfirmOnWebsite(ctx, a2, b); !errors.Is(err, operations.ErrApprovalWithdrawn) {
+	if _, err := e.c.Confirm(ctx, a2, &operations.ConfirmOptions{Website: b}); !errors.Is(err, operations.ErrApprovalWithdrawn) {
 		t.Errorf("PA-OPS4-04, PA-OPS7-05: withdrawn: %v", err)
 	}
 	// An approval of another Client can't be used.
@@ -182,7 +182,7 @@ func TestPA_OPS4_04_WebsiteDuties(t *testing.T) {
 	op3 := e.propose("itm_3")
 	v3, _ := other.Get(ctx, op3.ID)
 	a3, _ := other.Approve(ctx, v3)
-	if _, err := e.c.ConfirmOnWebsite(ctx, a3, b); err == nil {
+	if _, err := e.c.Confirm(ctx, a3, &operations.ConfirmOptions{Website: b}); err == nil {
 		t.Error("PA-OPS4-04, PA-OPS5-03: another Client's approval was used")
 	}
 	if n := b.calls.Load(); n != 0 {
@@ -202,7 +202,7 @@ func TestPA_OPS4_04_WebsiteDuties(t *testing.T) {
 	bad := newWebBrowser(t, e)
 	bad.anyRevision = true
 	bad.before = func(*operations.WebsiteConfirm) { e.Srv.ReviseOperation(op4.ID) }
-	got, err := e.c.ConfirmOnWebsite(ctx, a4, bad)
+	got, err := e.c.Confirm(ctx, a4, &operations.ConfirmOptions{Website: bad})
 	if !errors.Is(err, operations.ErrApprovalMismatch) || got == nil || got.Confirmation == nil || got.Confirmation.Revision != 2 {
 		t.Errorf("a confirmation of revision 2 under an approval of 1: %s %v", brief(got), err)
 	}
@@ -217,7 +217,7 @@ func TestConfirmOnWebsiteNotConfirmed(t *testing.T) {
 	b := newWebBrowser(t, e)
 	b.submit = false
 	a, _ := e.c.Approve(ctx, op)
-	got, err := e.c.ConfirmOnWebsite(ctx, a, b)
+	got, err := e.c.Confirm(ctx, a, &operations.ConfirmOptions{Website: b})
 	if !errors.Is(err, operations.ErrNotConfirmedOnWebsite) || got == nil || got.State != operations.StateProposed {
 		t.Fatalf("%s %v", brief(got), err)
 	}
@@ -225,7 +225,7 @@ func TestConfirmOnWebsiteNotConfirmed(t *testing.T) {
 	if ops, err := c2.Recover(ctx); err != nil || len(ops) != 0 || len(e.confirms()) != 0 {
 		t.Errorf("Recover: %v %v, %d confirms", ops, err, len(e.confirms()))
 	}
-	if done, err := e.c.Confirm(ctx, a); err != nil || done.State != operations.StateSucceeded {
+	if done, err := e.c.Confirm(ctx, a, nil); err != nil || done.State != operations.StateSucceeded {
 		t.Errorf("Confirm after: %s %v", brief(done), err)
 	}
 	// An operation without a url: ErrNoWebsite, and nothing is sent.
@@ -241,7 +241,7 @@ func TestConfirmOnWebsiteNotConfirmed(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := len(e.Requests())
-	if _, err := e.c.ConfirmOnWebsite(ctx, an, b); !errors.Is(err, operations.ErrNoWebsite) || len(e.Requests()) != n {
+	if _, err := e.c.Confirm(ctx, an, &operations.ConfirmOptions{Website: b}); !errors.Is(err, operations.ErrNoWebsite) || len(e.Requests()) != n {
 		t.Errorf("without a url: %v, %d requests", err, len(e.Requests())-n)
 	}
 }
@@ -266,7 +266,7 @@ func TestConfirmOnWebsiteRecovered(t *testing.T) {
 				return err
 			})
 			a, _ := e.c.Approve(ctx, op)
-			if _, err := e.c.ConfirmOnWebsite(dctx, a, step); err == nil {
+			if _, err := e.c.Confirm(dctx, a, &operations.ConfirmOptions{Website: step}); err == nil {
 				t.Fatal("no error after the process died")
 			}
 			c2, _ := operations.New(e.sess, nil)
@@ -283,5 +283,41 @@ func TestConfirmOnWebsiteRecovered(t *testing.T) {
 				t.Errorf("performed %d, via %q, %d endpoint confirms", fi.Performed, fi.ConfirmedVia, fi.Confirms)
 			}
 		})
+	}
+}
+
+// PA-OPS4-04 through the default path: Handle with ConfirmOptions.Website
+// asks the User first, confirms on the website (nothing at the endpoint's
+// confirm) and tracks the operation to its result; with NoTrack as well,
+// it returns the operation as the website left it, in_progress, without
+// reading it again until final.
+func TestPA_OPS4_04_HandleOnWebsite(t *testing.T) {
+	e := newEnv(t, &poppytest.Options{Operations: poppytest.OperationsOptions{Perform: poppytest.PerformSlow}}, nil)
+	b := newWebBrowser(t, e)
+	b.before = func(req *operations.WebsiteConfirm) {
+		if asked := e.ap.asked(); len(asked) == 0 || asked[len(asked)-1].Revision != req.Revision {
+			t.Errorf("the website step ran before the User was asked for revision %d", req.Revision)
+		}
+	}
+	op := e.propose("itm_4Qa")
+	done, err := e.c.Handle(ctx, op, &operations.ConfirmOptions{Website: b})
+	if err != nil || done.State != operations.StateSucceeded || done.Result == nil {
+		t.Fatalf("Handle on the website: %s %v", brief(done), err)
+	}
+	if fi := info(t, e.Srv, op.ID); fi.ConfirmedVia != "website" || fi.Confirms != 0 || fi.Performed != 1 || b.calls.Load() != 1 || len(e.confirms()) != 0 {
+		t.Errorf("confirmed via %q, %d endpoint confirms, performed %d, %d steps", fi.ConfirmedVia, fi.Confirms, fi.Performed, b.calls.Load())
+	}
+	op2 := e.propose("itm_5Qa")
+	got, err := e.c.Handle(ctx, op2, &operations.ConfirmOptions{Website: b, NoTrack: true})
+	if err != nil || got.State != operations.StateInProgress || b.calls.Load() != 2 {
+		t.Fatalf("Handle with NoTrack: %s %v, %d steps", brief(got), err, b.calls.Load())
+	}
+	// Handled again, an in_progress operation is returned as it is.
+	reads := len(e.opRequests(""))
+	if again, err := e.c.Handle(ctx, got, &operations.ConfirmOptions{NoTrack: true}); err != nil || again.State != operations.StateInProgress || len(e.opRequests("")) != reads {
+		t.Errorf("again with NoTrack: %s %v, %d reads", brief(again), err, len(e.opRequests(""))-reads)
+	}
+	if final, err := e.c.Track(ctx, got.ID); err != nil || final.State != operations.StateSucceeded {
+		t.Errorf("Track: %s %v", brief(final), err)
 	}
 }

@@ -475,7 +475,7 @@ func TestOperationURL(t *testing.T) {
 	}
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.APIURL()+"/orders/ord_7Hk2/exchanges", strings.NewReader(`{"item_id":"itm_4Qa"}`))
 	req.Header.Set("Content-Type", "application/json")
-	op, _, err := oc.Propose(ctx, req, operations.OpenAPIAction("POST", "/orders/{id}/exchanges"))
+	op, _, err := oc.Propose(ctx, req, operations.OpenAPIAction("POST", "/orders/{id}/exchanges"), nil)
 	if err != nil || op == nil || op.URL == "" {
 		t.Fatalf("Propose = %+v, %v", op, err)
 	}

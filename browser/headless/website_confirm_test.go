@@ -49,7 +49,7 @@ func TestPA_OPS4_04_WebsiteConfirmInChromium(t *testing.T) {
 	propose := func(item string) *operations.Operation {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.APIURL()+"/orders/ord_7Hk2/exchanges", strings.NewReader(`{"item_id":"`+item+`"}`))
 		req.Header.Set("Content-Type", "application/json")
-		op, _, err := oc.Propose(ctx, req, operations.OpenAPIAction("POST", "/orders/{id}/exchanges"))
+		op, _, err := oc.Propose(ctx, req, operations.OpenAPIAction("POST", "/orders/{id}/exchanges"), nil)
 		if err != nil || op == nil || op.URL == "" {
 			t.Fatalf("Propose = %+v, %v", op, err)
 		}
@@ -86,7 +86,7 @@ func TestPA_OPS4_04_WebsiteConfirmInChromium(t *testing.T) {
 	if err != nil || approved != 1 {
 		t.Fatalf("Approve: %v (%d asked)", err, approved)
 	}
-	done, err := oc.ConfirmOnWebsite(ctx, a, clickConfirm)
+	done, err := oc.Confirm(ctx, a, &operations.ConfirmOptions{Website: clickConfirm})
 	if err != nil || done.State != operations.StateSucceeded || done.Result == nil {
 		t.Fatalf("ConfirmOnWebsite: %+v, %v", done, err)
 	}
@@ -110,7 +110,7 @@ func TestPA_OPS4_04_WebsiteConfirmInChromium(t *testing.T) {
 		}
 		return clickConfirm(ctx, w)
 	})
-	if _, err := oc.ConfirmOnWebsite(ctx, a2, revise); err == nil {
+	if _, err := oc.Confirm(ctx, a2, &operations.ConfirmOptions{Website: revise}); err == nil {
 		t.Fatal("confirmed revision 2 under an approval of revision 1")
 	}
 	if info, _ := srv.Operation(op2.ID); info.State != "proposed" || info.WebsiteConfirms != 0 {

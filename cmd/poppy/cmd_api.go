@@ -206,7 +206,7 @@ func runAPI(ctx context.Context, opts *apiOptions) error {
 		oo = &api.OpenAPIOptions{Operations: oc}
 	}
 	var oa *api.OpenAPI
-	var found *api.Operation
+	var found *api.Endpoint
 	for _, e := range api.List(c) {
 		if e.Type != api.TypeOpenAPI || (opts.API != "" && e.URL != opts.API) {
 			continue
@@ -215,8 +215,8 @@ func runAPI(ctx context.Context, opts *apiOptions) error {
 		if err != nil {
 			return err
 		}
-		if op, ok := o.Find(method, path); ok {
-			oa, found = o, op
+		if ep, ok := o.Find(method, path); ok {
+			oa, found = o, ep
 			break
 		}
 	}
@@ -238,10 +238,8 @@ func runAPI(ctx context.Context, opts *apiOptions) error {
 	j := map[string]any{"status": resp.Status, "content_type": resp.Header.Get("Content-Type"), "body": bodyJSON(resp.Body)}
 	var op *operations.Operation
 	if resp.Operation != nil {
-		op, err = a.observeOperation(ctx, c, resp.Operation, operations.OpenAPIAction(found.Method, found.Path))
-		if err != nil {
-			return err
-		}
+		op = resp.Operation
+		a.rememberProposed(ctx, c.Domain(), op, operations.OpenAPIAction(found.Method, found.Path))
 		delete(j, "body")
 		j["operation"] = opJSON(op)
 		j["next"] = a.cmdline("ops", "confirm", shellQuote(domain), shellQuote(op.ID))
@@ -508,10 +506,8 @@ func runMCPCall(ctx context.Context, opts *mcpCallOptions) error {
 	j := map[string]any{"tool": tool, "is_error": res.IsError, "text": append([]string{}, texts...), "structured_content": res.StructuredContent}
 	var op *operations.Operation
 	if res.Operation != nil {
-		op, err = a.observeOperation(ctx, c, res.Operation, operations.ToolAction(tool))
-		if err != nil {
-			return err
-		}
+		op = res.Operation
+		a.rememberProposed(ctx, c.Domain(), op, operations.ToolAction(tool))
 		j["operation"] = opJSON(op)
 		j["next"] = a.cmdline("ops", "confirm", shellQuote(domain), shellQuote(op.ID))
 	}

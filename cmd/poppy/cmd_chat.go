@@ -100,7 +100,12 @@ func runChat(ctx context.Context, opts *chatOptions) error {
 	}
 	ch := &chatSession{
 		a: opts.app, domain: opts.Domain, company: c, session: s, noStream: opts.NoStream, as: opts.As,
-		convOpts: conversation.Options{Logger: opts.app.log, LongPoll: opts.NoStream},
+		convOpts: conversation.Options{Logger: opts.app.log},
+	}
+	// Operations in the Company's messages go through the operations
+	// Client, as those of API answers and tool results do (OPS 4).
+	if oc, err := operations.New(s, &operations.Options{Logger: opts.app.log}); err == nil {
+		ch.convOpts.Operations = oc
 	}
 	return ch.run(ctx, opts.ConversationID)
 }
@@ -391,13 +396,16 @@ func (ch *chatSession) event(ctx context.Context, in string, ev conversation.Eve
 		if len(m.Data) > 0 {
 			text += "\n  data: " + esc(string(m.Data))
 		}
-		if m.Operation != nil && m.Role != conversation.RoleUser {
-			if op, err := operations.Parse(m.Operation); err == nil {
-				a.rememberOp(ctx, ch.domain, op, &[]operations.Action{operations.ConversationAction()}[0])
-				next := a.cmdline("ops", "confirm", shellQuote(ch.domain), shellQuote(op.ID))
-				j["next"] = next
-				text += "\n" + o.bold("Proposed — not done until you approve:") + " " + esc(op.Summary) + "\n  To review and approve it: " + next
-			}
+		if op := m.Operation; op != nil && m.Role != conversation.RoleUser {
+			// Observed by the chat's operations Client (convOpts).
+			a.rememberProposed(ctx, ch.domain, op, operations.ConversationAction())
+			next := a.cmdline("ops", "confirm", shellQuote(ch.domain), shellQuote(op.ID))
+			j["next"] = next
+			text += "\n" + o.bold("Proposed — not done until you approve:") + " " + esc(op.Summary) + "\n  To review and approve it: " + next
+		}
+		if m.OperationError != nil {
+			j["operation_error"] = m.OperationError.Error()
+			text += "\n" + o.dim("(the message carried an operation that could not be used: "+esc(m.OperationError.Error())+")")
 		}
 		ch.say(j, text)
 	case conversation.EventState:

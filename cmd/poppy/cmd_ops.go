@@ -109,17 +109,13 @@ func (a *app) opsClient(s *poppy.Session, approver operations.Approver) (*operat
 	return c, err
 }
 
-// observeOperation reads the operation an API answer or tool result
-// carries and remembers it for ops list. The operations Client the call
-// went through has observed and journalled it already (api's
-// OpenAPIOptions.Operations and MCPOptions.Operations).
-func (a *app) observeOperation(ctx context.Context, c *poppy.Company, raw json.RawMessage, action operations.Action) (*operations.Operation, error) {
-	op, err := operations.Parse(raw)
-	if err != nil {
-		return nil, err
-	}
-	a.rememberOp(ctx, c.Domain(), op, &action)
-	return op, nil
+// rememberProposed remembers, for ops list, the operation an API answer,
+// a tool result or a message carried. The operations Client the call or
+// the conversation went through has observed it already (api's
+// OpenAPIOptions.Operations and MCPOptions.Operations, conversation's
+// Options.Operations), and journalled what it proposed.
+func (a *app) rememberProposed(ctx context.Context, domain string, op *operations.Operation, action operations.Action) {
+	a.rememberOp(ctx, domain, op, &action)
 }
 
 // opView is an operation in --json output: the wire form (OPS 3).
@@ -438,7 +434,7 @@ func runOpsConfirm(ctx context.Context, opts *opsConfirmOptions) error {
 		return a.finalOp(ctx, c, opts.Domain, op, err)
 	}
 	fa.id, fa.revision = op.ID, op.Revision
-	done, err := oc.Handle(ctx, op)
+	done, err := oc.Handle(ctx, op, nil)
 	return a.finalOp(ctx, c, opts.Domain, done, err)
 }
 

@@ -28,7 +28,7 @@ func apis(ctx context.Context, sess *poppy.Session, step func(string, ...any)) e
 	if err != nil {
 		return err
 	}
-	step("  %d operations, e.g. listOrders: %s", len(oa.Operations()), must(oa.Operation("listOrders")).Summary)
+	step("  %d endpoints, e.g. listOrders: %s", len(oa.Endpoints()), must(oa.Endpoint("listOrders")).Summary)
 	resp, err := oa.Call(ctx, "listOrders", nil)
 	if err != nil {
 		return err

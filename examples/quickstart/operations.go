@@ -51,7 +51,7 @@ func exchangeJacket(ctx context.Context, step func(string, ...any), company *pop
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	op, resp, err := ops.Propose(ctx, req, operations.OpenAPIAction("POST", "/orders/{id}/exchanges"))
+	op, resp, err := ops.Propose(ctx, req, operations.OpenAPIAction("POST", "/orders/{id}/exchanges"), nil)
 	if err != nil {
 		return err
 	}
@@ -64,7 +64,7 @@ func exchangeJacket(ctx context.Context, step func(string, ...any), company *pop
 
 	// Approve, confirm (journalled first, so a crash can't confirm twice),
 	// and track until final.
-	done, err := ops.Handle(ctx, op)
+	done, err := ops.Handle(ctx, op, nil)
 	if err != nil {
 		return err
 	}
