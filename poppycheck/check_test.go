@@ -232,6 +232,8 @@ var unseenKnobs = []knob{
 	{name: "MediatedFailuresPerMinute", opts: poppytest.Options{MediatedFailuresPerMinute: -1}, rule: "CO-4.7-06"},
 	// CO-OPS6-01: in_progress without Retry-After; seeing it takes a confirmed operation.
 	{name: "Operations.OmitRetryAfter", opts: poppytest.Options{Operations: poppytest.OperationsOptions{OmitRetryAfter: true, Perform: poppytest.PerformSlow}}, rule: "CO-OPS6-01"},
+	// CO-OPS4-01: a new operation for an action already open; seeing it takes proposing one twice.
+	{name: "Operations.ProposeAgain", opts: poppytest.Options{Operations: poppytest.OperationsOptions{ProposeAgain: true}}, rule: "CO-OPS4-01"},
 }
 
 // conformantKnobs are the other fields of poppytest.Options: each keeps
@@ -248,18 +250,20 @@ var conformantKnobs = map[string]string{
 	"Extensions": "validated (CO-3.3-01)", "DropAgent": "optional", "DropAPIs": "optional", "DropWeb": "optional",
 	"DropBrowserSession": "optional", "RedirectWellKnown": "a MAY (CO-3-02)", "RedirectStatuses": "any redirect status",
 	"Accounts": "the Company's accounts", "MediatedFields": "the Company's fields", "SignInScopes": "validated (CO-3-11)",
-	"NarrowScopesOnly": "a MAY (CO-4.4-05)", "AccountTokenTTL": "a choice", "RotateAccountTokens": "a MAY (CO-4.8-09)",
+	"NarrowScopesOnly": "a MAY (CO-4.4-05)", "StrictResourceIndicators": "a strict reading of RFC 8707 section 2.2", "AccountTokenTTL": "a choice", "RotateAccountTokens": "a MAY (CO-4.8-09)",
 	"RotationGrace": "a choice", "DeviceCodeTTL": "a choice", "DeviceInterval": "a choice", "OmitInterval": "RFC 8628 default",
 	"RequireCode": "a SHOULD kept", "UnusualOnNewKey": "a SHOULD kept", "CodeTTL": "a choice", "CodeAttempts": "a choice",
 	"EndSessionsOnSignOut": "a MAY (CO-4.9-02)", "NoLiveSignInCheck": "with short tokens, as CO-4.9-04 asks",
 	"Operations.Resource": "a MAY", "Operations.RequireOperations": "a choice (CO-OPS2-04)", "Operations.TTL": "a choice",
 	"Operations.UserApprovalRequired": "a choice", "Operations.Perform": "what the performer does",
 	"Operations.SlowFor": "a choice", "Operations.RetryAfter": "a choice", "Operations.Faults": "injected network faults",
-	"Web.Subdomains": "hosts", "Web.CookieName": "a choice", "Web.CookieTTL": "a choice", "Web.RevokeOnRejoin": "a choice",
+	"Operations.ProposeFaults": "injected network faults",
+	"Web.Subdomains":           "hosts", "Web.CookieName": "a choice", "Web.CookieTTL": "a choice", "Web.RevokeOnRejoin": "a choice",
 	"MCP.SecondServer": "a second server", "MCP.OnAPIHost": "where the server is", "MCP.OtherServers": "tests' own servers",
 	"Conversation.Streaming": "a MAY", "Conversation.TextDeltas": "a MAY", "Conversation.MaxWait": "a MAY (CO-7.5-05)",
 	"Conversation.PageSize": "paging", "Conversation.CloseStreamAfter": "a MAY (CO-7.6-03)", "Conversation.Heartbeats": "SSE comments",
-	"Conversation.Resource": "a MAY", "Conversation.Agent": "the test scripts the Company Agent",
+	"Conversation.StreamIgnoresCursor": "a reading of spec 7.6 (A-27)",
+	"Conversation.Resource":            "a MAY", "Conversation.Agent": "the test scripts the Company Agent",
 	"Conversation.ReplyDelay": "timing", "Conversation.Retention": "a choice",
 	"Load.LogSize": "the fake's own bound", "Load.ViolationsOnly": "the fake's own bound", "Load.MaxViolations": "the fake's own bound",
 	"Load.ForgetTokensAfter": "the fake's own bound", "Load.BodyLogBytes": "the fake's own bound",
@@ -329,7 +333,7 @@ func TestMisconfigurations(t *testing.T) {
 	}
 }
 
-// TestUnseenKnobs: the two switches whose rule needs what the check never
+// TestUnseenKnobs: the switches whose rule needs what the check never
 // does are reported not observed, with the reason.
 func TestUnseenKnobs(t *testing.T) {
 	for _, k := range unseenKnobs {

@@ -112,7 +112,7 @@ func TestFakePageInChromium(t *testing.T) {
 	}
 
 	// A correct agent: a Session and an API call.
-	agent, _ := agenttest.New(t, srv, nil)
+	agent, _ := agenttest.New(t, srv, nil) // the Identity, served on agent.test, is not needed here
 	c, err := agent.Company(ctx, "example.test")
 	if err != nil {
 		t.Fatal(err)
