@@ -14,7 +14,7 @@ import (
 // exampleSession starts a fake Company whose Company Agent streams its
 // replies, and a Session at it.
 func exampleSession(ctx context.Context) (*poppytest.Server, *poppy.Session) {
-	company := poppytest.NewServer(nil, &poppytest.Options{Conversation: poppytest.ConversationOptions{
+	company, err := poppytest.New(&poppytest.Options{Conversation: poppytest.ConversationOptions{
 		Streaming: true,
 		Agent: func(t *poppytest.Turn) {
 			if t.Message.Sender == "human" {
@@ -24,6 +24,9 @@ func exampleSession(ctx context.Context) (*poppytest.Server, *poppy.Session) {
 			t.Reply(poppytest.Reply{Text: "Sorry to hear that. Which size?", Deltas: []string{"Sorry to hear that. ", "Which size?"}})
 		},
 	}})
+	if err != nil {
+		panic(err)
+	}
 	key, _ := poppy.GenerateSigningKey()
 	id, err := poppy.NewIdentity(poppy.IdentityConfig{
 		ClientID: "https://agent.test/agent.json", JWKSURI: "https://agent.test/jwks.json",

@@ -902,13 +902,7 @@ func (s *Server) convAppendMessage(cv *fconv, r Reply) {
 	s.appendLocked(cv, map[string]any{"type": "message", "message": msg})
 }
 
-func (s *Server) reportConfig(msg string) {
-	if s.t != nil {
-		s.t.Errorf("%s", msg)
-		return
-	}
-	panic(msg)
-}
+func (s *Server) reportConfig(msg string) { s.misuse(false, "%s", msg) }
 
 var tagRE = regexp.MustCompile(`<[A-Za-z/][^>]*>`)
 

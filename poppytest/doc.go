@@ -15,6 +15,11 @@
 // [Violation] and fails the test at cleanup unless the test takes it with
 // [Server.TakeViolations].
 //
+// [NewServer] is the test helper; a program (the poppy fake command) or an
+// Example starts the same fake with [New], which returns configuration
+// errors, and calls Close and reads Violations itself. The package imports
+// neither package testing nor its flags: NewServer takes a [TB].
+//
 // # Hosts and TLS
 //
 // One TLS listener on 127.0.0.1 serves every host, routed by the Host

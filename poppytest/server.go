@@ -13,7 +13,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"testing"
 	"time"
 
 	"github.com/lestrrat-go/jwx/v3/jwk"
@@ -272,7 +271,7 @@ type Misconfig struct {
 
 // Server is a strict in-process fake Company. See the package doc.
 type Server struct {
-	t     testing.TB
+	t     TB // the test of NewServer; nil for New (misuse)
 	opts  Options
 	clock Clock
 
@@ -355,43 +354,19 @@ type Server struct {
 	cstate convState // the conversation endpoint (conversation.go)
 }
 
-// NewServer starts a fake Company. Configuration errors (including a
-// poppy.json or metadata that breaks a CO rule without a negative option
-// asking for it) are reported with t.Fatalf. NewServer registers
-// t.Cleanup(s.Close) and, at cleanup, reports every Violation the test did
-// not take with TakeViolations as a t.Errorf.
-//
-// t may be nil (in examples and programs): configuration errors then panic,
-// and the caller must call Close and check Violations itself.
-//
-// NewServer is the test helper built on [New], which a program (such as
-// the poppy fake command) uses instead.
-func NewServer(t testing.TB, opts *Options) *Server {
-	if t != nil {
-		t.Helper()
-	}
-	s, err := newServer(t, opts)
-	if err != nil {
-		s.fatalf("%v", err)
-		return nil
-	}
-	if t != nil {
-		t.Cleanup(func() {
-			s.Close()
-			for _, v := range s.TakeViolations() {
-				t.Errorf("poppytest: protocol violation %v", v)
-			}
-		})
-	}
-	return s
-}
-
-func (s *Server) fatalf(format string, args ...any) {
+// misuse reports a call the API can't answer with an error: it fails the
+// test of NewServer (fatal: at once), or panics for New.
+func (s *Server) misuse(fatal bool, format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
 	if s.t == nil {
-		panic(fmt.Sprintf(format, args...))
+		panic(msg)
 	}
 	s.t.Helper()
-	s.t.Fatalf(format, args...)
+	if fatal {
+		s.t.Fatalf("%s", msg)
+		return
+	}
+	s.t.Errorf("%s", msg)
 }
 
 // configure applies defaults, derives hosts and builds and validates the
