@@ -149,7 +149,7 @@ func ExampleResponseError() {
 }
 
 func ExampleError() {
-	company, err := poppytest.New(&poppytest.Options{RequireRegistration: true})
+	company, err := poppytest.New(&poppytest.Options{Clients: poppytest.ClientOptions{RequireRegistration: true}})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -87,7 +87,7 @@ func benchSQLite(b *testing.B, opts *conversation.EventsOptions) {
 		b.Fatal(err)
 	}
 	defer store.Close()
-	e := &env{Env: testenv.New(b, &poppytest.Options{Conversation: poppytest.ConversationOptions{Agent: quiet, Streaming: true}}, &poppy.AgentOptions{Store: store})}
+	e := &env{Env: testenv.New(b, &poppytest.Options{Conversations: poppytest.ConversationOptions{Agent: quiet, Streaming: true}}, &poppy.AgentOptions{Store: store})}
 	e.sess = e.Session("alice")
 	c := e.start(b, conversation.Text("Hello."), nil)
 	collect(b, c, nil, isIdle)
@@ -137,7 +137,7 @@ func BenchmarkUnknownEventsSQLite(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer store.Close()
-	e := &env{Env: testenv.New(b, &poppytest.Options{Conversation: poppytest.ConversationOptions{Agent: quiet, PageSize: 100}}, &poppy.AgentOptions{Store: store})}
+	e := &env{Env: testenv.New(b, &poppytest.Options{Conversations: poppytest.ConversationOptions{Agent: quiet, PageSize: 100}}, &poppy.AgentOptions{Store: store})}
 	e.sess = e.Session("alice")
 	c := e.start(b, conversation.Text("Hello."), nil)
 	collect(b, c, &conversation.EventsOptions{UntilIdle: true}, nil)
@@ -186,7 +186,7 @@ const idleWindow = 2 * time.Second
 // against a Company that answers each long poll after 1 ms (MaxWait; spec
 // 7.5 lets it), over idleWindow.
 func BenchmarkIdleReads(b *testing.B) {
-	e := &env{Env: testenv.New(b, &poppytest.Options{Conversation: poppytest.ConversationOptions{Agent: quiet, MaxWait: time.Millisecond}}, &poppy.AgentOptions{Clock: realClock{}})}
+	e := &env{Env: testenv.New(b, &poppytest.Options{Conversations: poppytest.ConversationOptions{Agent: quiet, MaxWait: time.Millisecond}}, &poppy.AgentOptions{Clock: realClock{}})}
 	e.sess = e.Session("alice")
 	c := e.start(b, conversation.Text("Hello."), nil)
 	collect(b, c, &conversation.EventsOptions{UntilIdle: true}, nil)
@@ -213,7 +213,7 @@ func BenchmarkIdleReads(b *testing.B) {
 // that answers every read with has_more: true, no events and the same
 // cursor, until the loop gives up (ErrCursorStuck) or idleWindow ends.
 func BenchmarkStuckCursorReads(b *testing.B) {
-	e := &env{Env: testenv.New(b, &poppytest.Options{Conversation: poppytest.ConversationOptions{Agent: quiet, MaxWait: time.Millisecond}}, &poppy.AgentOptions{Clock: realClock{}})}
+	e := &env{Env: testenv.New(b, &poppytest.Options{Conversations: poppytest.ConversationOptions{Agent: quiet, MaxWait: time.Millisecond}}, &poppy.AgentOptions{Clock: realClock{}})}
 	arm := stuckCompanyClock(b, e, 1<<30, realClock{})
 	c := e.start(b, conversation.Text("Hello."), nil)
 	collect(b, c, &conversation.EventsOptions{UntilIdle: true}, nil)

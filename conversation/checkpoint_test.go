@@ -274,7 +274,7 @@ func TestCheckpointCrash(t *testing.T) {
 		every int
 	}{{"stream", 50}, {"longpoll", 50}, {"stream", 1}} {
 		t.Run(tc.mode+"/every="+strconv.Itoa(tc.every), func(t *testing.T) {
-			srv := poppytest.NewServer(t, &poppytest.Options{Conversation: poppytest.ConversationOptions{Agent: quiet, Streaming: tc.mode == "stream", PageSize: 1000}})
+			srv := poppytest.NewServer(t, &poppytest.Options{Conversations: poppytest.ConversationOptions{Agent: quiet, Streaming: tc.mode == "stream", PageSize: 1000}})
 			id, key := testenv.NewIdentity(t, nil)
 			srv.HandleAgent("agent.test", id.Handler(nil))
 			dir := t.TempDir()

@@ -14,7 +14,7 @@ import (
 // exampleSession starts a fake Company whose Company Agent streams its
 // replies, and a Session at it.
 func exampleSession(ctx context.Context) (*poppytest.Server, *poppy.Session) {
-	company, err := poppytest.New(&poppytest.Options{Conversation: poppytest.ConversationOptions{
+	company, err := poppytest.New(&poppytest.Options{Conversations: poppytest.ConversationOptions{
 		Streaming: true,
 		Agent: func(t *poppytest.Turn) {
 			if t.Message.Sender == "human" {

@@ -46,7 +46,7 @@ func (s *countingStore) cursorWrites() int {
 // newEnvWith is newEnv with the agent's store and clock given.
 func newEnvWith(t testing.TB, co poppytest.ConversationOptions, ao *poppy.AgentOptions) *env {
 	t.Helper()
-	e := &env{Env: testenv.New(t, &poppytest.Options{Conversation: co}, ao)}
+	e := &env{Env: testenv.New(t, &poppytest.Options{Conversations: co}, ao)}
 	if ao != nil && ao.Store != nil {
 		e.Store = ao.Store
 	}
@@ -128,7 +128,7 @@ func (c *blockingClock) Sleep(ctx context.Context, d time.Duration) error {
 // TestIdlePaceEndsOnSend: a message sent on the conversation ends the
 // pause of an idle Events loop, so its reply is read at once.
 func TestIdlePaceEndsOnSend(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{Conversation: poppytest.ConversationOptions{MaxWait: time.Millisecond}})
+	srv := poppytest.NewServer(t, &poppytest.Options{Conversations: poppytest.ConversationOptions{MaxWait: time.Millisecond}})
 	clock := &blockingClock{Clock: srv.Clock(), block: time.Second, blocked: make(chan struct{}, 1)}
 	e := &env{Env: testenv.NewOn(t, srv, &poppy.AgentOptions{Clock: clock})}
 	e.sess = e.Session("alice")

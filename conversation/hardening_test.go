@@ -27,7 +27,7 @@ import (
 // in front of the fake.
 func hostileEnv(t testing.TB, co poppytest.ConversationOptions) (*env, *testenv.Hostile) {
 	t.Helper()
-	e := &env{Env: testenvNew(t, &poppytest.Options{Conversation: co})}
+	e := &env{Env: testenvNew(t, &poppytest.Options{Conversations: co})}
 	h := testenv.NewHostile(e.Srv.Transport())
 	e.Agent = e.NewAgent(&poppy.AgentOptions{HTTPClient: &http.Client{Transport: h}})
 	e.sess = e.Session("alice")

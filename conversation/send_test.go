@@ -66,10 +66,10 @@ func replaceBody(resp *http.Response, b []byte) *http.Response {
 func TestPA_7_1_01_SkipsUnfamiliarProtocols(t *testing.T) {
 	// PA-7.1-01: a2a first, then poppy: only the poppy endpoint is used;
 	// its trailing "/" gives no "//" (PA-7.2-01).
-	e := &env{Env: testenvNew(t, &poppytest.Options{DocumentFields: map[string]any{"agent": map[string]any{"protocols": []any{
+	e := &env{Env: testenvNew(t, &poppytest.Options{Discovery: poppytest.DiscoveryOptions{DocumentFields: map[string]any{"agent": map[string]any{"protocols": []any{
 		map[string]any{"type": "a2a", "endpoint": "https://api.example.test/a2a"},
 		map[string]any{"type": "poppy", "endpoint": "https://api.example.test/poppy/conversations/"},
-	}}}})}
+	}}}}})}
 	e.sess = e.Session("alice")
 	c := e.start(t, conversation.Text("Hello."), nil)
 	if _, err := c.Send(ctx, conversation.Text("More."), nil); err != nil {
@@ -86,9 +86,9 @@ func TestPA_7_1_01_SkipsUnfamiliarProtocols(t *testing.T) {
 }
 
 func TestPA_7_1_02_NoSupportedProtocol(t *testing.T) {
-	e := &env{Env: testenvNew(t, &poppytest.Options{DocumentFields: map[string]any{"agent": map[string]any{"protocols": []any{
+	e := &env{Env: testenvNew(t, &poppytest.Options{Discovery: poppytest.DiscoveryOptions{DocumentFields: map[string]any{"agent": map[string]any{"protocols": []any{
 		map[string]any{"type": "a2a", "endpoint": "https://api.example.test/a2a"},
-	}}}})}
+	}}}}})}
 	e.sess = e.Session("alice")
 	_, err := conversation.Start(ctx, e.sess, conversation.Text("Hello."), nil)
 	// PA-7.1-02: a typed error naming what is offered, and no request.
@@ -505,7 +505,7 @@ func TestPA_7_4_11_CompanyFieldsAndOperation(t *testing.T) {
 	for _, ops := range []bool{false, true} {
 		var e *env
 		if ops {
-			e = &env{Env: testenvWithExtensions(t, &poppytest.Options{Conversation: poppytest.ConversationOptions{Noise: true, Agent: agent}}, map[string]string{"operations": "1"})}
+			e = &env{Env: testenvWithExtensions(t, &poppytest.Options{Conversations: poppytest.ConversationOptions{Noise: true, Agent: agent}}, map[string]string{"operations": "1"})}
 			e.sess = e.Session("alice")
 		} else {
 			e = newEnv(t, poppytest.ConversationOptions{Noise: true, Agent: agent})
@@ -576,7 +576,7 @@ func TestOperationInMessage(t *testing.T) {
 	// A Company Agent proposes an operation in a message (OPS 4.3); the
 	// message marshals to its wire form, operation included, for package
 	// operations to read.
-	e := &env{Env: testenvWithExtensions(t, &poppytest.Options{Conversation: poppytest.ConversationOptions{Agent: func(tn *poppytest.Turn) {
+	e := &env{Env: testenvWithExtensions(t, &poppytest.Options{Conversations: poppytest.ConversationOptions{Agent: func(tn *poppytest.Turn) {
 		op, err := tn.ProposeOperation("exchange ord_7Hk2", "Exchange the Stormline Jacket (M) for the insulated version, $70 more.", map[string]any{"price_difference": 70})
 		if err != nil {
 			t.Error(err)

@@ -121,7 +121,7 @@ func TestUnsupportedVersion(t *testing.T) {
 		{"version": "1"},
 		{"version": "1", "endpoint": "http://api.example.test/poppy/operations"},
 	} {
-		srv := poppytest.NewServer(t, &poppytest.Options{Extensions: map[string]any{"operations": entry}, DocumentFields: map[string]any{}})
+		srv := poppytest.NewServer(t, &poppytest.Options{Discovery: poppytest.DiscoveryOptions{Extensions: map[string]any{"operations": entry}, DocumentFields: map[string]any{}}})
 		id, key := testenv.NewIdentity(t, map[string]string{"operations": "1"})
 		te := &testenv.Env{T: t, Srv: srv, ID: id, Key: key}
 		te.Serve(nil)

@@ -40,7 +40,7 @@ import (
 )
 
 // ConversationOptions configures the conversation endpoint
-// (Options.Conversation). The zero value is a Company that answers JSON
+// (Options.Conversations). The zero value is a Company that answers JSON
 // reads only, with the default Company Agent.
 type ConversationOptions struct {
 	// Streaming answers a read that accepts text/event-stream with a
@@ -324,7 +324,7 @@ func ValidID(id string) bool { return idRE.MatchString(id) }
 // one with OddIDs (PA-7.2-04). Called with c.mu held.
 func (s *Server) newConvID(prefix string) string {
 	c := &s.cstate
-	if !s.opts.Conversation.OddIDs {
+	if !s.opts.Conversations.OddIDs {
 		return newID(prefix, 9)
 	}
 	c.odd++
@@ -340,14 +340,14 @@ func (s *Server) newConvID(prefix string) string {
 }
 
 func (s *Server) convMaxWait() time.Duration {
-	if w := s.opts.Conversation.MaxWait; w > 0 {
+	if w := s.opts.Conversations.MaxWait; w > 0 {
 		return w
 	}
 	return 30 * time.Second
 }
 
 func (s *Server) convPageSize() int {
-	if n := s.opts.Conversation.PageSize; n > 0 {
+	if n := s.opts.Conversations.PageSize; n > 0 {
 		return n
 	}
 	return 100
@@ -355,7 +355,7 @@ func (s *Server) convPageSize() int {
 
 // convAccepts is the resource rule of the conversation endpoint (CO-3-12).
 func (s *Server) convAccepts(res string) bool {
-	if r := s.opts.Conversation.Resource; r != "" {
+	if r := s.opts.Conversations.Resource; r != "" {
 		return res == r
 	}
 	return res == "" || res == s.apiOrigin
@@ -380,7 +380,7 @@ func (s *Server) convNotFound(w http.ResponseWriter, r *http.Request) {
 // serveConversation routes the conversation endpoint (spec 7.2).
 func (s *Server) serveConversation(w http.ResponseWriter, r *http.Request) {
 	x := exchangeOf(r)
-	if s.opts.RotateNonce {
+	if s.opts.Tokens.RotateNonce {
 		w.Header().Set("DPoP-Nonce", s.rotateNonce(x.host))
 	}
 	a, ok := s.authenticate(w, r, s.convAccepts)
@@ -717,7 +717,7 @@ func (s *Server) convPost(w http.ResponseWriter, r *http.Request, a *auth, id st
 	sent := &sentMsg{content: content, conv: cv.id, status: status}
 	c.msgs[key] = sent
 	turn := &Turn{s: s, c: cv, sessionID: a.tok.sessionID, ConversationID: cv.id, Message: in, SignedIn: a.signedIn, Scopes: slices.Clone(a.scopes), Account: a.account}
-	delay := s.opts.Conversation.ReplyDelay
+	delay := s.opts.Conversations.ReplyDelay
 	background := delay > 0 && !c.closed
 	if background {
 		c.wg.Add(1)
@@ -774,13 +774,13 @@ func (s *Server) runTurn(t *Turn) {
 		return
 	}
 	switch {
-	case s.opts.Conversation.Agent != nil:
-		s.opts.Conversation.Agent(t)
+	case s.opts.Conversations.Agent != nil:
+		s.opts.Conversations.Agent(t)
 	case human:
 		t.Say("Thanks, I'm looking at it now.")
 	default:
 		r := Reply{Text: "Thanks, I have noted that."}
-		if s.opts.Conversation.TextDeltas {
+		if s.opts.Conversations.TextDeltas {
 			r.Deltas = []string{"Thanks, ", "I have ", "noted that."}
 		}
 		t.Reply(r)
@@ -789,7 +789,7 @@ func (s *Server) runTurn(t *Turn) {
 	if t.c.status == "working" {
 		s.setStateLocked(t.c, "idle", t.c.responder)
 	}
-	if s.opts.Conversation.Noise {
+	if s.opts.Conversations.Noise {
 		s.appendLocked(t.c, map[string]any{"type": "poll", "question": "How did we do?"})
 	}
 	c.mu.Unlock()
@@ -810,7 +810,7 @@ func (s *Server) appendLocked(cv *fconv, ev map[string]any) string {
 	typ, _ := ev["type"].(string)
 	cv.index[id] = cv.first + len(cv.entries)
 	cv.entries = append(cv.entries, centry{id: id, typ: typ, raw: raw})
-	if n := s.opts.Conversation.Retention; n > 0 {
+	if n := s.opts.Conversations.Retention; n > 0 {
 		s.retainLocked(cv, n)
 	}
 	close(cv.changed)
@@ -895,7 +895,7 @@ func (s *Server) convAppendMessage(cv *fconv, r Reply) {
 	for k, v := range r.Fields {
 		msg[k] = v
 	}
-	if s.opts.Conversation.Noise {
+	if s.opts.Conversations.Noise {
 		msg["context"] = map[string]any{"locale": "en-US"}
 		msg["x_new"] = true
 	}

@@ -16,7 +16,7 @@ import (
 func TestCO_OPS4_ConversationMessages(t *testing.T) {
 	var opID string
 	var srv *poppytest.Server
-	srv = poppytest.NewServer(t, &poppytest.Options{Conversation: poppytest.ConversationOptions{Agent: func(tn *poppytest.Turn) {
+	srv = poppytest.NewServer(t, &poppytest.Options{Conversations: poppytest.ConversationOptions{Agent: func(tn *poppytest.Turn) {
 		switch {
 		case strings.Contains(tn.Message.Text, "Exchange"):
 			op, err := tn.ProposeOperation("exchange ord_7Hk2", "Exchange the Stormline Jacket (M) for the insulated version, $70 more.",

@@ -139,10 +139,10 @@ func checkEvents(t *testing.T, evs []map[string]any) {
 }
 
 func TestCO_7_2_Ownership(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{Accounts: []poppytest.Account{
+	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInOptions{Accounts: []poppytest.Account{
 		{ID: "acct_1", Credentials: map[string]string{"email": "a@example.test", "password": "p"}},
 		{ID: "acct_2", Credentials: map[string]string{"email": "b@example.test", "password": "q"}},
-	}})
+	}}})
 	a := newConvAgent(t, srv, newAgent(t, srv, "agent.test"), "usr_alice")
 	other := newConvAgent(t, srv, newAgent(t, srv, "other.test"), "usr_alice")
 	bob := newConvAgent(t, srv, a.rawAgent, "usr_bob")
@@ -226,7 +226,7 @@ func TestCO_7_2_IDs(t *testing.T) {
 		}
 	}
 	// With OddIDs, IDs still follow the rules.
-	odd := poppytest.NewServer(t, &poppytest.Options{Conversation: poppytest.ConversationOptions{OddIDs: true}})
+	odd := poppytest.NewServer(t, &poppytest.Options{Conversations: poppytest.ConversationOptions{OddIDs: true}})
 	b := newConvAgent(t, odd, newAgent(t, odd, "agent.test"), "usr_alice")
 	c2 := b.startConv("Hello.")
 	if c2 != "x" {
@@ -285,7 +285,7 @@ func TestCO_7_3_Messages(t *testing.T) {
 }
 
 func TestCO_7_4_MessageFields(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{Conversation: poppytest.ConversationOptions{Noise: false}})
+	srv := poppytest.NewServer(t, &poppytest.Options{Conversations: poppytest.ConversationOptions{Noise: false}})
 	a := newConvAgent(t, srv, newAgent(t, srv, "agent.test"), "usr_alice")
 	conv := a.startConv("Hello.")
 	// CO-7.4-01: none of text, data, context.
@@ -309,7 +309,7 @@ func TestCO_7_4_MessageFields(t *testing.T) {
 }
 
 func TestCO_7_5_Reads(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{Conversation: poppytest.ConversationOptions{
+	srv := poppytest.NewServer(t, &poppytest.Options{Conversations: poppytest.ConversationOptions{
 		Agent: func(*poppytest.Turn) {}, PageSize: 2, MaxWait: 200 * time.Millisecond}})
 	a := newConvAgent(t, srv, newAgent(t, srv, "agent.test"), "usr_alice")
 	conv := a.startConv("Hello.")
@@ -403,7 +403,7 @@ func sseFrames(raw []byte) [][3]string {
 }
 
 func TestCO_7_6_Streams(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{Conversation: poppytest.ConversationOptions{Streaming: true, TextDeltas: true}})
+	srv := poppytest.NewServer(t, &poppytest.Options{Conversations: poppytest.ConversationOptions{Streaming: true, TextDeltas: true}})
 	a := newConvAgent(t, srv, newAgent(t, srv, "agent.test"), "usr_alice")
 	conv := a.startConv("Hello.")
 	srv.CloseConversation(conv)
@@ -445,7 +445,7 @@ func TestCO_7_6_Streams(t *testing.T) {
 		t.Fatalf("resumed stream %q", r.Raw)
 	}
 	// CO-7.6-03: the Company closes streams, here after 2 events.
-	srv2 := poppytest.NewServer(t, &poppytest.Options{Conversation: poppytest.ConversationOptions{Streaming: true, CloseStreamAfter: 2}})
+	srv2 := poppytest.NewServer(t, &poppytest.Options{Conversations: poppytest.ConversationOptions{Streaming: true, CloseStreamAfter: 2}})
 	b := newConvAgent(t, srv2, newAgent(t, srv2, "agent.test"), "usr_alice")
 	conv2 := b.startConv("Hello.")
 	if f := sseFrames(b.req("GET", "/"+conv2+"/events", "", "Accept", "text/event-stream").Raw); len(f) != 2 {
@@ -611,7 +611,7 @@ func TestCODirectConversations(t *testing.T) {
 }
 
 func TestCOSignInDuringConversation(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{Conversation: poppytest.ConversationOptions{Agent: func(tn *poppytest.Turn) {
+	srv := poppytest.NewServer(t, &poppytest.Options{Conversations: poppytest.ConversationOptions{Agent: func(tn *poppytest.Turn) {
 		if tn.RequireScopes("poppy:read", "poppy:write") {
 			tn.Do("exchange ord_7Hk2")
 			tn.Say("Exchange placed.")
@@ -680,7 +680,7 @@ func TestCOSignInDuringConversation(t *testing.T) {
 }
 
 func TestCO_3_12_ConversationResource(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{Conversation: poppytest.ConversationOptions{Resource: "https://api.example.test/poppy/conversations"}})
+	srv := poppytest.NewServer(t, &poppytest.Options{Conversations: poppytest.ConversationOptions{Resource: "https://api.example.test/poppy/conversations"}})
 	doc := get(t, srv, srv.URL()+"/.well-known/poppy.json")
 	p := doc.Body["agent"].(map[string]any)["protocols"].([]any)[0].(map[string]any)
 	if p["resource"] != "https://api.example.test/poppy/conversations" {

@@ -564,7 +564,7 @@ func (s *Server) opMapLocked(op *fakeOp) map[string]any {
 // serveOperations answers the operations endpoint (OPS 5–7).
 func (s *Server) serveOperations(w http.ResponseWriter, r *http.Request) {
 	x := exchangeOf(r)
-	if s.opts.RotateNonce {
+	if s.opts.Tokens.RotateNonce {
 		w.Header().Set("DPoP-Nonce", s.rotateNonce(x.host))
 	}
 	a, ok := s.authenticate(w, r, s.opsAccepts)
@@ -658,7 +658,7 @@ func (s *Server) opsAccepts(res string) bool {
 	if r := s.opts.Operations.Resource; r != "" {
 		return res == r
 	}
-	return res == "" || res == s.apiOrigin || res == s.opts.APIResource
+	return res == "" || res == s.apiOrigin || res == s.opts.API.Resource
 }
 
 // mayUse applies OPS 3.2 (CO-OPS3-14..16, A-39).

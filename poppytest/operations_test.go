@@ -308,7 +308,7 @@ func TestCO_OPS3_05_Revisions(t *testing.T) {
 
 // CO-OPS3-14, CO-OPS3-16, CO-OPS5-01, CO-OPS9-02: who can use an operation.
 func TestCO_OPS3_14_Ownership(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{Accounts: twoAccounts})
+	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInOptions{Accounts: twoAccounts}})
 	a := opsAgent(t, srv)
 	_, tok := signedIn(t, srv, a, "usr_1", "acct_1")
 	id := proposeRaw(t, a, tok, "{}")["operation_id"].(string)
@@ -417,7 +417,7 @@ func TestCO_OPS5_06_Slow(t *testing.T) {
 
 	// CO-OPS6-04, CO-OPS3-17: unknown outcome stays in_progress, readable
 	// after 30 days, until resolved.
-	srv2 := poppytest.NewServer(t, &poppytest.Options{Operations: poppytest.OperationsOptions{Perform: poppytest.PerformUnknown}, TokenTTL: 1000 * time.Hour})
+	srv2 := poppytest.NewServer(t, &poppytest.Options{Operations: poppytest.OperationsOptions{Perform: poppytest.PerformUnknown}, Tokens: poppytest.TokenOptions{TTL: 1000 * time.Hour}})
 	a2 := opsAgent(t, srv2)
 	_, tok2 := signedIn(t, srv2, a2, "usr_1", "acct_1")
 	id2 := proposeRaw(t, a2, tok2, "{}")["operation_id"].(string)

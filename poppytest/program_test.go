@@ -21,7 +21,7 @@ func TestNew(t *testing.T) {
 	if _, err := poppytest.New(&poppytest.Options{Issuer: "http://auth.example.test"}); err == nil || !strings.Contains(err.Error(), "CO-3-07") {
 		t.Errorf("New with an http issuer: %v", err)
 	}
-	if _, err := poppytest.New(&poppytest.Options{Misconfig: poppytest.Misconfig{}, RedirectWellKnown: []string{"http://provider.test/x"}}); err == nil {
+	if _, err := poppytest.New(&poppytest.Options{Misconfig: poppytest.Misconfig{}, Discovery: poppytest.DiscoveryOptions{RedirectWellKnown: []string{"http://provider.test/x"}}}); err == nil {
 		t.Error("New accepted an http redirect without Misconfig.InsecureRedirect")
 	}
 	srv, err := poppytest.New(nil)

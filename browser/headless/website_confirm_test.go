@@ -23,7 +23,7 @@ import (
 // tracks the operation to its result. Asked for a revision the page no
 // longer shows, the same step clicks nothing.
 func TestPA_OPS4_04_WebsiteConfirmInChromium(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{SignInScopes: map[string][]string{"mediated": {"poppy:read", "poppy:write"}}})
+	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInOptions{Scopes: map[string][]string{"mediated": {"poppy:read", "poppy:write"}}}})
 	id, key := testenv.NewIdentity(t, map[string]string{"operations": "1"})
 	env := &testenv.Env{T: t, Srv: srv, ID: id, Key: key}
 	env.Serve(nil)

@@ -52,9 +52,9 @@ func fakeCompanyMain() int {
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return 2
 	}
-	opts := &poppytest.Options{DeviceInterval: *interval, RequireCode: *requireCode, RotateAccountTokens: *rotate, APIResource: *resource}
+	opts := &poppytest.Options{SignIn: poppytest.SignInOptions{DeviceInterval: *interval, RequireCode: *requireCode, RotateAccountTokens: *rotate}, API: poppytest.APIOptions{Resource: *resource}}
 	if *disable != "" {
-		opts.DisableSignIn = strings.Split(*disable, ",")
+		opts.SignIn.Disable = strings.Split(*disable, ",")
 	}
 	if *name != "" {
 		n, err := strconv.Unquote(*name)
@@ -63,7 +63,7 @@ func fakeCompanyMain() int {
 			return 2
 		}
 		*name = n
-		opts.DocumentFields = map[string]any{"organization": map[string]any{"name": *name, "domain": "example.test"}}
+		opts.Discovery.DocumentFields = map[string]any{"organization": map[string]any{"name": *name, "domain": "example.test"}}
 	}
 	srv, err := poppytest.New(opts) // a program of its own: New, not the test helper
 	if err != nil {

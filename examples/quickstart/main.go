@@ -39,7 +39,7 @@ func main() {
 func run(ctx context.Context, out io.Writer) error {
 	step := func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) }
 
-	company, err := poppytest.New(&poppytest.Options{Conversation: poppytest.ConversationOptions{Streaming: true, TextDeltas: true}})
+	company, err := poppytest.New(&poppytest.Options{Conversations: poppytest.ConversationOptions{Streaming: true, TextDeltas: true}})
 	if err != nil {
 		return err
 	}

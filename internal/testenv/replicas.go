@@ -194,7 +194,7 @@ func ReplicaRun(t testing.TB, store keystore.Store, spec string, opts *ReplicaOp
 	if big {
 		load = poppytest.LoadOptions{ViolationsOnly: true, ForgetTokensAfter: time.Minute}
 	}
-	e := New(t, &poppytest.Options{RotateAccountTokens: true, TokenTTL: o.TokenTTL, Load: load}, &poppy.AgentOptions{Store: store})
+	e := New(t, &poppytest.Options{SignIn: poppytest.SignInOptions{RotateAccountTokens: true}, Tokens: poppytest.TokenOptions{TTL: o.TokenTTL}, Load: load}, &poppy.AgentOptions{Store: store})
 	ctx := context.Background()
 	// Sign every User in, a few at a time.
 	var wg sync.WaitGroup
