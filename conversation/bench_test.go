@@ -39,7 +39,7 @@ func benchEnv(b *testing.B) (*env, *conversation.Conversation) {
 // produce appends n events, as fast as the fake takes them.
 func produce(e *env, id string, n int) {
 	for i := range n {
-		e.Srv.AppendEvent(id, map[string]any{"type": "user_requested", "reason": strconv.Itoa(i)})
+		e.Srv.Conversations().Append(id, map[string]any{"type": "user_requested", "reason": strconv.Itoa(i)})
 	}
 }
 
@@ -142,9 +142,9 @@ func BenchmarkUnknownEventsSQLite(b *testing.B) {
 	c := e.start(b, conversation.Text("Hello."), nil)
 	collect(b, c, &conversation.EventsOptions{UntilIdle: true}, nil)
 	for range b.N {
-		e.Srv.AppendEvent(c.ID(), map[string]any{"type": "poll"})
+		e.Srv.Conversations().Append(c.ID(), map[string]any{"type": "poll"})
 	}
-	e.Srv.Say(c.ID(), poppytest.Reply{Text: "After the polls."})
+	e.Srv.Conversations().Say(c.ID(), poppytest.Reply{Text: "After the polls."})
 	b.ReportAllocs()
 	b.ResetTimer()
 	start := time.Now()
@@ -318,7 +318,7 @@ func benchLatency(b *testing.B, floor bool) {
 	b.ResetTimer()
 	for i := range b.N {
 		t0 := time.Now()
-		e.Srv.AppendEvent(c.ID(), map[string]any{"type": "user_requested", "reason": strconv.Itoa(i)})
+		e.Srv.Conversations().Append(c.ID(), map[string]any{"type": "user_requested", "reason": strconv.Itoa(i)})
 		select {
 		case <-recv:
 		case err := <-done:

@@ -137,7 +137,7 @@ func ExampleStartDirect() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	company.RequestUser(parent.ID(), "A specialist needs to confirm the exchange with the customer.")
+	company.Conversations().RequestUser(parent.ID(), "A specialist needs to confirm the exchange with the customer.")
 	for ev, err := range parent.Events(ctx, nil) {
 		if err != nil {
 			log.Fatal(err)
@@ -176,7 +176,7 @@ func ExampleConversation_Handoff() {
 		log.Fatal(err)
 	}
 	fmt.Println(st, c.Responder())
-	company.JoinHuman(c.ID())
+	company.Conversations().JoinHuman(c.ID())
 	for ev, err := range c.Events(ctx, nil) {
 		if err != nil {
 			log.Fatal(err)

@@ -250,9 +250,9 @@ func TestUnknownEventsCheckpointPerPage(t *testing.T) {
 		collect(t, c, &conversation.EventsOptions{UntilIdle: true}, nil)
 		var last string
 		for range 500 {
-			last = e.Srv.AppendEvent(c.ID(), map[string]any{"type": "poll"})
+			last = e.Srv.Conversations().Append(c.ID(), map[string]any{"type": "poll"})
 		}
-		e.Srv.Say(c.ID(), poppytest.Reply{Text: "After the polls."})
+		e.Srv.Conversations().Say(c.ID(), poppytest.Reply{Text: "After the polls."})
 		before := store.cursorWrites()
 		evs := collect(t, c, nil, func(ev conversation.Event) bool { return ev.Type == conversation.EventMessage })
 		writes := store.cursorWrites() - before

@@ -218,7 +218,7 @@ func TestPA_7_3_01_StartBodyAndAnswer(t *testing.T) {
 		t.Fatalf("body %s", reqs[0].Body)
 	}
 	// PA-7.3-02: the 201's conversation_id, status and responder.
-	info, _ := e.Srv.Conversation(c.ID())
+	info, _ := e.Srv.Conversations().Get(c.ID())
 	if !strings.HasPrefix(c.ID(), "cnv_") || info.ID != c.ID() || c.Status() != conversation.StatusWorking || c.Responder() != conversation.ResponderAgent {
 		t.Fatalf("ID %q status %q responder %q", c.ID(), c.Status(), c.Responder())
 	}
@@ -275,7 +275,7 @@ func TestPA_7_3_03_UniqueMessageIDs(t *testing.T) {
 func TestPA_7_3_04_RetryAfterLostAnswer(t *testing.T) {
 	e := newEnv(t, poppytest.ConversationOptions{})
 	c := e.start(t, conversation.Text("Hello."), nil)
-	e.Srv.LoseConversationResponses(1)
+	e.Srv.Conversations().LoseResponses(1)
 	res, err := c.Send(ctx, conversation.Data("Seats together, please.", map[string]any{"seats": []string{"14A", "14B"}}), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -290,7 +290,7 @@ func TestPA_7_3_04_RetryAfterLostAnswer(t *testing.T) {
 	if len(posts) != 2 || !bytes.Equal(posts[0].Body, posts[1].Body) || !strings.Contains(string(posts[0].Body), res.MessageID) {
 		t.Fatalf("posts %d: %q / %q", len(posts), posts[0].Body, posts[len(posts)-1].Body)
 	}
-	info, _ := e.Srv.Conversation(c.ID())
+	info, _ := e.Srv.Conversations().Get(c.ID())
 	if len(info.Messages) != 2 {
 		t.Fatalf("the Company holds %d messages, want 2", len(info.Messages))
 	}
@@ -298,10 +298,10 @@ func TestPA_7_3_04_RetryAfterLostAnswer(t *testing.T) {
 
 func TestPA_7_3_05_RetriedStart(t *testing.T) {
 	e := newEnv(t, poppytest.ConversationOptions{})
-	e.Srv.LoseConversationResponses(1)
+	e.Srv.Conversations().LoseResponses(1)
 	c := e.start(t, conversation.Text("Hello."), nil)
 	// PA-7.3-05: one conversation, the one the Company started.
-	all := e.Srv.Conversations()
+	all := e.Srv.Conversations().All()
 	if len(all) != 1 || all[0].ID != c.ID() || len(all[0].Messages) != 1 {
 		t.Fatalf("conversations %+v, SDK has %s", all, c.ID())
 	}
@@ -439,7 +439,7 @@ func TestPA_7_4_FieldsAsSent(t *testing.T) {
 	if len(m) != 3 || m["sender"] != "agent" || m["context"].(map[string]any)["user_available"] != false || len(m["context"].(map[string]any)) != 1 {
 		t.Fatalf("update %v", m)
 	}
-	info, _ := e.Srv.Conversation(c.ID())
+	info, _ := e.Srv.Conversations().Get(c.ID())
 	if info.Context["locale"] != "en-US" || info.Context["user_available"] != false {
 		t.Fatalf("merged context %v", info.Context)
 	}
@@ -566,7 +566,7 @@ func TestTokenRefusalKeepsMessage(t *testing.T) {
 	if err := c.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	info, _ := e.Srv.Conversation(c.ID())
+	info, _ := e.Srv.Conversations().Get(c.ID())
 	if len(info.Messages) != 2 || info.Messages[1].Text != "Kept for later." {
 		t.Fatalf("messages %+v", info.Messages)
 	}

@@ -246,16 +246,17 @@
 // https://api.example.test/poppy/conversations is the poppy conversation
 // endpoint (spec 7), configured by Options.Conversations: JSON reads with
 // cursor, wait and has_more paging, SSE streams (Streaming) with
-// text-delta pieces, event retention (Retention, [Server.PurgeBefore]),
+// text-delta pieces, event retention (Retention, [Conversations.PurgeBefore]),
 // idempotent message IDs, Direct Conversations and ownership by client_id,
 // User and account. Its Company Agent is scripted by
 // ConversationOptions.Agent, a func(*Turn) run for each message; tests
-// drive the Company's side with [Server.Say], [Server.SetState],
-// [Server.RequestUser], [Server.RequireAuthorization], [Server.JoinHuman],
-// [Server.NoHumanAvailable], [Server.CloseConversation] and
-// [Server.AppendEvent], read it with [Server.Conversation], and inject
-// faults with [Server.SetConversationFaults],
-// [Server.LoseConversationResponses] and [Server.CutNextStream]. Decisions:
+// drive the Company's side through [Server.Conversations]: [Conversations.Say],
+// [Conversations.SetState], [Conversations.RequestUser],
+// [Conversations.RequireAuthorization], [Conversations.JoinHuman],
+// [Conversations.NoHumanAvailable], [Conversations.Close] and
+// [Conversations.Append]; read it with [Conversations.Get] and
+// [Conversations.All]; and inject faults with [Conversations.SetFaults],
+// [Conversations.LoseResponses] and [Conversations.Cut]. Decisions:
 // a conversation belongs to an account from its first signed-in request
 // "same content" of a retried message is its canonical JSON and
 // parent_conversation_id; wait may be fractional and is capped by

@@ -111,5 +111,5 @@ func TestMisuseWithoutTest(t *testing.T) {
 			t.Errorf("recovered %v", r)
 		}
 	}()
-	srv.Say("nope", poppytest.Reply{Text: "hi"})
+	srv.Conversations().Say("nope", poppytest.Reply{Text: "hi"})
 }

@@ -380,6 +380,14 @@ type Server struct {
 	proxyErr   error
 
 	cstate convState // the conversation endpoint (conversation.go)
+
+	areas areas // the run-time knobs, by area
+}
+
+// areas are the Server's run-time knobs, grouped by area; each points
+// back at the Server.
+type areas struct {
+	conversations Conversations
 }
 
 // misuse reports a call the API can't answer with an error: it fails the
