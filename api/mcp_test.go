@@ -586,8 +586,8 @@ func TestMCPRequestExchangeOperation(t *testing.T) {
 		t.Fatalf("exchangeItem: %v %+v", err, resp)
 	}
 	// The same action proposed thrice is one operation, still proposed.
-	if info, ok := srv.Operation(op.ID); !ok || info.State != "proposed" || len(srv.PerformedActions()) != 0 {
-		t.Errorf("operation at the Company: %+v, %d actions", info, len(srv.PerformedActions()))
+	if info, ok := srv.Operations().Get(op.ID); !ok || info.State != "proposed" || len(srv.Operations().Performed()) != 0 {
+		t.Errorf("operation at the Company: %+v, %d actions", info, len(srv.Operations().Performed()))
 	}
 	for _, req := range env.Requests(poppytest.EndpointOperations) {
 		t.Errorf("the operations endpoint was called: %s %s", req.Method, req.Path)

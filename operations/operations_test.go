@@ -29,7 +29,7 @@ func TestJacketExchange(t *testing.T) {
 	if op.State != operations.StateProposed || op.Revision != 1 || !strings.HasPrefix(op.ID, "exc_") {
 		t.Fatalf("proposed: %+v", op)
 	}
-	if n := len(e.Srv.PerformedActions()); n != 0 {
+	if n := len(e.Srv.Operations().Performed()); n != 0 {
 		t.Fatalf("performed before confirm: %d", n)
 	}
 	// PA-OPS3-02: NeedsApproval shows expires_at.
@@ -342,7 +342,7 @@ func TestCancelSucceeded(t *testing.T) {
 func TestOneOperationAcrossChannels(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	op := e.propose("itm_4Qa")
-	if _, err := e.Srv.ReviseOperation(op.ID); err != nil {
+	if _, err := e.Srv.Operations().Revise(op.ID); err != nil {
 		t.Fatal(err)
 	}
 	rev2, err := e.c.Get(ctx, op.ID)
@@ -380,7 +380,7 @@ func TestOneOperationAcrossChannels(t *testing.T) {
 func TestMutatedRevision(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	op := e.propose("itm_4Qa")
-	e.Srv.MutateRevision(op.ID)
+	e.Srv.Operations().MutateRevision(op.ID)
 	if _, err := e.c.Get(ctx, op.ID); !errors.Is(err, operations.ErrProtocol) {
 		t.Fatalf("Get: %v", err)
 	}
@@ -406,7 +406,7 @@ func TestTermsChanged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.Srv.ReviseOperation(op.ID); err != nil {
+	if _, err := e.Srv.Operations().Revise(op.ID); err != nil {
 		t.Fatal(err)
 	}
 	// The SDK hasn't seen revision 2: the confirm goes out and gets 409.
@@ -440,7 +440,7 @@ func TestTermsChanged(t *testing.T) {
 		t.Errorf("confirms %d", len(cs))
 	}
 	// CO-OPS3-08 seen from the SDK: the performed terms are revision 2's.
-	acts := e.Srv.PerformedActions()
+	acts := e.Srv.Operations().Performed()
 	if len(acts) != 1 || acts[0].Terms["replacement_sku"] != "stormline-insulated-l" {
 		t.Errorf("performed %v", acts)
 	}
@@ -646,7 +646,7 @@ func TestNoSecondProposal(t *testing.T) {
 	if v, _ := e.c.Get(ctx, op.ID); v.State != operations.StateInProgress {
 		t.Errorf("state %v", v.State)
 	}
-	if err := e.Srv.ResolveOperation(op.ID, "succeeded"); err != nil {
+	if err := e.Srv.Operations().Resolve(op.ID, "succeeded"); err != nil {
 		t.Fatal(err)
 	}
 	done, err := e.c.Track(ctx, op.ID)

@@ -165,16 +165,16 @@
 // account; a confirm needs the scopes of the action; user_approval_required
 // refuses standing_permission; a final operation never changes. The
 // performer acts once per operation, on its confirm, as
-// Options.Operations.Perform (or [Server.SetPerform]) says: at once, slowly
+// Options.Operations.Perform (or [Operations.SetPerform]) says: at once, slowly
 // (in_progress with Retry-After), failing partway (with a result.summary
 // of what was done), or with an outcome unknown until
-// [Server.ResolveOperation]. [Server.ReviseOperation] issues the next
-// revision (the next jacket size), [Server.MutateRevision] breaks a
-// revision on purpose, [Server.HoldConfirms] holds confirms in flight, and
+// [Operations.Resolve]. [Operations.Revise] issues the next
+// revision (the next jacket size), [Operations.MutateRevision] breaks a
+// revision on purpose, [Operations.HoldConfirms] holds confirms in flight, and
 // Options.Operations.Faults injects a cut connection, a lost response after
 // performing, a 500 after performing or a 503 into any confirm, read or
-// cancel (ProposeFaults the same into proposing requests). [Server.Operation], [Server.Operations] and
-// [Server.PerformedActions] show what was proposed and performed, and how
+// cancel (ProposeFaults the same into proposing requests). [Operations.Get], [Operations.All] and
+// [Operations.Performed] show what was proposed and performed, and how
 // often (OperationInfo.Performed is 0 or 1).
 //
 // # Signing in

@@ -388,6 +388,7 @@ type Server struct {
 // back at the Server.
 type areas struct {
 	conversations Conversations
+	operations    Operations
 }
 
 // misuse reports a call the API can't answer with an error: it fails the

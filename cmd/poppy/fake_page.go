@@ -140,7 +140,7 @@ func snapshot(srv *poppytest.Server, domain string) *pageView {
 		v.Conversations = append(v.Conversations, pageConversation{ID: c.ID, Status: c.Status, Responder: c.Responder,
 			Account: c.Account, Parent: c.Parent, Messages: len(c.Messages), Events: len(c.Events)})
 	}
-	for _, o := range srv.Operations() {
+	for _, o := range srv.Operations().All() {
 		var m struct {
 			Summary string `json:"summary"`
 		}
