@@ -113,7 +113,7 @@ func TestPA_4_8_03_FewerScopes(t *testing.T) {
 }
 
 func TestPA_4_8_04_05_Rotation(t *testing.T) {
-	e := newEnv(t, &poppytest.Options{RotateAccountTokens: true}, nil)
+	e := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInOptions{RotateAccountTokens: true}}, nil)
 	signedIn(t, e, "")
 	c := e.company("example.test")
 	var sessions []*poppy.Session
@@ -264,7 +264,7 @@ func TestPA_4_9_01_02_SignOut(t *testing.T) {
 
 func TestPA_4_9_03_SessionsEndedOnSignOut(t *testing.T) {
 	var replaced []string
-	e := newEnv(t, &poppytest.Options{EndSessionsOnSignOut: true}, &poppy.AgentOptions{OnSessionReplaced: func(o, n string) { replaced = append(replaced, o, n) }})
+	e := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInOptions{EndSessionsOnSignOut: true}}, &poppy.AgentOptions{OnSessionReplaced: func(o, n string) { replaced = append(replaced, o, n) }})
 	s := signedIn(t, e, "")
 	old := s.ID()
 	if err := s.SignOut(ctx, ""); err != nil {
@@ -331,7 +331,7 @@ func TestPA_4_2_18_AccountMismatch(t *testing.T) {
 }
 
 func TestPA_4_4_12_AccountTokenExpiry(t *testing.T) {
-	e := newEnv(t, &poppytest.Options{AccountTokenTTL: 100 * time.Second}, nil)
+	e := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInOptions{AccountTokenTTL: 100 * time.Second}}, nil)
 	s := signedIn(t, e, "")
 	e.srv.Clock().Advance(101 * time.Second)
 	s2, _ := e.company("example.test").Session(ctx, "alice", &poppy.SessionOptions{Name: "later"})
@@ -347,10 +347,10 @@ func TestPA_4_4_12_AccountTokenExpiry(t *testing.T) {
 }
 
 func TestPA_4_4_13_AccountsKeptApart(t *testing.T) {
-	e := newEnv(t, &poppytest.Options{Accounts: []poppytest.Account{
+	e := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInOptions{Accounts: []poppytest.Account{
 		{ID: "personal", Credentials: map[string]string{"email": "p@example.test", "password": "pw1"}},
 		{ID: "business", Credentials: map[string]string{"email": "b@example.test", "password": "pw2"}},
-	}}, nil)
+	}}}, nil)
 	c := e.company("example.test")
 	login := func(name, email, pw string) *poppy.Session {
 		s, _ := c.Session(ctx, "alice", &poppy.SessionOptions{Name: name})
@@ -471,7 +471,7 @@ func TestPA_4_8_07_10_11_AccountTokenSecret(t *testing.T) {
 	var logs strings.Builder
 	var mu sync.Mutex
 	logger := slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	e := newEnv(t, &poppytest.Options{RotateAccountTokens: true}, &poppy.AgentOptions{Logger: logger})
+	e := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInOptions{RotateAccountTokens: true}}, &poppy.AgentOptions{Logger: logger})
 	s := signedIn(t, e, "")
 	for range 3 {
 		if _, err := s.Token(ctx, &poppy.TokenOptions{Renew: true}); err != nil {
@@ -552,7 +552,7 @@ func (n *nestingStore) Update(ctx context.Context, key keystore.Key, fn func([]b
 
 func TestNoNestedKeystoreLocks(t *testing.T) {
 	ns := &nestingStore{Store: keystore.NewMemory(), t: t}
-	e := newEnv(t, &poppytest.Options{RotateAccountTokens: true}, &poppy.AgentOptions{Store: ns})
+	e := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInOptions{RotateAccountTokens: true}}, &poppy.AgentOptions{Store: ns})
 	direct, err := signin.NewDirect(e.agent, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -675,7 +675,7 @@ func TestRestoredAccountRecordAfterSignOutSignsNothingIn(t *testing.T) {
 // have rotated the Account Token at the Company; the record then keeps no
 // Session Token that could stand in for the next refresh.
 func TestLostRotationClearsRecent(t *testing.T) {
-	e, h := hostileEnv(t, &poppytest.Options{RotateAccountTokens: true}, nil)
+	e, h := hostileEnv(t, &poppytest.Options{SignIn: poppytest.SignInOptions{RotateAccountTokens: true}}, nil)
 	s := signedIn(t, e, "default")
 	if _, err := s.Token(ctx, &poppy.TokenOptions{Renew: true}); err != nil {
 		t.Fatal(err)

@@ -56,8 +56,7 @@ func TestPA_3_01_WellKnownURL(t *testing.T) {
 
 func TestPA_3_02_FollowsRedirects(t *testing.T) {
 	e, c, err := discover(t, &poppytest.Options{
-		RedirectWellKnown: []string{"https://provider.test/hop", "https://provider.test/example/poppy.json"},
-		RedirectStatuses:  []int{301, 307},
+		Discovery: poppytest.DiscoveryOptions{RedirectWellKnown: []string{"https://provider.test/hop", "https://provider.test/example/poppy.json"}, RedirectStatuses: []int{301, 307}},
 	}, "example.test")
 	if err != nil {
 		t.Fatal(err)
@@ -78,8 +77,8 @@ func TestPA_3_02_FollowsRedirects(t *testing.T) {
 
 func TestPA_3_03_InsecureRedirectRefused(t *testing.T) {
 	e, _, err := discover(t, &poppytest.Options{
-		RedirectWellKnown: []string{"http://provider.test/example/poppy.json"},
-		Misconfig:         poppytest.Misconfig{InsecureRedirect: true},
+		Discovery: poppytest.DiscoveryOptions{RedirectWellKnown: []string{"http://provider.test/example/poppy.json"}},
+		Misconfig: poppytest.Misconfig{InsecureRedirect: true},
 	}, "example.test")
 	// PA-3-03
 	if !errors.Is(err, poppy.ErrInsecureRedirect) {
@@ -94,7 +93,7 @@ func TestPA_3_03_InsecureRedirectRefused(t *testing.T) {
 }
 
 func TestPA_3_04_DocumentCached(t *testing.T) {
-	e := newEnv(t, &poppytest.Options{PoppyCacheControl: "max-age=300"}, nil)
+	e := newEnv(t, &poppytest.Options{Discovery: poppytest.DiscoveryOptions{PoppyCacheControl: "max-age=300"}}, nil)
 	count := func() int { return len(sdkRequests(e.srv, poppytest.EndpointPoppyJSON)) }
 	e.company("example.test")
 	e.srv.Clock().Advance(10 * time.Second)
@@ -111,7 +110,7 @@ func TestPA_3_04_DocumentCached(t *testing.T) {
 		t.Fatalf("%d GETs after max-age (If-None-Match %q)", len(docs), docs[len(docs)-1].Header.Get("If-None-Match"))
 	}
 
-	e2 := newEnv(t, &poppytest.Options{PoppyCacheControl: "no-store"}, nil)
+	e2 := newEnv(t, &poppytest.Options{Discovery: poppytest.DiscoveryOptions{PoppyCacheControl: "no-store"}}, nil)
 	for range 3 {
 		e2.company("example.test")
 	}
@@ -123,8 +122,7 @@ func TestPA_3_04_DocumentCached(t *testing.T) {
 
 func TestPA_3_05_NewerMinorAndUnknownFields(t *testing.T) {
 	e, c, err := discover(t, &poppytest.Options{
-		ProtocolVersion: "0.9",
-		DocumentFields:  map[string]any{"x_future": map[string]any{"a": 1}},
+		Discovery: poppytest.DiscoveryOptions{ProtocolVersion: "0.9", DocumentFields: map[string]any{"x_future": map[string]any{"a": 1}}},
 	}, "example.test")
 	if err != nil {
 		t.Fatal(err)
@@ -137,7 +135,7 @@ func TestPA_3_05_NewerMinorAndUnknownFields(t *testing.T) {
 }
 
 func TestPA_3_06_UnsupportedMajor(t *testing.T) {
-	e, _, err := discover(t, &poppytest.Options{ProtocolVersion: "1.0"}, "example.test")
+	e, _, err := discover(t, &poppytest.Options{Discovery: poppytest.DiscoveryOptions{ProtocolVersion: "1.0"}}, "example.test")
 	// PA-3-06
 	if !errors.Is(err, poppy.ErrUnsupportedProtocolVersion) {
 		t.Fatalf("err = %v", err)
@@ -146,7 +144,7 @@ func TestPA_3_06_UnsupportedMajor(t *testing.T) {
 }
 
 func TestPA_3_07_InvalidVersionOrOrganization(t *testing.T) {
-	for _, opts := range []*poppytest.Options{{ProtocolVersion: "0"}, {Misconfig: poppytest.Misconfig{DropOrganization: true}}} {
+	for _, opts := range []*poppytest.Options{{Discovery: poppytest.DiscoveryOptions{ProtocolVersion: "0"}}, {Misconfig: poppytest.Misconfig{DropOrganization: true}}} {
 		e, _, err := discover(t, opts, "example.test")
 		// PA-3-07
 		if !errors.Is(err, poppy.ErrInvalidDocument) {
@@ -174,19 +172,19 @@ func TestPA_3_08_DomainChecked(t *testing.T) {
 
 func TestPA_3_09_RedirectHostDoesNotCount(t *testing.T) {
 	chain := []string{"https://provider.test/example/poppy.json"}
-	e, _, err := discover(t, &poppytest.Options{RedirectWellKnown: chain, Misconfig: poppytest.Misconfig{ProviderDomain: "provider.test"}}, "example.test")
+	e, _, err := discover(t, &poppytest.Options{Discovery: poppytest.DiscoveryOptions{RedirectWellKnown: chain}, Misconfig: poppytest.Misconfig{ProviderDomain: "provider.test"}}, "example.test")
 	// PA-3-09
 	if !errors.Is(err, poppy.ErrDomainMismatch) {
 		t.Fatalf("err = %v", err)
 	}
 	noFurther(t, e)
-	if _, _, err := discover(t, &poppytest.Options{RedirectWellKnown: chain}, "example.test"); err != nil {
+	if _, _, err := discover(t, &poppytest.Options{Discovery: poppytest.DiscoveryOptions{RedirectWellKnown: chain}}, "example.test"); err != nil {
 		t.Fatalf("document for example.test served by provider.test: %v", err)
 	}
 }
 
 func TestPA_3_10_NoAuthNoSessions(t *testing.T) {
-	e, c, err := discover(t, &poppytest.Options{DropAuth: true, DropAgent: true, DropAPIs: true, DropBrowserSession: true}, "example.test")
+	e, c, err := discover(t, &poppytest.Options{Discovery: poppytest.DiscoveryOptions{DropAuth: true, DropAgent: true, DropAPIs: true, DropBrowserSession: true}}, "example.test")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +196,7 @@ func TestPA_3_10_NoAuthNoSessions(t *testing.T) {
 }
 
 func TestPA_3_11_AuthRequired(t *testing.T) {
-	e, _, err := discover(t, &poppytest.Options{DropAuth: true}, "example.test")
+	e, _, err := discover(t, &poppytest.Options{Discovery: poppytest.DiscoveryOptions{DropAuth: true}}, "example.test")
 	// PA-3-11
 	if !errors.Is(err, poppy.ErrInvalidDocument) {
 		t.Fatalf("DropAuth: err = %v", err)
@@ -298,7 +296,7 @@ func TestPA_3_2_07_UnknownMetadataFields(t *testing.T) {
 }
 
 func TestPA_3_2_08_MetadataCached(t *testing.T) {
-	e := newEnv(t, &poppytest.Options{MetadataCacheControl: "max-age=600", PoppyCacheControl: "no-cache"}, nil)
+	e := newEnv(t, &poppytest.Options{Discovery: poppytest.DiscoveryOptions{MetadataCacheControl: "max-age=600", PoppyCacheControl: "no-cache"}}, nil)
 	count := func() int { return len(sdkRequests(e.srv, poppytest.EndpointMetadata)) }
 	e.company("example.test")
 	e.srv.Clock().Advance(60 * time.Second)
@@ -327,10 +325,10 @@ func TestCachedCompanyNeedsNoRequest(t *testing.T) {
 }
 
 func TestPA_3_3_02_and_04_UnsupportedExtensionsIgnored(t *testing.T) {
-	e, c, err := discover(t, &poppytest.Options{Extensions: map[string]any{
+	e, c, err := discover(t, &poppytest.Options{Discovery: poppytest.DiscoveryOptions{Extensions: map[string]any{
 		"example.test/gift-wrap": map[string]any{"version": "2"},
 		"operations":             map[string]any{"version": "9", "endpoint": "https://api.example.test/poppy/operations"},
-	}}, "example.test")
+	}}}, "example.test")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -350,9 +348,9 @@ func TestPA_3_3_02_and_04_UnsupportedExtensionsIgnored(t *testing.T) {
 		t.Fatalf("status %d %s", code, body)
 	}
 	// a numeric version is read as its string.
-	_, c, err = discover(t, &poppytest.Options{DocumentFields: map[string]any{
+	_, c, err = discover(t, &poppytest.Options{Discovery: poppytest.DiscoveryOptions{DocumentFields: map[string]any{
 		"extensions": map[string]any{"example.test/gift-wrap": map[string]any{"version": 1}},
-	}}, "example.test")
+	}}}, "example.test")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -182,7 +182,7 @@ func TestPA_4_1_10_DPoPKeysNotPublished(t *testing.T) {
 }
 
 func TestPA_4_3_12_NonceAtTokenEndpoint(t *testing.T) {
-	e := newEnv(t, &poppytest.Options{RequireNonce: true}, nil)
+	e := newEnv(t, &poppytest.Options{Tokens: poppytest.TokenOptions{RequireNonce: true}}, nil)
 	e.session("alice")
 	toks := sdkRequests(e.srv, poppytest.EndpointToken)
 	if len(toks) != 2 {
@@ -198,7 +198,7 @@ func TestPA_4_3_12_NonceAtTokenEndpoint(t *testing.T) {
 }
 
 func TestPA_4_3_13_NonceAtAPI(t *testing.T) {
-	e := newEnv(t, &poppytest.Options{RequireNonce: true}, nil)
+	e := newEnv(t, &poppytest.Options{Tokens: poppytest.TokenOptions{RequireNonce: true}}, nil)
 	s := e.session("alice")
 	if code, body := e.get(s, "/products"); code != 200 {
 		t.Fatalf("status %d %s", code, body)
@@ -216,7 +216,7 @@ func TestPA_4_3_13_NonceAtAPI(t *testing.T) {
 }
 
 func TestPA_4_3_14_NonceFromEveryResponse(t *testing.T) {
-	e := newEnv(t, &poppytest.Options{RequireNonce: true, RotateNonce: true}, nil)
+	e := newEnv(t, &poppytest.Options{Tokens: poppytest.TokenOptions{RequireNonce: true, RotateNonce: true}}, nil)
 	s := e.session("alice")
 	for i := 0; i < 10; i++ {
 		if code, body := e.get(s, "/products"); code != 200 {
@@ -343,7 +343,7 @@ func TestPA_4_3_21_ResourceToken(t *testing.T) {
 
 func TestPA_4_3_22_PerResourceToken(t *testing.T) {
 	res := "https://api.example.test/"
-	e := newEnv(t, &poppytest.Options{APIResource: res}, nil)
+	e := newEnv(t, &poppytest.Options{API: poppytest.APIOptions{Resource: res}}, nil)
 	s := e.session("alice")
 	if code, body := e.get(s, "/products"); code != 200 {
 		t.Fatalf("status %d %s", code, body)
@@ -394,7 +394,7 @@ func TestPA_4_3_24_NoAnonymousMode(t *testing.T) {
 }
 
 func TestPA_4_3_25_NewTokenUsedFromThenOn(t *testing.T) {
-	e := newEnv(t, &poppytest.Options{RevokeOnReissue: true}, nil)
+	e := newEnv(t, &poppytest.Options{Tokens: poppytest.TokenOptions{RevokeOnReissue: true}}, nil)
 	s := e.session("alice")
 	old, _ := s.Token(ctx, nil)
 	if _, err := s.Token(ctx, &poppy.TokenOptions{Renew: true}); err != nil {
@@ -463,7 +463,7 @@ func TestPA_4_3_29_RateLimitWithoutRetryAfter(t *testing.T) {
 
 // A body survives every kind of retry unchanged.
 func TestRetriedBodyIntact(t *testing.T) {
-	e := newEnv(t, &poppytest.Options{RequireNonce: true}, nil)
+	e := newEnv(t, &poppytest.Options{Tokens: poppytest.TokenOptions{RequireNonce: true}}, nil)
 	s := e.session("alice")
 	e.srv.RateLimit(poppytest.EndpointAPI, 1, "1")
 	body := `{"hello":"world"}`

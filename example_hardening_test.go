@@ -16,7 +16,10 @@ import (
 // client's; the fake Company's client used here has none, and the request
 // is the same.)
 func ExampleWithResponseHeaderTimeout() {
-	company := poppytest.NewServer(nil, nil)
+	company, err := poppytest.New(nil)
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer company.Close()
 	agent := exampleAgent(company, nil)
 	c, err := agent.Company(context.Background(), "example.test")

@@ -43,7 +43,10 @@ func ExampleLoadSigningKeys() {
 
 // What the keystore holds for a User at a Company, without a request.
 func ExampleAgent_StoredSessions() {
-	company := poppytest.NewServer(nil, nil)
+	company, err := poppytest.New(nil)
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer company.Close()
 	agent := exampleAgent(company, nil)
 	ctx := context.Background()

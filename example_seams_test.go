@@ -14,7 +14,10 @@ import (
 // A URL from a Company's document passes the module's one check before it
 // is shown or opened.
 func ExampleAgent_ParseURL() {
-	company := poppytest.NewServer(nil, nil)
+	company, err := poppytest.New(nil)
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer company.Close()
 	agent := exampleAgent(company, nil)
 
@@ -31,7 +34,10 @@ func ExampleAgent_ParseURL() {
 // Text bound for a model goes through Redact, so that no token the
 // Session holds reaches it (PA-4.8-08).
 func ExampleSession_Redact() {
-	company := poppytest.NewServer(nil, nil)
+	company, err := poppytest.New(nil)
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer company.Close()
 	agent := exampleAgent(company, nil)
 	ctx := context.Background()
@@ -50,7 +56,10 @@ func ExampleSession_Redact() {
 // Mediated Sign-In's steps, for an application that asks the User its own
 // way (package signin's Mediated asks through a UserPrompter).
 func ExampleSession_SendMediatedCredentials() {
-	company := poppytest.NewServer(nil, nil)
+	company, err := poppytest.New(nil)
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer company.Close()
 	agent := exampleAgent(company, nil)
 	ctx := context.Background()

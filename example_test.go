@@ -21,7 +21,10 @@ func exampleAgent(company *poppytest.Server, opts *poppy.AgentOptions) *poppy.Ag
 	if opts != nil {
 		o.Agent = *opts
 	}
-	agent, _ := agenttest.New(nil, company, o) // the second result is the agent's Identity, not an error
+	agent, _, err := agenttest.NewAgent(company, o) // the second result is the agent's Identity, not an error
+	if err != nil {
+		log.Fatal(err)
+	}
 	return agent
 }
 
@@ -49,7 +52,10 @@ func ExampleNewIdentity() {
 }
 
 func ExampleAgent_Company() {
-	company := poppytest.NewServer(nil, nil)
+	company, err := poppytest.New(nil)
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer company.Close()
 	agent := exampleAgent(company, nil)
 
@@ -67,7 +73,10 @@ func ExampleAgent_Company() {
 }
 
 func ExampleCompany_Session() {
-	company := poppytest.NewServer(nil, nil)
+	company, err := poppytest.New(nil)
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer company.Close()
 	agent := exampleAgent(company, &poppy.AgentOptions{Store: keystore.NewMemory()})
 	ctx := context.Background()
@@ -86,7 +95,10 @@ func ExampleCompany_Session() {
 }
 
 func ExampleSession_HTTPClient() {
-	company := poppytest.NewServer(nil, nil)
+	company, err := poppytest.New(nil)
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer company.Close()
 	agent := exampleAgent(company, nil)
 	ctx := context.Background()
@@ -107,7 +119,10 @@ func ExampleSession_HTTPClient() {
 }
 
 func ExampleResponseError() {
-	company := poppytest.NewServer(nil, nil)
+	company, err := poppytest.New(nil)
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer company.Close()
 	agent := exampleAgent(company, nil)
 	ctx := context.Background()
@@ -134,13 +149,16 @@ func ExampleResponseError() {
 }
 
 func ExampleError() {
-	company := poppytest.NewServer(nil, &poppytest.Options{RequireRegistration: true})
+	company, err := poppytest.New(&poppytest.Options{Clients: poppytest.ClientOptions{RequireRegistration: true}})
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer company.Close()
 	agent := exampleAgent(company, nil)
 	ctx := context.Background()
 
 	c, _ := agent.Company(ctx, "example.test")
-	_, err := c.Session(ctx, "local-user-42", nil)
+	_, err = c.Session(ctx, "local-user-42", nil)
 	var perr *poppy.Error
 	if errors.As(err, &perr) {
 		fmt.Println(perr.Code, perr.Status, errors.Is(err, poppy.ErrInvalidClient))

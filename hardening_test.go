@@ -173,8 +173,7 @@ func TestAttackRetryAfterFarDate(t *testing.T) {
 // every time" nor "forever".
 func TestAttackCacheMaxAgeOverflow(t *testing.T) {
 	e := newEnv(t, &poppytest.Options{
-		PoppyCacheControl:    "max-age=9223372036854775807",
-		MetadataCacheControl: "max-age=99999999999999999999",
+		Discovery: poppytest.DiscoveryOptions{PoppyCacheControl: "max-age=9223372036854775807", MetadataCacheControl: "max-age=99999999999999999999"},
 	}, nil)
 	gets := func() (int, int) {
 		return len(sdkRequests(e.srv, poppytest.EndpointPoppyJSON)), len(sdkRequests(e.srv, poppytest.EndpointMetadata))
@@ -589,7 +588,7 @@ func (k *keepAlive) pump(c, up net.Conn) {
 // 6 s of idle now go through: the SDK sends them again once, on a new
 // connection, with a fresh assertion and proof.
 func TestAttackKeepAliveEOF(t *testing.T) {
-	e := newEnv(t, &poppytest.Options{DeviceInterval: 5 * time.Second}, nil)
+	e := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInOptions{DeviceInterval: 5 * time.Second}}, nil)
 	ka := &keepAlive{clock: e.srv.Clock(), timeout: 5 * time.Second}
 	e.agent = e.newAgent(&poppy.AgentOptions{HTTPClient: &http.Client{Transport: ka.transport(e.srv.Transport())}})
 	s := e.session("alice")

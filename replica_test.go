@@ -56,7 +56,7 @@ func (c *crashingStore) Update(ctx context.Context, key keystore.Key, fn func([]
 // working signed-out Session (a new one), and a new replica can start too
 // (PA-4.8-06, PA-4.2-16).
 func TestLostRotationEndsSignedOut(t *testing.T) {
-	e := newEnv(t, &poppytest.Options{RotateAccountTokens: true}, nil)
+	e := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInOptions{RotateAccountTokens: true}}, nil)
 	s := signedIn(t, e, "")
 	old := s.ID()
 	crash := &crashingStore{Store: e.store}
@@ -131,7 +131,7 @@ func TestLostRotationEndsSignedOut(t *testing.T) {
 // the rotated Account Token is stored first (PA-4.8-04, RFC 6749 6): the
 // next renewal uses it and the User stays signed in.
 func TestPA_4_8_04_RotationKeptFromRefusedResponse(t *testing.T) {
-	e := newEnv(t, &poppytest.Options{RotateAccountTokens: true}, nil)
+	e := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInOptions{RotateAccountTokens: true}}, nil)
 	s := signedIn(t, e, "")
 	e.srv.SetExpiresIn(poppytest.ExpiresIn{Seconds: 0, Times: 1})
 	if _, err := s.Token(ctx, &poppy.TokenOptions{Renew: true}); !errors.Is(err, poppy.ErrInvalidTokenResponse) {
@@ -192,7 +192,7 @@ func (b *barrierStore) arm(n int) {
 // under the Account Token's lock instead of refreshing again.
 func TestPA_4_8_05_OneRefreshAcrossReplicas(t *testing.T) {
 	bs := &barrierStore{Store: keystore.NewMemory()}
-	e := newEnv(t, &poppytest.Options{RotateAccountTokens: true}, &poppy.AgentOptions{Store: bs})
+	e := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInOptions{RotateAccountTokens: true}}, &poppy.AgentOptions{Store: bs})
 	e.store = bs
 	var sessions []*poppy.Session
 	sessions = append(sessions, signedIn(t, e, ""))

@@ -145,7 +145,7 @@ func TestPA_4_2_13_NonPositiveExpiresIn(t *testing.T) {
 }
 
 func TestPA_4_2_14_RenewAfterExpiry(t *testing.T) {
-	e := newEnv(t, &poppytest.Options{TokenTTL: time.Hour}, nil)
+	e := newEnv(t, &poppytest.Options{Tokens: poppytest.TokenOptions{TTL: time.Hour}}, nil)
 	s := e.session("alice")
 	if code, body := e.get(s, "/products"); code != 200 {
 		t.Fatalf("status %d %s", code, body)
@@ -224,7 +224,7 @@ func TestPA_4_2_17_InvalidGrantNoLoop(t *testing.T) {
 }
 
 func TestPA_4_1_11_InvalidClient(t *testing.T) {
-	e := newEnv(t, &poppytest.Options{RequireRegistration: true}, nil)
+	e := newEnv(t, &poppytest.Options{Clients: poppytest.ClientOptions{RequireRegistration: true}}, nil)
 	_, err := e.company("example.test").Session(ctx, "alice", nil)
 	if !errors.Is(err, poppy.ErrInvalidClient) {
 		t.Fatalf("err = %v, want ErrInvalidClient", err)
@@ -265,7 +265,7 @@ func TestPA_4_2_20_TokenContentsIgnored(t *testing.T) {
 		return out
 	}
 	opaque := renewals(nil)
-	jwt := renewals(&poppytest.Options{JWTTokens: true})
+	jwt := renewals(&poppytest.Options{Tokens: poppytest.TokenOptions{JWT: true}})
 	// PA-4.2-20: identical renewal timing, driven by expires_in.
 	if fmt.Sprint(opaque) != fmt.Sprint(jwt) || len(opaque) < 2 {
 		t.Fatalf("renewals opaque %v, JWT-shaped %v", opaque, jwt)
@@ -459,7 +459,7 @@ func TestNoSecretsInLogsOrErrors(t *testing.T) {
 	var logs strings.Builder
 	var mu sync.Mutex
 	logger := slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	e := newEnv(t, &poppytest.Options{RequireNonce: true}, &poppy.AgentOptions{Logger: logger})
+	e := newEnv(t, &poppytest.Options{Tokens: poppytest.TokenOptions{RequireNonce: true}}, &poppy.AgentOptions{Logger: logger})
 	s := e.session("alice")
 	mixedWorkload(t, e, s)
 	var errs []string

@@ -13,7 +13,10 @@ import (
 
 // exampleSession starts a fake Company and a Session at it.
 func exampleSession(ctx context.Context) (*poppytest.Server, *poppy.Session) {
-	company := poppytest.NewServer(nil, nil)
+	company, err := poppytest.New(nil)
+	if err != nil {
+		log.Fatal(err)
+	}
 	key, _ := poppy.GenerateSigningKey()
 	identity, _ := poppy.NewIdentity(poppy.IdentityConfig{
 		ClientID: "https://agent.test/agent.json", JWKSURI: "https://agent.test/jwks.json", Keys: []*poppy.SigningKey{key},

@@ -251,7 +251,7 @@ func TestMCPResourceMetadataCached(t *testing.T) {
 // refused with insufficient_scope naming the scope, and the error names the
 // sign-in types that can grant it.
 func TestMCPInsufficientScope(t *testing.T) {
-	env, sess := setup(t, &poppytest.Options{SignInScopes: map[string][]string{"device": {"poppy:read", "poppy:write"}}})
+	env, sess := setup(t, &poppytest.Options{SignIn: poppytest.SignInOptions{Scopes: map[string][]string{"device": {"poppy:read", "poppy:write"}}}})
 	signIn(t, env, sess, "poppy:read")
 	m := connectMCP(t, sess)
 	_, err := m.CallTool(context.Background(), "save_size_profile", map[string]any{"height_cm": 180})
@@ -306,7 +306,7 @@ func TestPA_6_06_MCPSignInRequired(t *testing.T) {
 // Bearer token expiry, a server-side expiry and a server-side revocation:
 // every call is answered, and each of them costs exactly one renewal.
 func TestMCPSessionAcrossExpiryAndRevocation(t *testing.T) {
-	env, sess := setup(t, &poppytest.Options{TokenTTL: 10 * time.Minute})
+	env, sess := setup(t, &poppytest.Options{Tokens: poppytest.TokenOptions{TTL: 10 * time.Minute}})
 	m := connectMCP(t, sess)
 	ctx := context.Background()
 	bearer := func() string {
@@ -471,9 +471,9 @@ func TestMCPRateLimit(t *testing.T) {
 func TestMCPProposedOperation(t *testing.T) {
 	const mcpURL = "https://shop.example.test/mcp"
 	env, sess := setup(t, &poppytest.Options{MCP: poppytest.MCPOptions{OtherServers: []string{mcpURL}},
-		DocumentFields: map[string]any{"apis": []any{
+		Discovery: poppytest.DiscoveryOptions{DocumentFields: map[string]any{"apis": []any{
 			map[string]any{"type": "mcp", "url": mcpURL, "description": "Orders"},
-		}}})
+		}}}})
 	op := map[string]any{"operation_id": "exc_5Rt2", "revision": 1, "state": "proposed", "summary": "Exchange the jacket",
 		"confirmation": nil, "result": nil}
 	srv := mcp.NewServer(&mcp.Implementation{Name: "shop", Version: "1"}, nil)
@@ -538,10 +538,10 @@ func TestMCPProposedOperation(t *testing.T) {
 // when an MCP entry also has a resource, the Bearer token is still
 // requested for its url, the one resource its server accepts (spec 6).
 func TestA09_MCPResourceIsTheURL(t *testing.T) {
-	env, sess := setup(t, &poppytest.Options{DocumentFields: map[string]any{"apis": []any{
+	env, sess := setup(t, &poppytest.Options{Discovery: poppytest.DiscoveryOptions{DocumentFields: map[string]any{"apis": []any{
 		map[string]any{"type": "mcp", "url": "https://mcp.example.test/mcp", "description": "Product search",
 			"resource": "https://mcp.example.test/"},
-	}}})
+	}}}})
 	m := connectMCP(t, sess)
 	if _, err := m.CallTool(context.Background(), "search_products", map[string]any{"query": "x"}); err != nil {
 		t.Fatal(err)
@@ -593,8 +593,8 @@ func TestMCPRequestExchangeOperation(t *testing.T) {
 		t.Fatalf("exchangeItem: %v %+v", err, resp)
 	}
 	// The same action proposed thrice is one operation, still proposed.
-	if info, ok := srv.Operation(op.ID); !ok || info.State != "proposed" || len(srv.PerformedActions()) != 0 {
-		t.Errorf("operation at the Company: %+v, %d actions", info, len(srv.PerformedActions()))
+	if info, ok := srv.Operations().Get(op.ID); !ok || info.State != "proposed" || len(srv.Operations().Performed()) != 0 {
+		t.Errorf("operation at the Company: %+v, %d actions", info, len(srv.Operations().Performed()))
 	}
 	for _, req := range env.Requests(poppytest.EndpointOperations) {
 		t.Errorf("the operations endpoint was called: %s %s", req.Method, req.Path)

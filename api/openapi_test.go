@@ -20,12 +20,12 @@ import (
 
 // PA-6-01 (A-20): an API of an unknown type is skipped, without error.
 func TestPA_6_01_SkipsUnknownTypes(t *testing.T) {
-	srv := poppytest.Options{DocumentFields: map[string]any{"apis": []any{
+	srv := poppytest.Options{Discovery: poppytest.DiscoveryOptions{DocumentFields: map[string]any{"apis": []any{
 		map[string]any{"type": "graphql", "url": "https://api.example.test/graphql", "description": "GraphQL"},
 		map[string]any{"type": "openapi", "url": "https://api.example.test/openapi.json", "description": "Orders"},
 		map[string]any{"type": "mcp", "url": "http://mcp.example.test/mcp", "description": "not HTTPS"},
 		map[string]any{"type": "mcp", "url": "https://mcp.example.test/mcp", "description": "Product search"},
-	}}}
+	}}}}
 	_, sess := setup(t, &srv)
 	got := api.List(sess.Company())
 	if len(got) != 2 || got[0].Type != "openapi" || got[1].Type != "mcp" || got[1].URL != "https://mcp.example.test/mcp" {
@@ -417,7 +417,7 @@ func TestGeneratedDescriptionCurrent(t *testing.T) {
 
 // PA-4.3-22: an OpenAPI entry with a resource gets a token issued for it.
 func TestOpenAPIEntryResource(t *testing.T) {
-	env, sess := setup(t, &poppytest.Options{APIResource: "https://api.example.test/orders-api"})
+	env, sess := setup(t, &poppytest.Options{API: poppytest.APIOptions{Resource: "https://api.example.test/orders-api"}})
 	oa := loadOpenAPI(t, sess)
 	if _, err := oa.Call(context.Background(), "listProducts", nil); err != nil {
 		t.Fatal(err)
@@ -437,9 +437,9 @@ func TestOpenAPIEntryResourceURN(t *testing.T) {
 	const res = "urn:example:orders"
 	// The entry's description is elsewhere than its server, so only the
 	// entry's resource can tell which token the server wants.
-	env, sess := setup(t, &poppytest.Options{APIResource: res, DocumentFields: map[string]any{"apis": []any{
+	env, sess := setup(t, &poppytest.Options{API: poppytest.APIOptions{Resource: res}, Discovery: poppytest.DiscoveryOptions{DocumentFields: map[string]any{"apis": []any{
 		map[string]any{"type": "openapi", "url": "https://example.test/docs/openapi.json", "description": "Orders", "resource": res},
-	}}})
+	}}}})
 	desc := `{"openapi":"3.1.0","info":{"title":"t","version":"1"},"servers":[{"url":"https://api.example.test"}],
 	 "paths":{"/products":{"get":{"operationId":"listProducts","responses":{"200":{"description":"ok"}}}}}}`
 	e := entry(t, sess.Company(), api.TypeOpenAPI)

@@ -67,7 +67,7 @@ func TestPA_OPS6_04_OpenAPICallsProposeOnce(t *testing.T) {
 	if err != nil || third.Operation == nil {
 		t.Fatalf("after cancelling: %+v, %v", third, err)
 	}
-	if n := len(srv.Operations()); n != 2 {
+	if n := len(srv.Operations().All()); n != 2 {
 		t.Fatalf("%d proposals at the Company, want 2", n)
 	}
 }

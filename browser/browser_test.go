@@ -304,7 +304,7 @@ func TestJoinAndBrowse(t *testing.T) {
 // PA-5-02: without the endpoint the browser is an ordinary visitor: no
 // assertion, no join request, a typed result.
 func TestNoEndpoint(t *testing.T) {
-	env, sess := webEnv(t, &poppytest.Options{DropBrowserSession: true})
+	env, sess := webEnv(t, &poppytest.Options{Discovery: poppytest.DiscoveryOptions{DropBrowserSession: true}})
 	ctx := context.Background()
 	fb := newFormBrowser(t, env.Srv)
 	b, err := browser.New(fb, sess, nil)
@@ -505,7 +505,7 @@ func (u *userPrompter) OneTimeCode(_ context.Context, p *signin.OneTimeCodePromp
 // URL, Device's code, Mediated's credentials and one-time code) holds the
 // endpoint, an assertion or a join page for the User's browser to open.
 func TestPA_5_11_AssertionsOnlyFromTheControlledBrowser(t *testing.T) {
-	env, sess := webEnv(t, &poppytest.Options{RequireCode: true})
+	env, sess := webEnv(t, &poppytest.Options{SignIn: poppytest.SignInOptions{RequireCode: true}})
 	d, err := signin.NewDirect(env.Agent, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -18,15 +18,21 @@ import (
 // browser the agent controls (package browser/headless) then loads the
 // page's URL; Browser.Join does all of it.
 func Example() {
-	company := poppytest.NewServer(nil, nil)
+	company, err := poppytest.New(nil)
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer company.Close()
-	agent, _ := agenttest.New(nil, company, nil) // the second result is the agent's Identity, not an error
+	agent, _, err := agenttest.NewAgent(company, nil) // the second result is the agent's Identity, not an error
+	if err != nil {
+		log.Fatal(err)
+	}
 	ctx := context.Background()
 	c, _ := agent.Company(ctx, "example.test")
 	sess, _ := c.Session(ctx, "local-user-42", nil)
 
 	// return_to must be on the Company's domain: checked before signing.
-	_, err := sess.SignBrowserAssertion("https://evil.test/")
+	_, err = sess.SignBrowserAssertion("https://evil.test/")
 	fmt.Println("evil.test refused:", errors.Is(err, poppy.ErrReturnTo))
 
 	a, err := sess.SignBrowserAssertion("https://example.test/orders")

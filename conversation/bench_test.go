@@ -39,7 +39,7 @@ func benchEnv(b *testing.B) (*env, *conversation.Conversation) {
 // produce appends n events, as fast as the fake takes them.
 func produce(e *env, id string, n int) {
 	for i := range n {
-		e.Srv.AppendEvent(id, map[string]any{"type": "user_requested", "reason": strconv.Itoa(i)})
+		e.Srv.Conversations().Append(id, map[string]any{"type": "user_requested", "reason": strconv.Itoa(i)})
 	}
 }
 
@@ -87,7 +87,7 @@ func benchSQLite(b *testing.B, opts *conversation.EventsOptions) {
 		b.Fatal(err)
 	}
 	defer store.Close()
-	e := &env{Env: testenv.New(b, &poppytest.Options{Conversation: poppytest.ConversationOptions{Agent: quiet, Streaming: true}}, &poppy.AgentOptions{Store: store})}
+	e := &env{Env: testenv.New(b, &poppytest.Options{Conversations: poppytest.ConversationOptions{Agent: quiet, Streaming: true}}, &poppy.AgentOptions{Store: store})}
 	e.sess = e.Session("alice")
 	c := e.start(b, conversation.Text("Hello."), nil)
 	collect(b, c, nil, isIdle)
@@ -137,14 +137,14 @@ func BenchmarkUnknownEventsSQLite(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer store.Close()
-	e := &env{Env: testenv.New(b, &poppytest.Options{Conversation: poppytest.ConversationOptions{Agent: quiet, PageSize: 100}}, &poppy.AgentOptions{Store: store})}
+	e := &env{Env: testenv.New(b, &poppytest.Options{Conversations: poppytest.ConversationOptions{Agent: quiet, PageSize: 100}}, &poppy.AgentOptions{Store: store})}
 	e.sess = e.Session("alice")
 	c := e.start(b, conversation.Text("Hello."), nil)
 	collect(b, c, &conversation.EventsOptions{UntilIdle: true}, nil)
 	for range b.N {
-		e.Srv.AppendEvent(c.ID(), map[string]any{"type": "poll"})
+		e.Srv.Conversations().Append(c.ID(), map[string]any{"type": "poll"})
 	}
-	e.Srv.Say(c.ID(), poppytest.Reply{Text: "After the polls."})
+	e.Srv.Conversations().Say(c.ID(), poppytest.Reply{Text: "After the polls."})
 	b.ReportAllocs()
 	b.ResetTimer()
 	start := time.Now()
@@ -186,7 +186,7 @@ const idleWindow = 2 * time.Second
 // against a Company that answers each long poll after 1 ms (MaxWait; spec
 // 7.5 lets it), over idleWindow.
 func BenchmarkIdleReads(b *testing.B) {
-	e := &env{Env: testenv.New(b, &poppytest.Options{Conversation: poppytest.ConversationOptions{Agent: quiet, MaxWait: time.Millisecond}}, &poppy.AgentOptions{Clock: realClock{}})}
+	e := &env{Env: testenv.New(b, &poppytest.Options{Conversations: poppytest.ConversationOptions{Agent: quiet, MaxWait: time.Millisecond}}, &poppy.AgentOptions{Clock: realClock{}})}
 	e.sess = e.Session("alice")
 	c := e.start(b, conversation.Text("Hello."), nil)
 	collect(b, c, &conversation.EventsOptions{UntilIdle: true}, nil)
@@ -213,7 +213,7 @@ func BenchmarkIdleReads(b *testing.B) {
 // that answers every read with has_more: true, no events and the same
 // cursor, until the loop gives up (ErrCursorStuck) or idleWindow ends.
 func BenchmarkStuckCursorReads(b *testing.B) {
-	e := &env{Env: testenv.New(b, &poppytest.Options{Conversation: poppytest.ConversationOptions{Agent: quiet, MaxWait: time.Millisecond}}, &poppy.AgentOptions{Clock: realClock{}})}
+	e := &env{Env: testenv.New(b, &poppytest.Options{Conversations: poppytest.ConversationOptions{Agent: quiet, MaxWait: time.Millisecond}}, &poppy.AgentOptions{Clock: realClock{}})}
 	arm := stuckCompanyClock(b, e, 1<<30, realClock{})
 	c := e.start(b, conversation.Text("Hello."), nil)
 	collect(b, c, &conversation.EventsOptions{UntilIdle: true}, nil)
@@ -318,7 +318,7 @@ func benchLatency(b *testing.B, floor bool) {
 	b.ResetTimer()
 	for i := range b.N {
 		t0 := time.Now()
-		e.Srv.AppendEvent(c.ID(), map[string]any{"type": "user_requested", "reason": strconv.Itoa(i)})
+		e.Srv.Conversations().Append(c.ID(), map[string]any{"type": "user_requested", "reason": strconv.Itoa(i)})
 		select {
 		case <-recv:
 		case err := <-done:

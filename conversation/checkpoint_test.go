@@ -274,7 +274,7 @@ func TestCheckpointCrash(t *testing.T) {
 		every int
 	}{{"stream", 50}, {"longpoll", 50}, {"stream", 1}} {
 		t.Run(tc.mode+"/every="+strconv.Itoa(tc.every), func(t *testing.T) {
-			srv := poppytest.NewServer(t, &poppytest.Options{Conversation: poppytest.ConversationOptions{Agent: quiet, Streaming: tc.mode == "stream", PageSize: 1000}})
+			srv := poppytest.NewServer(t, &poppytest.Options{Conversations: poppytest.ConversationOptions{Agent: quiet, Streaming: tc.mode == "stream", PageSize: 1000}})
 			id, key := testenv.NewIdentity(t, nil)
 			srv.HandleAgent("agent.test", id.Handler(nil))
 			dir := t.TempDir()
@@ -286,12 +286,12 @@ func TestCheckpointCrash(t *testing.T) {
 				t.Fatal(err)
 			}
 			runChild(t, srv, dir, "start", "", "")
-			conv := srv.Conversations()[0].ID
+			conv := srv.Conversations().All()[0].ID
 			for i := range 600 {
-				srv.AppendEvent(conv, map[string]any{"type": "user_requested", "reason": strconv.Itoa(i)})
+				srv.Conversations().Append(conv, map[string]any{"type": "user_requested", "reason": strconv.Itoa(i)})
 			}
-			srv.CloseConversation(conv)
-			all := srv.Conversations()[0].Events
+			srv.Conversations().Close(conv)
+			all := srv.Conversations().All()[0].Events
 			var order []string
 			for _, raw := range all {
 				var ev struct{ ID string }

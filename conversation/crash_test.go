@@ -185,14 +185,14 @@ func TestCrashBetweenOutboxAndAnswer(t *testing.T) {
 	if code := runChild(t, srv, dir, "start", "", "after"); code != crashCode {
 		t.Fatalf("the child did not crash: %d", code)
 	}
-	if n := len(srv.Conversations()); n != 1 {
+	if n := len(srv.Conversations().All()); n != 1 {
 		t.Fatalf("%d conversations", n)
 	}
 	runChild(t, srv, dir, "recover", "", "")
 	b, _ := os.ReadFile(filepath.Join(dir, "recovered.json"))
 	var ids []string
 	json.Unmarshal(b, &ids)
-	all := srv.Conversations()
+	all := srv.Conversations().All()
 	if len(all) != 1 || len(ids) != 1 || ids[0] != all[0].ID || len(all[0].Messages) != 1 {
 		t.Fatalf("recovered %v, Company %+v", ids, all)
 	}
@@ -203,10 +203,10 @@ func TestCrashBetweenOutboxAndAnswer(t *testing.T) {
 		if code := runChild(t, srv, dir, "send", conv, at); code != crashCode {
 			t.Fatalf("%s: the child did not crash: %d", at, code)
 		}
-		info, _ := srv.Conversation(conv)
+		info, _ := srv.Conversations().Get(conv)
 		held := len(info.Messages)
 		runChild(t, srv, dir, "resume", conv, "")
-		info, _ = srv.Conversation(conv)
+		info, _ = srv.Conversations().Get(conv)
 		// The same message ID, held once.
 		seen := map[string]int{}
 		for _, m := range info.Messages {
@@ -418,11 +418,11 @@ func crashSDKChosenIDs(t *testing.T, storeEnv []string) {
 	}
 	run("finish", false)
 
-	convs := srv.Conversations()
+	convs := srv.Conversations().All()
 	if len(convs) != 1 {
 		t.Fatalf("the Company holds %d conversations, want 1", len(convs))
 	}
-	info, _ := srv.Conversation(convs[0].ID)
+	info, _ := srv.Conversations().Get(convs[0].ID)
 	var lost, dup int
 	ids := map[string]bool{}
 	want := 1

@@ -79,7 +79,7 @@ func TestPA_7_5_02_RolesAndSenders(t *testing.T) {
 func TestPA_7_5_03_StateEvents(t *testing.T) {
 	e := newEnv(t, poppytest.ConversationOptions{Agent: quiet})
 	c := e.start(t, conversation.Text("Hello."), nil)
-	e.Srv.SetState(c.ID(), "idle", "human")
+	e.Srv.Conversations().SetState(c.ID(), "idle", "human")
 	var seen conversation.Responder
 	for ev, err := range c.Events(ctx, nil) {
 		if err != nil {
@@ -103,8 +103,8 @@ func TestPA_7_5_04_UnknownTypes(t *testing.T) {
 	for _, stream := range []bool{false, true} {
 		e := newEnv(t, poppytest.ConversationOptions{Agent: quiet, Streaming: stream})
 		c := e.start(t, conversation.Text("Hello."), nil)
-		unknown := e.Srv.AppendEvent(c.ID(), map[string]any{"type": "poll", "question": "?"})
-		e.Srv.Say(c.ID(), poppytest.Reply{Text: "After the poll."})
+		unknown := e.Srv.Conversations().Append(c.ID(), map[string]any{"type": "poll", "question": "?"})
+		e.Srv.Conversations().Say(c.ID(), poppytest.Reply{Text: "After the poll."})
 		evs := collect(t, c, nil, func(ev conversation.Event) bool {
 			return ev.Type == conversation.EventMessage && ev.Message.Role == conversation.RoleCompany
 		})
@@ -119,8 +119,8 @@ func TestPA_7_5_04_UnknownTypes(t *testing.T) {
 			t.Fatalf("record %s, %v", b, err)
 		}
 		// An unknown type at the end moves the cursor too.
-		unknown = e.Srv.AppendEvent(c.ID(), map[string]any{"type": "poll"})
-		e.Srv.CloseConversation(c.ID())
+		unknown = e.Srv.Conversations().Append(c.ID(), map[string]any{"type": "poll"})
+		e.Srv.Conversations().Close(c.ID())
 		collect(t, c, nil, nil)
 		_ = unknown
 	}
@@ -137,7 +137,7 @@ func TestPA_7_5_06_EarlyReturnRepolls(t *testing.T) {
 		for len(reads(e)) < base+4 {
 			time.Sleep(time.Millisecond)
 		}
-		e.Srv.Say(c.ID(), poppytest.Reply{Text: "Finally."})
+		e.Srv.Conversations().Say(c.ID(), poppytest.Reply{Text: "Finally."})
 	}()
 	collect(t, c, &conversation.EventsOptions{LongPoll: true}, func(ev conversation.Event) bool { return ev.Type == conversation.EventMessage })
 	for _, r := range reads(e)[base:] {
@@ -159,9 +159,9 @@ func TestPA_7_5_07_HasMore(t *testing.T) {
 	e := newEnv(t, poppytest.ConversationOptions{Agent: quiet, PageSize: 3})
 	c := e.start(t, conversation.Text("Hello."), nil)
 	for i := range 8 {
-		e.Srv.Say(c.ID(), poppytest.Reply{Text: "Part " + string(rune('a'+i))})
+		e.Srv.Conversations().Say(c.ID(), poppytest.Reply{Text: "Part " + string(rune('a'+i))})
 	}
-	e.Srv.SetState(c.ID(), "idle", "agent")
+	e.Srv.Conversations().SetState(c.ID(), "idle", "agent")
 	evs := collect(t, c, &conversation.EventsOptions{UntilIdle: true}, nil)
 	if len(evs) != 10 {
 		t.Fatalf("%d events", len(evs))
@@ -182,8 +182,8 @@ func TestPA_7_5_07_HasMore(t *testing.T) {
 func TestPA_7_5_08_CursorAfterHandling(t *testing.T) {
 	e := newEnv(t, poppytest.ConversationOptions{Agent: quiet})
 	c := e.start(t, conversation.Text("Hello."), nil)
-	e.Srv.Say(c.ID(), poppytest.Reply{Text: "One."})
-	e.Srv.Say(c.ID(), poppytest.Reply{Text: "Two."})
+	e.Srv.Conversations().Say(c.ID(), poppytest.Reply{Text: "One."})
+	e.Srv.Conversations().Say(c.ID(), poppytest.Reply{Text: "Two."})
 	var firstID string
 	func() {
 		defer func() { recover() }()
@@ -218,12 +218,12 @@ func TestPA_7_5_08_CursorAfterHandling(t *testing.T) {
 func TestPA_7_5_09_SkipsReplayedEvents(t *testing.T) {
 	for _, stream := range []bool{false, true} {
 		e := newEnv(t, poppytest.ConversationOptions{Agent: quiet, Streaming: stream, CloseStreamAfter: 3})
-		e.Srv.SetConversationFaults(poppytest.ConversationFaults{Replay: 2})
+		e.Srv.Conversations().SetFaults(poppytest.ConversationFaults{Replay: 2})
 		c := e.start(t, conversation.Text("Hello."), nil)
 		for i := range 10 {
-			e.Srv.Say(c.ID(), poppytest.Reply{Text: "Part " + string(rune('a'+i))})
+			e.Srv.Conversations().Say(c.ID(), poppytest.Reply{Text: "Part " + string(rune('a'+i))})
 		}
-		e.Srv.CloseConversation(c.ID())
+		e.Srv.Conversations().Close(c.ID())
 		count := map[string]int{}
 		for _, ev := range collect(t, c, &conversation.EventsOptions{LongPoll: !stream}, nil) {
 			count[ev.ID]++
@@ -247,10 +247,10 @@ func TestPA_7_5_10_CursorExpired(t *testing.T) {
 		collect(t, c, nil, func(conversation.Event) bool { return true })
 		var last string
 		for i := range 5 {
-			last = e.Srv.AppendEvent(c.ID(), map[string]any{"type": "user_requested", "reason": "r" + string(rune('0'+i))})
+			last = e.Srv.Conversations().Append(c.ID(), map[string]any{"type": "user_requested", "reason": "r" + string(rune('0'+i))})
 		}
-		e.Srv.PurgeBefore(c.ID(), last)
-		e.Srv.CloseConversation(c.ID())
+		e.Srv.Conversations().PurgeBefore(c.ID(), last)
+		e.Srv.Conversations().Close(c.ID())
 		evs := collect(t, c, nil, nil)
 		// PA-7.5-11: one history gap, then the rest.
 		gaps := 0
@@ -280,11 +280,11 @@ func TestInvalidCursor(t *testing.T) {
 	e := newEnv(t, poppytest.ConversationOptions{Agent: quiet})
 	rw := e.withRewriter(t)
 	c := e.start(t, conversation.Text("Hello."), nil)
-	e.Srv.Say(c.ID(), poppytest.Reply{Text: "One."})
+	e.Srv.Conversations().Say(c.ID(), poppytest.Reply{Text: "One."})
 	collect(t, c, nil, func(ev conversation.Event) bool {
 		return ev.Type == conversation.EventMessage && ev.Message.Text == "One."
 	})
-	e.Srv.Say(c.ID(), poppytest.Reply{Text: "Two."})
+	e.Srv.Conversations().Say(c.ID(), poppytest.Reply{Text: "Two."})
 	var once bool
 	rw.fn = func(req *http.Request, resp *http.Response) *http.Response {
 		return resp
@@ -392,9 +392,9 @@ func TestPA_7_6_04_ReconnectWithLastEventID(t *testing.T) {
 	e := newEnv(t, poppytest.ConversationOptions{Agent: quiet, Streaming: true, CloseStreamAfter: 2})
 	c := e.start(t, conversation.Text("Hello."), nil)
 	for i := range 5 {
-		e.Srv.Say(c.ID(), poppytest.Reply{Text: "Part " + string(rune('a'+i))})
+		e.Srv.Conversations().Say(c.ID(), poppytest.Reply{Text: "Part " + string(rune('a'+i))})
 	}
-	e.Srv.CloseConversation(c.ID())
+	e.Srv.Conversations().Close(c.ID())
 	var ids []string
 	for _, ev := range collect(t, c, nil, nil) {
 		ids = append(ids, ev.ID)
@@ -429,7 +429,7 @@ func TestPA_7_6_05_RenewBeforeReconnect(t *testing.T) {
 				for len(reads(e)) < 2 {
 					time.Sleep(time.Millisecond)
 				}
-				e.Srv.Say(c.ID(), poppytest.Reply{Text: "Still here."})
+				e.Srv.Conversations().Say(c.ID(), poppytest.Reply{Text: "Still here."})
 			}()
 		}
 		return ev.Type == conversation.EventMessage && ev.Message.Text == "Still here."
@@ -463,10 +463,10 @@ func TestPA_7_6_07_DeltasNeverActedOn(t *testing.T) {
 			t.Fatal("delta text in a message")
 		}
 	}
-	e.Srv.Say(c.ID(), poppytest.Reply{Text: "Bye."})
-	e.Srv.CloseConversation(c.ID())
+	e.Srv.Conversations().Say(c.ID(), poppytest.Reply{Text: "Bye."})
+	e.Srv.Conversations().Close(c.ID())
 	collect(t, c, nil, nil)
-	info, _ := e.Srv.Conversation(c.ID())
+	info, _ := e.Srv.Conversations().Get(c.ID())
 	ids := map[string]bool{}
 	for _, raw := range info.Events {
 		var ev struct{ ID string }
@@ -494,9 +494,9 @@ func TestPA_7_6_07_DeltaMovesNoCursor(t *testing.T) {
 	c := e.start(t, conversation.Text("Hello."), nil)
 	collect(t, c, &conversation.EventsOptions{LongPoll: true, UntilIdle: true}, nil)
 	ids := appendMany(e, c.ID(), 3)
-	e.Srv.CloseConversation(c.ID())
+	e.Srv.Conversations().Close(c.ID())
 	var first string
-	info, _ := e.Srv.Conversation(c.ID())
+	info, _ := e.Srv.Conversations().Get(c.ID())
 	for _, raw := range info.Events {
 		if strings.Contains(string(raw), ids[0]) {
 			first = string(raw)
@@ -579,7 +579,7 @@ func TestPA_7_5_05_ArrayOrderAndVerbatimCursor(t *testing.T) {
 	}
 	c := e.start(t, conversation.Text("Hello."), nil)
 	appendMany(e, c.ID(), 14)
-	e.Srv.CloseConversation(c.ID())
+	e.Srv.Conversations().Close(c.ID())
 	var got []string
 	for _, ev := range collect(t, c, &conversation.EventsOptions{LongPoll: true}, nil) {
 		got = append(got, ev.ID)
@@ -610,7 +610,7 @@ func TestPA_7_6_08_DropPartialPieces(t *testing.T) {
 	// The stream is cut after the user message and the first piece; the
 	// rest comes on the reconnect.
 	e := newEnv(t, poppytest.ConversationOptions{Streaming: true, TextDeltas: true})
-	e.Srv.CutNextStream(2)
+	e.Srv.Conversations().Cut(2)
 	c := e.start(t, conversation.Text("Hello."), nil)
 	evs := collect(t, c, nil, isIdle)
 	var order []string
@@ -655,7 +655,7 @@ func TestPA_7_7_Status(t *testing.T) {
 		t.Fatal("no read")
 	}
 	// PA-7.7-04: after a closed state, Send fails locally.
-	e.Srv.CloseConversation(c.ID())
+	e.Srv.Conversations().Close(c.ID())
 	collect(t, c, nil, nil)
 	before := len(e.convRequests())
 	if _, err := c.Send(ctx, conversation.Text("Hi?"), nil); !errors.Is(err, conversation.ErrConversationClosed) {
@@ -686,7 +686,7 @@ func TestStreamIdleReconnect(t *testing.T) {
 		for len(reads(e)) < base+3 {
 			time.Sleep(time.Millisecond)
 		}
-		e.Srv.Say(c.ID(), poppytest.Reply{Text: "After the quiet."})
+		e.Srv.Conversations().Say(c.ID(), poppytest.Reply{Text: "After the quiet."})
 	}()
 	evs := collect(t, c, nil, func(ev conversation.Event) bool { return ev.Type == conversation.EventMessage })
 	if evs[0].Message.Text != "After the quiet." {

@@ -15,7 +15,7 @@ import (
 // exampleSession starts a fake Company whose Company Agent streams its
 // replies, and a Session at it.
 func exampleSession(ctx context.Context) (*poppytest.Server, *poppy.Session) {
-	company := poppytest.NewServer(nil, &poppytest.Options{Conversation: poppytest.ConversationOptions{
+	company, err := poppytest.New(&poppytest.Options{Conversations: poppytest.ConversationOptions{
 		Streaming: true,
 		Agent: func(t *poppytest.Turn) {
 			if t.Message.Sender == "human" {
@@ -25,6 +25,9 @@ func exampleSession(ctx context.Context) (*poppytest.Server, *poppy.Session) {
 			t.Reply(poppytest.Reply{Text: "Sorry to hear that. Which size?", Deltas: []string{"Sorry to hear that. ", "Which size?"}})
 		},
 	}})
+	if err != nil {
+		panic(err)
+	}
 	key, _ := poppy.GenerateSigningKey()
 	id, err := poppy.NewIdentity(poppy.IdentityConfig{
 		ClientID: "https://agent.test/agent.json", JWKSURI: "https://agent.test/jwks.json",
@@ -135,7 +138,7 @@ func ExampleStartDirect() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	company.RequestUser(parent.ID(), "A specialist needs to confirm the exchange with the customer.")
+	company.Conversations().RequestUser(parent.ID(), "A specialist needs to confirm the exchange with the customer.")
 	for ev, err := range parent.Events(ctx, nil) {
 		if err != nil {
 			log.Fatal(err)
@@ -174,7 +177,7 @@ func ExampleConversation_Handoff() {
 		log.Fatal(err)
 	}
 	fmt.Println(st, c.Responder())
-	company.JoinHuman(c.ID())
+	company.Conversations().JoinHuman(c.ID())
 	for ev, err := range c.Events(ctx, nil) {
 		if err != nil {
 			log.Fatal(err)
@@ -263,7 +266,7 @@ func ExampleCheckpoint() {
 // approves nothing.
 func ExampleOptions_operations() {
 	ctx := context.Background()
-	company := poppytest.NewServer(nil, &poppytest.Options{Conversation: poppytest.ConversationOptions{
+	company, err := poppytest.New(&poppytest.Options{Conversations: poppytest.ConversationOptions{
 		Agent: func(t *poppytest.Turn) {
 			op, err := t.ProposeOperation("exchange ord_7Hk2", "Exchange the Stormline Jacket (M) for the insulated version, $70 more.", nil)
 			if err != nil {
@@ -272,6 +275,9 @@ func ExampleOptions_operations() {
 			t.Reply(poppytest.Reply{Text: "I can exchange it for $70 more. Shall I?", Operation: op})
 		},
 	}})
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer company.Close()
 	key, _ := poppy.GenerateSigningKey()
 	id, err := poppy.NewIdentity(poppy.IdentityConfig{

@@ -25,7 +25,7 @@ func TestFaultInjection(t *testing.T) {
 	for _, mode := range []string{"stream", "longpoll"} {
 		t.Run(mode, func(t *testing.T) {
 			e := newEnv(t, poppytest.ConversationOptions{Streaming: mode == "stream", TextDeltas: true, PageSize: 7})
-			e.Srv.SetConversationFaults(poppytest.ConversationFaults{Seed: 42, CutStream: 0.15, CutMidEvent: true, Replay: 3, LosePOST: 0.1})
+			e.Srv.Conversations().SetFaults(poppytest.ConversationFaults{Seed: 42, CutStream: 0.15, CutMidEvent: true, Replay: 3, LosePOST: 0.1})
 			// The fake clock moves forward by every sleep, the reader's
 			// too: its reconnect backoff (a stream cut before it brought
 			// anything new backs off further) would age the sender's proofs
@@ -80,7 +80,7 @@ func TestFaultInjection(t *testing.T) {
 			if readErr != nil {
 				t.Fatalf("Events: %v", readErr)
 			}
-			info, _ := e.Srv.Conversation(c.ID())
+			info, _ := e.Srv.Conversations().Get(c.ID())
 			// The Company holds each message once, in order.
 			if len(info.Messages) != n {
 				t.Fatalf("the Company holds %d messages, want %d", len(info.Messages), n)

@@ -27,7 +27,7 @@ func TestPA_7_9_Handoff(t *testing.T) {
 		t.Fatal(err)
 	}
 	// PA-7.9-03: a person joins.
-	e.Srv.JoinHuman(c.ID())
+	e.Srv.Conversations().JoinHuman(c.ID())
 	collect(t, c, nil, func(ev conversation.Event) bool {
 		return ev.Type == conversation.EventState && ev.Responder == conversation.ResponderHuman
 	})
@@ -42,7 +42,7 @@ func TestPA_7_9_04_NoOneAvailable(t *testing.T) {
 	if _, err := c.Handoff(ctx); err != nil {
 		t.Fatal(err)
 	}
-	e.Srv.NoHumanAvailable(c.ID())
+	e.Srv.Conversations().NoHumanAvailable(c.ID())
 	evs := collect(t, c, nil, func(ev conversation.Event) bool {
 		return ev.Type == conversation.EventMessage && strings.Contains(ev.Message.Text, "Nobody")
 	})
@@ -88,8 +88,8 @@ func TestDirectConversations(t *testing.T) {
 		}
 	}
 	// PA-7.10-04: the reason reaches the caller; nothing started by itself.
-	if reason == "" || len(e.Srv.Conversations()) != 1 {
-		t.Fatalf("reason %q, %d conversations", reason, len(e.Srv.Conversations()))
+	if reason == "" || len(e.Srv.Conversations().All()) != 1 {
+		t.Fatalf("reason %q, %d conversations", reason, len(e.Srv.Conversations().All()))
 	}
 	words := "Hi, I have a question about the exchange. ¿Medium?"
 	direct, err := conversation.StartDirect(ctx, e.sess, parent.ID(), conversation.Human(words), nil)
@@ -143,11 +143,11 @@ func TestDirectConversations(t *testing.T) {
 func TestDeclineUserRequest(t *testing.T) {
 	e := newEnv(t, poppytest.ConversationOptions{})
 	c := e.start(t, conversation.Text("Hello."), nil)
-	e.Srv.RequestUser(c.ID(), "We need the customer.")
+	e.Srv.Conversations().RequestUser(c.ID(), "We need the customer.")
 	if _, err := c.DeclineUserRequest(ctx, ""); err != nil {
 		t.Fatal(err)
 	}
-	info, _ := e.Srv.Conversation(c.ID())
+	info, _ := e.Srv.Conversations().Get(c.ID())
 	last := info.Messages[len(info.Messages)-1]
 	// PA-7.10-05: said in the conversation, as the agent.
 	if last.Sender != "agent" || !strings.Contains(last.Text, "isn't available") {
@@ -302,7 +302,7 @@ func TestSignInDuringConversation(t *testing.T) {
 			}
 		}
 	}
-	if n := len(e.Srv.Conversations()); n != 1 {
+	if n := len(e.Srv.Conversations().All()); n != 1 {
 		t.Fatalf("%d conversations", n)
 	}
 	// PA-7.11-05: signed out, the conversation that used the account says
@@ -314,7 +314,7 @@ func TestSignInDuringConversation(t *testing.T) {
 	if !errors.Is(err, poppy.ErrSignInRequired) {
 		t.Fatalf("err = %v", err)
 	}
-	if n := len(e.Srv.Conversations()); n != 1 {
+	if n := len(e.Srv.Conversations().All()); n != 1 {
 		t.Fatalf("%d conversations", n)
 	}
 }
@@ -342,7 +342,7 @@ func TestConversationErrors(t *testing.T) {
 	}
 	// PA-7.13-02: conversation_closed marks it closed, no retry.
 	c = e.start(t, conversation.Text("Hello."), nil)
-	e.Srv.CloseConversation(c.ID())
+	e.Srv.Conversations().Close(c.ID())
 	before = len(e.convRequests())
 	if _, err := c.Send(ctx, conversation.Text("Hi?"), nil); !errors.Is(err, conversation.ErrConversationClosed) {
 		t.Fatalf("err = %v", err)
@@ -365,7 +365,7 @@ func TestConversationErrors(t *testing.T) {
 	if _, err := c.Send(ctx, conversation.Text("Hi again."), nil); err != nil {
 		t.Fatal(err)
 	}
-	info, _ := e.Srv.Conversation(c.ID())
+	info, _ := e.Srv.Conversations().Get(c.ID())
 	if n := len(info.Messages); n != 2 {
 		t.Fatalf("the Company holds %d messages", n)
 	}

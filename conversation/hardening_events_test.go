@@ -46,7 +46,7 @@ func (s *countingStore) cursorWrites() int {
 // newEnvWith is newEnv with the agent's store and clock given.
 func newEnvWith(t testing.TB, co poppytest.ConversationOptions, ao *poppy.AgentOptions) *env {
 	t.Helper()
-	e := &env{Env: testenv.New(t, &poppytest.Options{Conversation: co}, ao)}
+	e := &env{Env: testenv.New(t, &poppytest.Options{Conversations: co}, ao)}
 	if ao != nil && ao.Store != nil {
 		e.Store = ao.Store
 	}
@@ -128,7 +128,7 @@ func (c *blockingClock) Sleep(ctx context.Context, d time.Duration) error {
 // TestIdlePaceEndsOnSend: a message sent on the conversation ends the
 // pause of an idle Events loop, so its reply is read at once.
 func TestIdlePaceEndsOnSend(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{Conversation: poppytest.ConversationOptions{MaxWait: time.Millisecond}})
+	srv := poppytest.NewServer(t, &poppytest.Options{Conversations: poppytest.ConversationOptions{MaxWait: time.Millisecond}})
 	clock := &blockingClock{Clock: srv.Clock(), block: time.Second, blocked: make(chan struct{}, 1)}
 	e := &env{Env: testenv.NewOn(t, srv, &poppy.AgentOptions{Clock: clock})}
 	e.sess = e.Session("alice")
@@ -250,9 +250,9 @@ func TestUnknownEventsCheckpointPerPage(t *testing.T) {
 		collect(t, c, &conversation.EventsOptions{UntilIdle: true}, nil)
 		var last string
 		for range 500 {
-			last = e.Srv.AppendEvent(c.ID(), map[string]any{"type": "poll"})
+			last = e.Srv.Conversations().Append(c.ID(), map[string]any{"type": "poll"})
 		}
-		e.Srv.Say(c.ID(), poppytest.Reply{Text: "After the polls."})
+		e.Srv.Conversations().Say(c.ID(), poppytest.Reply{Text: "After the polls."})
 		before := store.cursorWrites()
 		evs := collect(t, c, nil, func(ev conversation.Event) bool { return ev.Type == conversation.EventMessage })
 		writes := store.cursorWrites() - before

@@ -27,7 +27,7 @@ import (
 // in front of the fake.
 func hostileEnv(t testing.TB, co poppytest.ConversationOptions) (*env, *testenv.Hostile) {
 	t.Helper()
-	e := &env{Env: testenvNew(t, &poppytest.Options{Conversation: co})}
+	e := &env{Env: testenvNew(t, &poppytest.Options{Conversations: co})}
 	h := testenv.NewHostile(e.Srv.Transport())
 	e.Agent = e.NewAgent(&poppy.AgentOptions{HTTPClient: &http.Client{Transport: h}})
 	e.sess = e.Session("alice")
@@ -88,8 +88,8 @@ func TestHostileAnswerEventsBounded(t *testing.T) {
 	if !errors.Is(err, conversation.ErrTooManyEvents) || !errors.Is(err, conversation.ErrProtocol) {
 		t.Fatalf("err = %v, want ErrTooManyEvents", err)
 	}
-	if c == nil || c.ID() != e.Srv.Conversations()[0].ID {
-		t.Fatalf("Start returned %v, the Company started %+v", c, e.Srv.Conversations())
+	if c == nil || c.ID() != e.Srv.Conversations().All()[0].ID {
+		t.Fatalf("Start returned %v, the Company started %+v", c, e.Srv.Conversations().All())
 	}
 	if convs, _ := conversation.List(ctx, e.sess, nil); len(convs) != 1 || convs[0].ID() != c.ID() {
 		t.Fatalf("List = %v", convs)
@@ -266,9 +266,9 @@ func TestCompanyTextInEvents(t *testing.T) {
 		turn.Reply(poppytest.Reply{Text: hostile, Deltas: []string{hostile[:40], hostile[40:]}})
 	}})
 	c := e.start(t, conversation.Text("Hello."), nil)
-	e.Srv.RequestUser(c.ID(), hostile)
-	e.Srv.AppendEvent(c.ID(), map[string]any{"type": "authorization", "error": "insufficient_scope", "scope": "orders:read\u202e orders:write\U000E0049"})
-	e.Srv.AppendEvent(c.ID(), map[string]any{"type": "state", "status": "idle", "responder": "agent"})
+	e.Srv.Conversations().RequestUser(c.ID(), hostile)
+	e.Srv.Conversations().Append(c.ID(), map[string]any{"type": "authorization", "error": "insufficient_scope", "scope": "orders:read\u202e orders:write\U000E0049"})
+	e.Srv.Conversations().Append(c.ID(), map[string]any{"type": "state", "status": "idle", "responder": "agent"})
 	var got []string
 	for ev, err := range c.Events(ctx, nil) {
 		if err != nil {

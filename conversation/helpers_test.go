@@ -36,7 +36,7 @@ type env struct {
 
 func newEnv(t testing.TB, co poppytest.ConversationOptions) *env {
 	t.Helper()
-	e := &env{Env: testenvNew(t, &poppytest.Options{Conversation: co})}
+	e := &env{Env: testenvNew(t, &poppytest.Options{Conversations: co})}
 	e.sess = e.Session("alice")
 	return e
 }

@@ -109,7 +109,7 @@ func TestPostRetriesBounded(t *testing.T) {
 			if last := bodies[len(bodies)-1]; !bytes.Equal(last, bodies[0]) || !bytes.Contains(last, []byte(pend.MessageID)) {
 				t.Fatalf("PA-7.3-04: resent %s, first %s", last, bodies[0])
 			}
-			info, _ := e.Srv.Conversation(c.ID())
+			info, _ := e.Srv.Conversations().Get(c.ID())
 			if len(info.Messages) != 2 || info.Messages[1].ID != pend.MessageID {
 				t.Fatalf("the Company holds %+v", info.Messages)
 			}
@@ -147,7 +147,7 @@ func TestPostRetriesBounded(t *testing.T) {
 		t.Fatalf("Pending: %+v", p)
 	}
 	cs, err := conversation.Recover(ctx, e.sess, nil)
-	if err != nil || len(cs) != 1 || len(e.Srv.Conversations()) != 1 || e.Srv.Conversations()[0].ID != cs[0].ID() {
+	if err != nil || len(cs) != 1 || len(e.Srv.Conversations().All()) != 1 || e.Srv.Conversations().All()[0].ID != cs[0].ID() {
 		t.Fatalf("Recover: %v, %v", cs, err)
 	}
 }
@@ -188,7 +188,7 @@ func TestSentAndList(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("Sent = %+v, want %+v", got, want)
 	}
-	info, _ := e.Srv.Conversation(a.ID())
+	info, _ := e.Srv.Conversations().Get(a.ID())
 	if sent[0].ID != info.Messages[0].ID || sent[1].ID != info.Messages[1].ID || sent[2].ID != "msg_fixed" {
 		t.Fatalf("IDs %+v, the Company holds %+v", sent, info.Messages)
 	}
@@ -234,7 +234,7 @@ func TestSentAndList(t *testing.T) {
 			}
 		}
 	}
-	info, _ = e.Srv.Conversation(a.ID())
+	info, _ = e.Srv.Conversations().Get(a.ID())
 	if n := len(info.Messages); n != 3 || info.Messages[2].Text != "Still there?" {
 		t.Fatalf("the Company holds %d messages", n)
 	}

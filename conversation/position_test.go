@@ -28,7 +28,7 @@ const longHistory = 1400
 func appendMany(e *env, id string, n int) []string {
 	ids := make([]string, n)
 	for i := range n {
-		ids[i] = e.Srv.AppendEvent(id, map[string]any{"type": "user_requested", "reason": "r" + strconv.Itoa(i)})
+		ids[i] = e.Srv.Conversations().Append(id, map[string]any{"type": "user_requested", "reason": "r" + strconv.Itoa(i)})
 	}
 	return ids
 }
@@ -36,7 +36,7 @@ func appendMany(e *env, id string, n int) []string {
 // companyEventIDs returns the IDs of the Company's events, in its order.
 func companyEventIDs(t testing.TB, e *env, id string) []string {
 	t.Helper()
-	info, ok := e.Srv.Conversation(id)
+	info, ok := e.Srv.Conversations().Get(id)
 	if !ok {
 		t.Fatalf("no conversation %s", id)
 	}
@@ -100,9 +100,9 @@ func TestPA_7_5_09_ResumeByStream(t *testing.T) {
 
 	// A new process: Resume, and stream from the saved cursor, with the
 	// Company sending the last 3 events before it again.
-	e.Srv.SetConversationFaults(poppytest.ConversationFaults{Replay: 3})
+	e.Srv.Conversations().SetFaults(poppytest.ConversationFaults{Replay: 3})
 	more := appendMany(e, c.ID(), 5)
-	e.Srv.CloseConversation(c.ID())
+	e.Srv.Conversations().Close(c.ID())
 	c2, err := conversation.Resume(ctx, e.Session("alice"), c.ID(), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -146,7 +146,7 @@ func TestPA_7_5_09_LongHistoryRecovery(t *testing.T) {
 				first := appendMany(e, c.ID(), longHistory)
 				collect(t, c, nil, func(ev conversation.Event) bool { return ev.ID == first[len(first)-1] })
 				more := appendMany(e, c.ID(), 3)
-				e.Srv.CloseConversation(c.ID())
+				e.Srv.Conversations().Close(c.ID())
 				// The Company refuses the next read's cursor once, though it
 				// still holds every event (a cursor that expired as a token,
 				// or that it no longer recognises).
@@ -213,8 +213,8 @@ func TestPA_7_5_10_ExpiredLongHistory(t *testing.T) {
 	c := e.start(t, conversation.Text("Hello."), nil)
 	collect(t, c, nil, func(conversation.Event) bool { return true })
 	later := appendMany(e, c.ID(), 120)
-	e.Srv.PurgeBefore(c.ID(), later[0])
-	e.Srv.CloseConversation(c.ID())
+	e.Srv.Conversations().PurgeBefore(c.ID(), later[0])
+	e.Srv.Conversations().Close(c.ID())
 	evs := readAll(t, c, nil)
 	n := countIDs(evs)
 	// PA-7.5-10: nothing lost, nothing twice.
@@ -238,11 +238,11 @@ func TestRememberEventsBoundsMemoryNotTheGuarantee(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.Srv.SetConversationFaults(poppytest.ConversationFaults{Replay: 5})
+	e.Srv.Conversations().SetFaults(poppytest.ConversationFaults{Replay: 5})
 	for i := range 16 {
-		e.Srv.Say(c.ID(), poppytest.Reply{Text: "Part " + string(rune('a'+i))})
+		e.Srv.Conversations().Say(c.ID(), poppytest.Reply{Text: "Part " + string(rune('a'+i))})
 	}
-	e.Srv.CloseConversation(c.ID())
+	e.Srv.Conversations().Close(c.ID())
 	count := countIDs(collect(t, c, &conversation.EventsOptions{LongPoll: true}, nil))
 	// PA-7.5-09
 	if len(count) != 19 {

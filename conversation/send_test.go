@@ -68,10 +68,10 @@ func replaceBody(resp *http.Response, b []byte) *http.Response {
 func TestPA_7_1_01_SkipsUnfamiliarProtocols(t *testing.T) {
 	// PA-7.1-01: a2a first, then poppy: only the poppy endpoint is used;
 	// its trailing "/" gives no "//" (PA-7.2-01).
-	e := &env{Env: testenvNew(t, &poppytest.Options{DocumentFields: map[string]any{"agent": map[string]any{"protocols": []any{
+	e := &env{Env: testenvNew(t, &poppytest.Options{Discovery: poppytest.DiscoveryOptions{DocumentFields: map[string]any{"agent": map[string]any{"protocols": []any{
 		map[string]any{"type": "a2a", "endpoint": "https://api.example.test/a2a"},
 		map[string]any{"type": "poppy", "endpoint": "https://api.example.test/poppy/conversations/"},
-	}}}})}
+	}}}}})}
 	e.sess = e.Session("alice")
 	c := e.start(t, conversation.Text("Hello."), nil)
 	if _, err := c.Send(ctx, conversation.Text("More."), nil); err != nil {
@@ -88,9 +88,9 @@ func TestPA_7_1_01_SkipsUnfamiliarProtocols(t *testing.T) {
 }
 
 func TestPA_7_1_02_NoSupportedProtocol(t *testing.T) {
-	e := &env{Env: testenvNew(t, &poppytest.Options{DocumentFields: map[string]any{"agent": map[string]any{"protocols": []any{
+	e := &env{Env: testenvNew(t, &poppytest.Options{Discovery: poppytest.DiscoveryOptions{DocumentFields: map[string]any{"agent": map[string]any{"protocols": []any{
 		map[string]any{"type": "a2a", "endpoint": "https://api.example.test/a2a"},
-	}}}})}
+	}}}}})}
 	e.sess = e.Session("alice")
 	_, err := conversation.Start(ctx, e.sess, conversation.Text("Hello."), nil)
 	// PA-7.1-02: a typed error naming what is offered, and no request.
@@ -220,7 +220,7 @@ func TestPA_7_3_01_StartBodyAndAnswer(t *testing.T) {
 		t.Fatalf("body %s", reqs[0].Body)
 	}
 	// PA-7.3-02: the 201's conversation_id, status and responder.
-	info, _ := e.Srv.Conversation(c.ID())
+	info, _ := e.Srv.Conversations().Get(c.ID())
 	if !strings.HasPrefix(c.ID(), "cnv_") || info.ID != c.ID() || c.Status() != conversation.StatusWorking || c.Responder() != conversation.ResponderAgent {
 		t.Fatalf("ID %q status %q responder %q", c.ID(), c.Status(), c.Responder())
 	}
@@ -277,7 +277,7 @@ func TestPA_7_3_03_UniqueMessageIDs(t *testing.T) {
 func TestPA_7_3_04_RetryAfterLostAnswer(t *testing.T) {
 	e := newEnv(t, poppytest.ConversationOptions{})
 	c := e.start(t, conversation.Text("Hello."), nil)
-	e.Srv.LoseConversationResponses(1)
+	e.Srv.Conversations().LoseResponses(1)
 	res, err := c.Send(ctx, conversation.Data("Seats together, please.", map[string]any{"seats": []string{"14A", "14B"}}), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -292,7 +292,7 @@ func TestPA_7_3_04_RetryAfterLostAnswer(t *testing.T) {
 	if len(posts) != 2 || !bytes.Equal(posts[0].Body, posts[1].Body) || !strings.Contains(string(posts[0].Body), res.MessageID) {
 		t.Fatalf("posts %d: %q / %q", len(posts), posts[0].Body, posts[len(posts)-1].Body)
 	}
-	info, _ := e.Srv.Conversation(c.ID())
+	info, _ := e.Srv.Conversations().Get(c.ID())
 	if len(info.Messages) != 2 {
 		t.Fatalf("the Company holds %d messages, want 2", len(info.Messages))
 	}
@@ -300,10 +300,10 @@ func TestPA_7_3_04_RetryAfterLostAnswer(t *testing.T) {
 
 func TestPA_7_3_05_RetriedStart(t *testing.T) {
 	e := newEnv(t, poppytest.ConversationOptions{})
-	e.Srv.LoseConversationResponses(1)
+	e.Srv.Conversations().LoseResponses(1)
 	c := e.start(t, conversation.Text("Hello."), nil)
 	// PA-7.3-05: one conversation, the one the Company started.
-	all := e.Srv.Conversations()
+	all := e.Srv.Conversations().All()
 	if len(all) != 1 || all[0].ID != c.ID() || len(all[0].Messages) != 1 {
 		t.Fatalf("conversations %+v, SDK has %s", all, c.ID())
 	}
@@ -441,7 +441,7 @@ func TestPA_7_4_FieldsAsSent(t *testing.T) {
 	if len(m) != 3 || m["sender"] != "agent" || m["context"].(map[string]any)["user_available"] != false || len(m["context"].(map[string]any)) != 1 {
 		t.Fatalf("update %v", m)
 	}
-	info, _ := e.Srv.Conversation(c.ID())
+	info, _ := e.Srv.Conversations().Get(c.ID())
 	if info.Context["locale"] != "en-US" || info.Context["user_available"] != false {
 		t.Fatalf("merged context %v", info.Context)
 	}
@@ -516,7 +516,7 @@ func TestPA_7_4_11_CompanyFieldsAndOperation(t *testing.T) {
 	for _, ops := range []bool{false, true} {
 		var e *env
 		if ops {
-			e = &env{Env: testenvWithExtensions(t, &poppytest.Options{Conversation: poppytest.ConversationOptions{Noise: true, Agent: agent}}, map[string]string{"operations": "1"})}
+			e = &env{Env: testenvWithExtensions(t, &poppytest.Options{Conversations: poppytest.ConversationOptions{Noise: true, Agent: agent}}, map[string]string{"operations": "1"})}
 			e.sess = e.Session("alice")
 		} else {
 			e = newEnv(t, poppytest.ConversationOptions{Noise: true, Agent: agent})
@@ -584,7 +584,7 @@ func TestTokenRefusalKeepsMessage(t *testing.T) {
 	if err := c.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	info, _ := e.Srv.Conversation(c.ID())
+	info, _ := e.Srv.Conversations().Get(c.ID())
 	if len(info.Messages) != 2 || info.Messages[1].Text != "Kept for later." {
 		t.Fatalf("messages %+v", info.Messages)
 	}
@@ -597,7 +597,7 @@ func TestTokenRefusalKeepsMessage(t *testing.T) {
 // included. A Client of another Company is refused before anything is
 // sent.
 func TestOperationInMessage(t *testing.T) {
-	e := &env{Env: testenvWithExtensions(t, &poppytest.Options{Conversation: poppytest.ConversationOptions{Agent: func(tn *poppytest.Turn) {
+	e := &env{Env: testenvWithExtensions(t, &poppytest.Options{Conversations: poppytest.ConversationOptions{Agent: func(tn *poppytest.Turn) {
 		op, err := tn.ProposeOperation("exchange ord_7Hk2", "Exchange the Stormline Jacket (M) for the insulated version, $70 more.", map[string]any{"price_difference": 70})
 		if err != nil {
 			t.Error(err)

@@ -60,7 +60,7 @@ func timeZoneChild(t *testing.T) {
 	if _, err := c.Send(ctx, conversation.UpdateContext(conversation.Context{TimeZone: "Europe/Paris"}), nil); err != nil {
 		t.Fatalf("PA-7.4-06: a valid time zone refused without zoneinfo: %v", err)
 	}
-	info, _ := e.Srv.Conversation(c.ID())
+	info, _ := e.Srv.Conversations().Get(c.ID())
 	if info.Context["time_zone"] != "Europe/Paris" {
 		t.Fatalf("the Company's context %v", info.Context)
 	}

@@ -18,7 +18,10 @@ import (
 // exampleAgent starts a fake Company and an agent that lists the
 // operations extension.
 func exampleAgent() (*poppytest.Server, *poppy.Agent) {
-	company := poppytest.NewServer(nil, nil)
+	company, err := poppytest.New(nil)
+	if err != nil {
+		log.Fatal(err)
+	}
 	key, _ := poppy.GenerateSigningKey()
 	identity, _ := poppy.NewIdentity(poppy.IdentityConfig{
 		ClientID: "https://agent.test/agent.json", JWKSURI: "https://agent.test/jwks.json", Keys: []*poppy.SigningKey{key},

@@ -146,7 +146,7 @@ func (e *env) signIn(t *testing.T) {
 }
 
 // performed counts the exchanges the fake's backend carried out.
-func (e *env) performed() int { return len(e.Srv.PerformedActions()) }
+func (e *env) performed() int { return len(e.Srv.Operations().Performed()) }
 
 // scriptedModel is a fake chat-completions server: each answer is the
 // next of script, a list of tool calls ({name, arguments}) or, when empty,

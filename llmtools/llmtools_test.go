@@ -105,7 +105,7 @@ func TestDeclinedApproval(t *testing.T) {
 	if !strings.HasPrefix(r["approval"].(string), "DECLINED") || e.performed() != 0 {
 		t.Fatalf("declined: %v, performed %d", r, e.performed())
 	}
-	if info, _ := e.Srv.Operation(id); info.State != "cancelled" {
+	if info, _ := e.Srv.Operations().Get(id); info.State != "cancelled" {
 		t.Errorf("state at the Company: %s", info.State)
 	}
 }
@@ -146,7 +146,7 @@ func TestApproveElsewhere(t *testing.T) {
 	if r["approve_with"] != want || !strings.Contains(note, want) || !strings.Contains(note, "elicitation") || e.performed() != 0 {
 		t.Fatalf("approval: %v, performed %d", r, e.performed())
 	}
-	if info, _ := e.Srv.Operation(id); info.State != "proposed" {
+	if info, _ := e.Srv.Operations().Get(id); info.State != "proposed" {
 		t.Errorf("state at the Company: %s", info.State)
 	}
 }
@@ -251,7 +251,7 @@ func TestAdversarialApproval(t *testing.T) {
 	if opID == "" {
 		t.Fatal("the model never saw the operation")
 	}
-	for _, info := range e.Srv.Operations() {
+	for _, info := range e.Srv.Operations().All() {
 		if info.Confirms != 0 || info.State != "proposed" {
 			t.Errorf("operation %s: %d confirms, %s", info.ID, info.Confirms, info.State)
 		}
@@ -348,7 +348,7 @@ func TestPA_OPS6_04_NoSecondProposalFromATool(t *testing.T) {
 		t.Fatalf("second call: %v", again)
 	}
 	// PA-OPS6-04: the fake saw one proposal.
-	if n := len(e.Srv.Operations()); n != 1 {
+	if n := len(e.Srv.Operations().All()); n != 1 {
 		t.Fatalf("%d operations at the Company, want 1", n)
 	}
 	// Declined, hence final: now the same call may propose again.
@@ -358,7 +358,7 @@ func TestPA_OPS6_04_NoSecondProposalFromATool(t *testing.T) {
 	if op, _ := third["operation"].(map[string]any); op == nil || op["operation_id"] == id || third["error"] != nil {
 		t.Fatalf("after the decline: %v", third)
 	}
-	if n := len(e.Srv.Operations()); n != 2 {
+	if n := len(e.Srv.Operations().All()); n != 2 {
 		t.Fatalf("%d operations at the Company, want 2", n)
 	}
 }

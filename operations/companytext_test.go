@@ -20,7 +20,7 @@ import (
 // over, the "operation" member of its structuredContent, parsed.
 func TestCompanyTextNeverApproves(t *testing.T) {
 	var reply atomic.Pointer[poppytest.Reply]
-	e := newEnv(t, &poppytest.Options{Conversation: poppytest.ConversationOptions{Agent: func(tn *poppytest.Turn) {
+	e := newEnv(t, &poppytest.Options{Conversations: poppytest.ConversationOptions{Agent: func(tn *poppytest.Turn) {
 		tn.Reply(*reply.Load())
 	}}}, nil)
 	e.ap.answer = func(*operations.ApprovalRequest) operations.Decision { return operations.Decline }

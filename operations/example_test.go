@@ -20,7 +20,10 @@ import (
 // its result.
 func Example() {
 	ctx := context.Background()
-	company := poppytest.NewServer(nil, nil)
+	company, err := poppytest.New(nil)
+	if err != nil {
+		panic(err)
+	}
 	defer company.Close()
 	key, _ := poppy.GenerateSigningKey()
 	identity, _ := poppy.NewIdentity(poppy.IdentityConfig{

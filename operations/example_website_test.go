@@ -19,7 +19,10 @@ import (
 // exampleSession starts a fake Company and a Session signed in to it with
 // poppy:read and poppy:write, for the examples.
 func exampleSession(ctx context.Context) (*poppytest.Server, *poppy.Session) {
-	company := poppytest.NewServer(nil, nil)
+	company, err := poppytest.New(nil)
+	if err != nil {
+		panic(err)
+	}
 	key, _ := poppy.GenerateSigningKey()
 	identity, _ := poppy.NewIdentity(poppy.IdentityConfig{
 		ClientID:     "https://agent.test/agent.json",

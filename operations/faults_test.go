@@ -119,7 +119,7 @@ func TestFaultInjection500(t *testing.T) {
 	}
 
 	performed := map[string]int{}
-	for _, a := range e.Srv.PerformedActions() {
+	for _, a := range e.Srv.Operations().Performed() {
 		performed[a.OperationID]++
 	}
 	for i, p := range plans {

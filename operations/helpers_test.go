@@ -158,7 +158,7 @@ func confirmBody(t testing.TB, r poppytest.Request) map[string]any {
 
 func info(t testing.TB, srv *poppytest.Server, id string) poppytest.OperationInfo {
 	t.Helper()
-	i, ok := srv.Operation(id)
+	i, ok := srv.Operations().Get(id)
 	if !ok {
 		t.Fatalf("the fake has no operation %s", id)
 	}

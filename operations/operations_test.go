@@ -31,7 +31,7 @@ func TestJacketExchange(t *testing.T) {
 	if op.State != operations.StateProposed || op.Revision != 1 || !strings.HasPrefix(op.ID, "exc_") {
 		t.Fatalf("proposed: %+v", op)
 	}
-	if n := len(e.Srv.PerformedActions()); n != 0 {
+	if n := len(e.Srv.Operations().Performed()); n != 0 {
 		t.Fatalf("performed before confirm: %d", n)
 	}
 	// PA-OPS3-02: NeedsApproval shows expires_at.
@@ -123,7 +123,7 @@ func TestUnsupportedVersion(t *testing.T) {
 		{"version": "1"},
 		{"version": "1", "endpoint": "http://api.example.test/poppy/operations"},
 	} {
-		srv := poppytest.NewServer(t, &poppytest.Options{Extensions: map[string]any{"operations": entry}, DocumentFields: map[string]any{}})
+		srv := poppytest.NewServer(t, &poppytest.Options{Discovery: poppytest.DiscoveryOptions{Extensions: map[string]any{"operations": entry}, DocumentFields: map[string]any{}}})
 		id, key := testenv.NewIdentity(t, map[string]string{"operations": "1"})
 		te := &testenv.Env{T: t, Srv: srv, ID: id, Key: key}
 		te.Serve(nil)
@@ -343,11 +343,11 @@ func TestCancelSucceeded(t *testing.T) {
 // PA-OPS3-09 and OPS 4: one operation across channels.
 func TestOneOperationAcrossChannels(t *testing.T) {
 	var late atomic.Pointer[json.RawMessage]
-	e := newEnv(t, &poppytest.Options{Conversation: poppytest.ConversationOptions{Agent: func(tn *poppytest.Turn) {
+	e := newEnv(t, &poppytest.Options{Conversations: poppytest.ConversationOptions{Agent: func(tn *poppytest.Turn) {
 		tn.Reply(poppytest.Reply{Text: "Here it is", Operation: *late.Load()})
 	}}}, nil)
 	op := e.propose("itm_4Qa")
-	if _, err := e.Srv.ReviseOperation(op.ID); err != nil {
+	if _, err := e.Srv.Operations().Revise(op.ID); err != nil {
 		t.Fatal(err)
 	}
 	rev2, err := e.c.Get(ctx, op.ID)
@@ -396,7 +396,7 @@ func TestOneOperationAcrossChannels(t *testing.T) {
 func TestMutatedRevision(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	op := e.propose("itm_4Qa")
-	e.Srv.MutateRevision(op.ID)
+	e.Srv.Operations().MutateRevision(op.ID)
 	if _, err := e.c.Get(ctx, op.ID); !errors.Is(err, operations.ErrProtocol) {
 		t.Fatalf("Get: %v", err)
 	}
@@ -422,7 +422,7 @@ func TestTermsChanged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.Srv.ReviseOperation(op.ID); err != nil {
+	if _, err := e.Srv.Operations().Revise(op.ID); err != nil {
 		t.Fatal(err)
 	}
 	// The SDK hasn't seen revision 2: the confirm goes out and gets 409.
@@ -456,7 +456,7 @@ func TestTermsChanged(t *testing.T) {
 		t.Errorf("confirms %d", len(cs))
 	}
 	// CO-OPS3-08 seen from the SDK: the performed terms are revision 2's.
-	acts := e.Srv.PerformedActions()
+	acts := e.Srv.Operations().Performed()
 	if len(acts) != 1 || acts[0].Terms["replacement_sku"] != "stormline-insulated-l" {
 		t.Errorf("performed %v", acts)
 	}
@@ -662,7 +662,7 @@ func TestNoSecondProposal(t *testing.T) {
 	if v, _ := e.c.Get(ctx, op.ID); v.State != operations.StateInProgress {
 		t.Errorf("state %v", v.State)
 	}
-	if err := e.Srv.ResolveOperation(op.ID, "succeeded"); err != nil {
+	if err := e.Srv.Operations().Resolve(op.ID, "succeeded"); err != nil {
 		t.Fatal(err)
 	}
 	done, err := e.c.Track(ctx, op.ID)

@@ -66,7 +66,7 @@ func TestPA_OPS6_04_LostProposalAnswer(t *testing.T) {
 		}
 		got[item] = op.ID
 	}
-	all := e.Srv.Operations()
+	all := e.Srv.Operations().All()
 	if len(all) != items {
 		t.Fatalf("PA-OPS6-04: %d operations proposed for %d items (%d answers lost)", len(all), items, lost)
 	}
@@ -197,14 +197,14 @@ func TestPA_OPS6_04_CrashBetweenProposalAndJournal(t *testing.T) {
 			}
 		}
 		deadline := time.Now().Add(60 * time.Second)
-		for len(srv.Operations()) <= i {
+		for len(srv.Operations().All()) <= i {
 			if time.Now().After(deadline) {
 				t.Fatalf("%s: the Company proposed nothing", item)
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
 		out := ce.run("propose", item)
-		all := srv.Operations()
+		all := srv.Operations().All()
 		if len(all) != i+1 {
 			t.Fatalf("PA-OPS6-04: %d operations for %d items after the restarts (%s: %s)", len(all), i+1, item, out)
 		}
@@ -216,7 +216,7 @@ func TestPA_OPS6_04_CrashBetweenProposalAndJournal(t *testing.T) {
 			t.Errorf("%s: Idempotency-Keys %q", item, k)
 		}
 	}
-	all := srv.Operations()
+	all := srv.Operations().All()
 	out := ce.run("propose", "itm_0")
 	if want := "pending " + all[0].ID; strings.TrimSpace(out) != want {
 		t.Errorf("a later child: %q, want %q", out, want)
@@ -433,8 +433,8 @@ func TestPA_OPS6_04_ConcurrentSameRequest(t *testing.T) {
 			t.Errorf("operations %s and %s", ids[0], ids[i])
 		}
 	}
-	if m := len(e.Requests(poppytest.EndpointAPI)); m != 1 || pending != n-1 || len(e.Srv.Operations()) != 1 {
-		t.Errorf("PA-OPS6-04: %d requests, %d pending, %d operations", m, pending, len(e.Srv.Operations()))
+	if m := len(e.Requests(poppytest.EndpointAPI)); m != 1 || pending != n-1 || len(e.Srv.Operations().All()) != 1 {
+		t.Errorf("PA-OPS6-04: %d requests, %d pending, %d operations", m, pending, len(e.Srv.Operations().All()))
 	}
 }
 

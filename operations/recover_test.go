@@ -176,7 +176,7 @@ func TestCrashRecovery(t *testing.T) {
 		return cmd
 	}
 
-	release := srv.HoldConfirms()
+	release := srv.Operations().HoldConfirms()
 	defer release()
 	first := child("confirm")
 	out, err := first.StdoutPipe()

@@ -162,7 +162,7 @@ func TestPA_OPS4_04_WebsiteDuties(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.Srv.ReviseOperation(op.ID); err != nil {
+	if _, err := e.Srv.Operations().Revise(op.ID); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.c.Confirm(ctx, a, &operations.ConfirmOptions{Website: b}); !errors.Is(err, operations.ErrApprovalMismatch) {
@@ -201,7 +201,7 @@ func TestPA_OPS4_04_WebsiteDuties(t *testing.T) {
 	a4, _ := e.c.Approve(ctx, op4)
 	bad := newWebBrowser(t, e)
 	bad.anyRevision = true
-	bad.before = func(*operations.WebsiteConfirm) { e.Srv.ReviseOperation(op4.ID) }
+	bad.before = func(*operations.WebsiteConfirm) { e.Srv.Operations().Revise(op4.ID) }
 	got, err := e.c.Confirm(ctx, a4, &operations.ConfirmOptions{Website: bad})
 	if !errors.Is(err, operations.ErrApprovalMismatch) || got == nil || got.Confirmation == nil || got.Confirmation.Revision != 2 {
 		t.Errorf("a confirmation of revision 2 under an approval of 1: %s %v", brief(got), err)

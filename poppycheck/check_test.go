@@ -54,15 +54,12 @@ func (p *person) Ask(_ context.Context, q poppycheck.Question) (string, error) {
 // and a redirect of the well-known URL.
 func richOptions() *poppytest.Options {
 	return &poppytest.Options{
-		RequireNonce:        true,
-		RotateNonce:         true,
-		APIResource:         "https://api.example.test/v1",
-		RedirectWellKnown:   []string{"https://provider.test/example/poppy.json"},
-		RotateAccountTokens: true,
-		RequireCode:         true,
-		DeviceInterval:      time.Second,
-		Conversation:        poppytest.ConversationOptions{Streaming: true, TextDeltas: true, Resource: "https://api.example.test/poppy/conversations", Heartbeats: true},
-		Operations:          poppytest.OperationsOptions{Resource: "https://api.example.test/poppy/operations"},
+		Tokens:        poppytest.TokenOptions{RequireNonce: true, RotateNonce: true},
+		API:           poppytest.APIOptions{Resource: "https://api.example.test/v1"},
+		Discovery:     poppytest.DiscoveryOptions{RedirectWellKnown: []string{"https://provider.test/example/poppy.json"}},
+		SignIn:        poppytest.SignInOptions{RotateAccountTokens: true, RequireCode: true, DeviceInterval: time.Second},
+		Conversations: poppytest.ConversationOptions{Streaming: true, TextDeltas: true, Resource: "https://api.example.test/poppy/conversations", Heartbeats: true},
+		Operations:    poppytest.OperationsOptions{Resource: "https://api.example.test/poppy/operations"},
 	}
 }
 
@@ -137,9 +134,9 @@ func TestEveryObservableRule(t *testing.T) {
 	}
 	// A Company that ends the Sessions at sign-out, and checks sign-in
 	// only when a token is issued.
-	ends := poppytest.NewServer(t, &poppytest.Options{EndSessionsOnSignOut: true, DisableSignIn: []string{"device", "mediated"}})
+	ends := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInOptions{EndSessionsOnSignOut: true, Disable: []string{"device", "mediated"}}})
 	add(runAgainst(t, ends, &person{srv: ends}))
-	lax := poppytest.NewServer(t, &poppytest.Options{NoLiveSignInCheck: true, DisableSignIn: []string{"device"}})
+	lax := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInOptions{NoLiveSignInCheck: true, Disable: []string{"device"}}})
 	add(runAgainst(t, lax, &person{srv: lax}))
 	for id, reason := range poppycheck.Unobservable() {
 		if passed[id] {
@@ -187,30 +184,30 @@ var misconfigurations = []knob{
 	// CO-3.2-05
 	{name: "Misconfig.OmitMetadata", opts: poppytest.Options{Misconfig: poppytest.Misconfig{OmitMetadata: []string{"device_authorization_endpoint"}}}, rule: "CO-3.2-05"},
 	// CO-3-03
-	{name: "Misconfig.InsecureRedirect", opts: poppytest.Options{RedirectWellKnown: []string{"http://provider.test/example/poppy.json"}, Misconfig: poppytest.Misconfig{InsecureRedirect: true}}, rule: "CO-3-03"},
+	{name: "Misconfig.InsecureRedirect", opts: poppytest.Options{Discovery: poppytest.DiscoveryOptions{RedirectWellKnown: []string{"http://provider.test/example/poppy.json"}}, Misconfig: poppytest.Misconfig{InsecureRedirect: true}}, rule: "CO-3-03"},
 	// CO-3-06: the document at the end of the redirect speaks for the provider.
-	{name: "Misconfig.ProviderDomain", opts: poppytest.Options{RedirectWellKnown: []string{"https://provider.test/example/poppy.json"}, Misconfig: poppytest.Misconfig{ProviderDomain: "provider.test"}}, rule: "CO-3-06"},
+	{name: "Misconfig.ProviderDomain", opts: poppytest.Options{Discovery: poppytest.DiscoveryOptions{RedirectWellKnown: []string{"https://provider.test/example/poppy.json"}}, Misconfig: poppytest.Misconfig{ProviderDomain: "provider.test"}}, rule: "CO-3-06"},
 	// CO-3-04: a protocol_version that isn't major.minor.
-	{name: "ProtocolVersion", opts: poppytest.Options{ProtocolVersion: "1"}, rule: "CO-3-04"},
+	{name: "Discovery.ProtocolVersion", opts: poppytest.Options{Discovery: poppytest.DiscoveryOptions{ProtocolVersion: "1"}}, rule: "CO-3-04"},
 	// CO-3-07: apis and agent without auth.
-	{name: "DropAuth", opts: poppytest.Options{DropAuth: true}, rule: "CO-3-07"},
+	{name: "Discovery.DropAuth", opts: poppytest.Options{Discovery: poppytest.DiscoveryOptions{DropAuth: true}}, rule: "CO-3-07"},
 	// CO-6-07
 	{name: "MCP.AuthorizationServers", opts: poppytest.Options{MCP: poppytest.MCPOptions{AuthorizationServers: []string{"https://auth.other.test"}}}, rule: "CO-6-07"},
 	// CO-5-17
 	{name: "Web.SameSite", opts: poppytest.Options{Web: poppytest.WebOptions{SameSite: http.SameSiteStrictMode}}, rule: "CO-5-17"},
 	// CO-7.2-06: IDs without a kind prefix (a SHOULD).
-	{name: "Conversation.OddIDs", opts: poppytest.Options{Conversation: poppytest.ConversationOptions{OddIDs: true}}, rule: "CO-7.2-06"},
+	{name: "Conversations.OddIDs", opts: poppytest.Options{Conversations: poppytest.ConversationOptions{OddIDs: true}}, rule: "CO-7.2-06"},
 	// CO-4.2-07: Session Tokens that last two days (a SHOULD).
-	{name: "TokenTTL", opts: poppytest.Options{TokenTTL: 48 * time.Hour}, rule: "CO-4.2-07"},
-	// CO-3-10: DocumentFields replaces a member the protocol defines; here an API entry without description.
-	{name: "DocumentFields", opts: poppytest.Options{DocumentFields: map[string]any{"apis": []any{map[string]any{"type": "openapi", "url": "https://api.example.test/openapi.json"}}}}, rule: "CO-3-10"},
-	// CO-3.3-01: DocumentFields again, with an extension whose plain name the protocol doesn't define.
-	{name: "DocumentFields", opts: poppytest.Options{DocumentFields: map[string]any{"extensions": map[string]any{"giftwrap": map[string]any{"version": "1"}}}}, rule: "CO-3.3-01"},
+	{name: "Tokens.TTL", opts: poppytest.Options{Tokens: poppytest.TokenOptions{TTL: 48 * time.Hour}}, rule: "CO-4.2-07"},
+	// CO-3-10: Discovery.DocumentFields replaces a member the protocol defines; here an API entry without description.
+	{name: "Discovery.DocumentFields", opts: poppytest.Options{Discovery: poppytest.DiscoveryOptions{DocumentFields: map[string]any{"apis": []any{map[string]any{"type": "openapi", "url": "https://api.example.test/openapi.json"}}}}}, rule: "CO-3-10"},
+	// CO-3.3-01: Discovery.DocumentFields again, with an extension whose plain name the protocol doesn't define.
+	{name: "Discovery.DocumentFields", opts: poppytest.Options{Discovery: poppytest.DiscoveryOptions{DocumentFields: map[string]any{"extensions": map[string]any{"giftwrap": map[string]any{"version": "1"}}}}}, rule: "CO-3.3-01"},
 	// CO-3.3-01: Noise adds "x_unknown" to every JSON object, the extensions
 	// map included, where a member's name is an extension's name.
 	{name: "Noise", opts: poppytest.Options{Noise: true}, rule: "CO-3.3-01"},
-	// CO-7.4-06: Conversation.Noise adds context to the Company's messages.
-	{name: "Conversation.Noise", opts: poppytest.Options{Conversation: poppytest.ConversationOptions{Noise: true}}, rule: "CO-7.4-06"},
+	// CO-7.4-06: Conversations.Noise adds context to the Company's messages.
+	{name: "Conversations.Noise", opts: poppytest.Options{Conversations: poppytest.ConversationOptions{Noise: true}}, rule: "CO-7.4-06"},
 }
 
 // runtimeKnobs are the Server's methods that bend one answer against a
@@ -229,7 +226,7 @@ var runtimeKnobs = []knob{
 // catalog's reason.
 var unseenKnobs = []knob{
 	// CO-4.7-06: no rate limit on failed Mediated Sign-Ins; seeing it takes failed sign-ins in a row.
-	{name: "MediatedFailuresPerMinute", opts: poppytest.Options{MediatedFailuresPerMinute: -1}, rule: "CO-4.7-06"},
+	{name: "SignIn.MediatedFailuresPerMinute", opts: poppytest.Options{SignIn: poppytest.SignInOptions{MediatedFailuresPerMinute: -1}}, rule: "CO-4.7-06"},
 	// CO-OPS6-01: in_progress without Retry-After; seeing it takes a confirmed operation.
 	{name: "Operations.OmitRetryAfter", opts: poppytest.Options{Operations: poppytest.OperationsOptions{OmitRetryAfter: true, Perform: poppytest.PerformSlow}}, rule: "CO-OPS6-01"},
 	// CO-OPS4-01: a new operation for an action already open; seeing it takes proposing one twice.
@@ -241,30 +238,30 @@ var unseenKnobs = []knob{
 // default and rich runs above use many), or is a bound on the fake itself.
 var conformantKnobs = map[string]string{
 	"Domains": "names the Company", "Issuer": "names the Company", "AgentHosts": "the agents' hosts",
-	"SessionLifetime": "the Company decides how long a Session lasts", "PoppyCacheControl": "caching is the Company's choice",
-	"MetadataCacheControl": "caching is the Company's choice", "RequireNonce": "a MAY (TestEveryObservableRule)",
-	"RotateNonce": "a MAY", "RequireRegistration": "policy (CO-4.1-05)", "Registered": "policy", "Allowlist": "policy",
-	"Blocklist": "policy", "MaxNewClients": "policy (CO-4.1-09)", "SessionStartsPerMinute": "policy (CO-4.1-08)",
-	"APIResource": "a MAY", "CustomScopes": "a MAY; a poppy: name is a configuration error", "DisableSignIn": "a choice",
-	"EmbedCredentials": "encrypted (CO-4.2-13)", "JWTTokens": "tokens are opaque", "RevokeOnReissue": "a choice (PA-4.3-25)",
-	"Extensions": "validated (CO-3.3-01)", "DropAgent": "optional", "DropAPIs": "optional", "DropWeb": "optional",
-	"DropBrowserSession": "optional", "RedirectWellKnown": "a MAY (CO-3-02)", "RedirectStatuses": "any redirect status",
-	"Accounts": "the Company's accounts", "MediatedFields": "the Company's fields", "SignInScopes": "validated (CO-3-11)",
-	"NarrowScopesOnly": "a MAY (CO-4.4-05)", "StrictResourceIndicators": "a strict reading of RFC 8707 section 2.2", "AccountTokenTTL": "a choice", "RotateAccountTokens": "a MAY (CO-4.8-09)",
-	"RotationGrace": "a choice", "DeviceCodeTTL": "a choice", "DeviceInterval": "a choice", "OmitInterval": "RFC 8628 default",
-	"RequireCode": "a SHOULD kept", "UnusualOnNewKey": "a SHOULD kept", "CodeTTL": "a choice", "CodeAttempts": "a choice",
-	"EndSessionsOnSignOut": "a MAY (CO-4.9-02)", "NoLiveSignInCheck": "with short tokens, as CO-4.9-04 asks",
+	"Tokens.SessionLifetime": "the Company decides how long a Session lasts", "Discovery.PoppyCacheControl": "caching is the Company's choice",
+	"Discovery.MetadataCacheControl": "caching is the Company's choice", "Tokens.RequireNonce": "a MAY (TestEveryObservableRule)",
+	"Tokens.RotateNonce": "a MAY", "Clients.RequireRegistration": "policy (CO-4.1-05)", "Clients.Registered": "policy", "Clients.Allowlist": "policy",
+	"Clients.Blocklist": "policy", "Clients.MaxNew": "policy (CO-4.1-09)", "Clients.SessionStartsPerMinute": "policy (CO-4.1-08)",
+	"API.Resource": "a MAY", "SignIn.CustomScopes": "a MAY; a poppy: name is a configuration error", "SignIn.Disable": "a choice",
+	"Tokens.EmbedCredentials": "encrypted (CO-4.2-13)", "Tokens.JWT": "tokens are opaque", "Tokens.RevokeOnReissue": "a choice (PA-4.3-25)",
+	"Discovery.Extensions": "validated (CO-3.3-01)", "Discovery.DropAgent": "optional", "Discovery.DropAPIs": "optional", "Discovery.DropWeb": "optional",
+	"Discovery.DropBrowserSession": "optional", "Discovery.RedirectWellKnown": "a MAY (CO-3-02)", "Discovery.RedirectStatuses": "any redirect status",
+	"SignIn.Accounts": "the Company's accounts", "SignIn.MediatedFields": "the Company's fields", "SignIn.Scopes": "validated (CO-3-11)",
+	"SignIn.NarrowScopesOnly": "a MAY (CO-4.4-05)", "SignIn.StrictResourceIndicators": "a strict reading of RFC 8707 section 2.2", "SignIn.AccountTokenTTL": "a choice", "SignIn.RotateAccountTokens": "a MAY (CO-4.8-09)",
+	"SignIn.RotationGrace": "a choice", "SignIn.DeviceCodeTTL": "a choice", "SignIn.DeviceInterval": "a choice", "SignIn.OmitInterval": "RFC 8628 default",
+	"SignIn.RequireCode": "a SHOULD kept", "SignIn.UnusualOnNewKey": "a SHOULD kept", "SignIn.CodeTTL": "a choice", "SignIn.CodeAttempts": "a choice",
+	"SignIn.EndSessionsOnSignOut": "a MAY (CO-4.9-02)", "SignIn.NoLiveSignInCheck": "with short tokens, as CO-4.9-04 asks",
 	"Operations.Resource": "a MAY", "Operations.RequireOperations": "a choice (CO-OPS2-04)", "Operations.TTL": "a choice",
 	"Operations.UserApprovalRequired": "a choice", "Operations.Perform": "what the performer does",
 	"Operations.SlowFor": "a choice", "Operations.RetryAfter": "a choice", "Operations.Faults": "injected network faults",
 	"Operations.ProposeFaults": "injected network faults",
 	"Web.Subdomains":           "hosts", "Web.CookieName": "a choice", "Web.CookieTTL": "a choice", "Web.RevokeOnRejoin": "a choice",
 	"MCP.SecondServer": "a second server", "MCP.OnAPIHost": "where the server is", "MCP.OtherServers": "tests' own servers",
-	"Conversation.Streaming": "a MAY", "Conversation.TextDeltas": "a MAY", "Conversation.MaxWait": "a MAY (CO-7.5-05)",
-	"Conversation.PageSize": "paging", "Conversation.CloseStreamAfter": "a MAY (CO-7.6-03)", "Conversation.Heartbeats": "SSE comments",
-	"Conversation.StreamIgnoresCursor": "a reading of spec 7.6 (A-27)",
-	"Conversation.Resource":            "a MAY", "Conversation.Agent": "the test scripts the Company Agent",
-	"Conversation.ReplyDelay": "timing", "Conversation.Retention": "a choice",
+	"Conversations.Streaming": "a MAY", "Conversations.TextDeltas": "a MAY", "Conversations.MaxWait": "a MAY (CO-7.5-05)",
+	"Conversations.PageSize": "paging", "Conversations.CloseStreamAfter": "a MAY (CO-7.6-03)", "Conversations.Heartbeats": "SSE comments",
+	"Conversations.StreamIgnoresCursor": "a reading of spec 7.6 (A-27)",
+	"Conversations.Resource":            "a MAY", "Conversations.Agent": "the test scripts the Company Agent",
+	"Conversations.ReplyDelay": "timing", "Conversations.Retention": "a choice",
 	"Load.LogSize": "the fake's own bound", "Load.ViolationsOnly": "the fake's own bound", "Load.MaxViolations": "the fake's own bound",
 	"Load.ForgetTokensAfter": "the fake's own bound", "Load.BodyLogBytes": "the fake's own bound",
 }

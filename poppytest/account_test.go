@@ -82,7 +82,7 @@ func TestCO_4_8_AccountTokens(t *testing.T) {
 }
 
 func TestCO_4_8_08_LifetimeNotExtended(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{AccountTokenTTL: 100 * time.Second, TokenTTL: 10 * time.Second})
+	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInOptions{AccountTokenTTL: 100 * time.Second}, Tokens: poppytest.TokenOptions{TTL: 10 * time.Second}})
 	a := newAgent(t, srv, "agent.test")
 	signed := a.signedIn("usr_1", "poppy:read")
 	if signed.Body["refresh_token_expires_in"] != float64(100) {
@@ -113,7 +113,7 @@ func TestCO_4_8_08_LifetimeNotExtended(t *testing.T) {
 		t.Errorf("renewal after expiry = %d %s", r.Status, r.Raw)
 	}
 	// Negative AccountTokenTTL: no lifetime.
-	srv2 := poppytest.NewServer(t, &poppytest.Options{AccountTokenTTL: -1})
+	srv2 := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInOptions{AccountTokenTTL: -1}})
 	b := newAgent(t, srv2, "agent.test")
 	if r := b.signedIn("usr_1", "poppy:read"); r.has("refresh_token_expires_in") {
 		t.Errorf("no lifetime: %s", r.Raw)
@@ -121,7 +121,7 @@ func TestCO_4_8_08_LifetimeNotExtended(t *testing.T) {
 }
 
 func TestCO_4_8_09_Rotation(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{RotateAccountTokens: true, AccountTokenTTL: time.Hour})
+	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInOptions{RotateAccountTokens: true, AccountTokenTTL: time.Hour}})
 	a := newAgent(t, srv, "agent.test")
 	signed := a.signedIn("usr_1", "poppy:read")
 	old, sid := signed.str("refresh_token"), signed.str("session_id")
@@ -149,7 +149,7 @@ func TestCO_4_8_09_Rotation(t *testing.T) {
 }
 
 func TestRotationGrace(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{RotateAccountTokens: true, RotationGrace: 10 * time.Second})
+	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInOptions{RotateAccountTokens: true, RotationGrace: 10 * time.Second}})
 	a := newAgent(t, srv, "agent.test")
 	signed := a.signedIn("usr_1", "poppy:read")
 	old := signed.str("refresh_token")
@@ -225,7 +225,7 @@ func TestCO_4_9_Revocation(t *testing.T) {
 }
 
 func TestCO_4_9_02_EndSessionsOnSignOut(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{EndSessionsOnSignOut: true})
+	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInOptions{EndSessionsOnSignOut: true}})
 	a := newAgent(t, srv, "agent.test")
 	signed := a.signedIn("usr_1", "poppy:read")
 	a.revoke(signed.str("refresh_token"))
@@ -240,10 +240,10 @@ func TestCO_4_9_02_EndSessionsOnSignOut(t *testing.T) {
 
 func TestCO_4_9_04_NoLiveSignInCheck(t *testing.T) {
 	// CO-4.9-04
-	if msg := configError(t, &poppytest.Options{NoLiveSignInCheck: true, TokenTTL: time.Hour}); !strings.Contains(msg, "CO-4.9-04") {
-		t.Fatalf("long TokenTTL accepted: %q", msg)
+	if msg := configError(t, &poppytest.Options{SignIn: poppytest.SignInOptions{NoLiveSignInCheck: true}, Tokens: poppytest.TokenOptions{TTL: time.Hour}}); !strings.Contains(msg, "CO-4.9-04") {
+		t.Fatalf("long Tokens.TTL accepted: %q", msg)
 	}
-	srv := poppytest.NewServer(t, &poppytest.Options{NoLiveSignInCheck: true})
+	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInOptions{NoLiveSignInCheck: true}})
 	a := newAgent(t, srv, "agent.test")
 	signed := a.signedIn("usr_1", "poppy:read")
 	// CO-4.9-04
@@ -292,7 +292,7 @@ func TestCO_4_9_06_Disconnect(t *testing.T) {
 }
 
 func TestCO_4_4_05_NarrowScopesOnly(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{NarrowScopesOnly: true})
+	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInOptions{NarrowScopesOnly: true}})
 	a := newAgent(t, srv, "agent.test")
 	doc := get(t, srv, "https://example.test/.well-known/poppy.json")
 	auth := doc.Body["auth"].(map[string]any)
@@ -322,7 +322,7 @@ func TestCO_4_4_05_NarrowScopesOnly(t *testing.T) {
 }
 
 func TestSignInTypesDisabled(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{DisableSignIn: []string{"direct", "device", "mediated"}})
+	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInOptions{Disable: []string{"direct", "device", "mediated"}}})
 	a := newAgent(t, srv, "agent.test")
 	tok := a.start("usr_1").str("access_token")
 	for _, u := range []string{srv.AuthorizationEndpoint(), srv.VerificationURI()} {

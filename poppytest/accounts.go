@@ -25,7 +25,7 @@ type Consent struct {
 	// declines (error=access_denied, CO-4.5-04, CO-4.6-04).
 	Approve bool
 	// Account is the account the User signs in to; "" means the first of
-	// Options.Accounts. An unknown account makes the page answer 400.
+	// Options.SignIn.Accounts. An unknown account makes the page answer 400.
 	Account string
 	// Scopes are the scopes the User approves: nil means every requested
 	// scope; otherwise only those of them that were requested are
@@ -44,7 +44,7 @@ type User func(ConsentRequest) Consent
 
 // SetUser programs the User who answers the consent pages of Direct and
 // Device Sign-In. nil restores the default: approve every requested scope
-// for the first of Options.Accounts.
+// for the first of Options.SignIn.Accounts.
 func (s *Server) SetUser(u User) {
 	s.mu.Lock()
 	s.signin.user = u
@@ -52,7 +52,7 @@ func (s *Server) SetUser(u User) {
 }
 
 // ApproveAll programs the User to approve every requested scope for
-// account ("" means the first of Options.Accounts).
+// account ("" means the first of Options.SignIn.Accounts).
 func (s *Server) ApproveAll(account string) {
 	s.SetUser(func(ConsentRequest) Consent { return Consent{Approve: true, Account: account} })
 }

@@ -107,7 +107,7 @@ func (s *Server) authenticateClient(r *http.Request, form url.Values, endpoint s
 	}
 	s.mu.Lock()
 	known := s.accepted[id]
-	full := o.MaxNewClients > 0 && len(s.accepted) >= o.MaxNewClients
+	full := o.Clients.MaxNew > 0 && len(s.accepted) >= o.Clients.MaxNew
 	s.mu.Unlock()
 	if !known && full {
 		return fail("the Company accepts no new client_id values") // CO-4.1-09, A-48
@@ -178,7 +178,7 @@ func (s *Server) authenticateClient(r *http.Request, form url.Values, endpoint s
 		}
 	}
 	s.mu.Lock()
-	if !s.accepted[id] && o.MaxNewClients > 0 && len(s.accepted) >= o.MaxNewClients {
+	if !s.accepted[id] && o.Clients.MaxNew > 0 && len(s.accepted) >= o.Clients.MaxNew {
 		s.mu.Unlock()
 		return fail("the Company accepts no new client_id values")
 	}
@@ -197,11 +197,11 @@ func (s *Server) clientRefused(id string) string {
 	switch {
 	case revoked:
 		return "client_id has been revoked"
-	case slices.Contains(o.Blocklist, id):
+	case slices.Contains(o.Clients.Blocklist, id):
 		return "client_id is blocked"
-	case o.Allowlist != nil && !slices.Contains(o.Allowlist, id):
+	case o.Clients.Allowlist != nil && !slices.Contains(o.Clients.Allowlist, id):
 		return "client_id is not on the allowlist"
-	case o.RequireRegistration && !slices.Contains(o.Registered, id):
+	case o.Clients.RequireRegistration && !slices.Contains(o.Clients.Registered, id):
 		return "client_id is not registered"
 	}
 	return ""

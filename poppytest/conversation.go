@@ -40,7 +40,7 @@ import (
 )
 
 // ConversationOptions configures the conversation endpoint
-// (Options.Conversation). The zero value is a Company that answers JSON
+// (Options.Conversations). The zero value is a Company that answers JSON
 // reads only, with the default Company Agent.
 type ConversationOptions struct {
 	// Streaming answers a read that accepts text/event-stream with a
@@ -189,14 +189,14 @@ func (t *Turn) Do(action string) {
 }
 
 // RequestUser appends a user_requested event (CO-7.10-05).
-func (t *Turn) RequestUser(reason string) { t.s.RequestUser(t.ConversationID, reason) }
+func (t *Turn) RequestUser(reason string) { t.s.Conversations().RequestUser(t.ConversationID, reason) }
 
 // Handoff hands the conversation to a person on the Company Agent's own
 // initiative: the status becomes queued (PA-7.9-05).
 func (t *Turn) Handoff() { t.s.convHandoff(t.c) }
 
 // Close closes the conversation on the Company's side.
-func (t *Turn) Close() { t.s.CloseConversation(t.ConversationID) }
+func (t *Turn) Close() { t.s.Conversations().Close(t.ConversationID) }
 
 func covers(have, need []string) bool {
 	for _, n := range need {
@@ -269,8 +269,20 @@ func (s *Server) cs() *convState {
 	return c
 }
 
-// SetConversationFaults replaces the injected conversation faults.
-func (s *Server) SetConversationFaults(f ConversationFaults) {
+// Conversations are the run-time knobs and records of the conversation
+// endpoint (spec 7), from [Server.Conversations]: the Company's side of a
+// conversation (Say, SetState, JoinHuman, Close, …), what the fake holds
+// (Get, All), and faults (SetFaults, LoseResponses, Cut). A method naming a
+// conversation the fake doesn't hold fails the test (NewServer) or panics
+// (New).
+type Conversations struct{ s *Server }
+
+// Conversations returns the conversation endpoint's knobs and records.
+func (s *Server) Conversations() *Conversations { return &s.areas.conversations }
+
+// SetFaults replaces the injected conversation faults.
+func (k *Conversations) SetFaults(f ConversationFaults) {
+	s := k.s
 	c := s.cs()
 	c.mu.Lock()
 	c.faults = f
@@ -278,19 +290,21 @@ func (s *Server) SetConversationFaults(f ConversationFaults) {
 	c.mu.Unlock()
 }
 
-// LoseConversationResponses records the next n conversation POSTs (starts
+// LoseResponses records the next n conversation POSTs (starts
 // and messages) and then closes their connections without an answer: the
 // Company has the message, the client never hears (PA-7.3-04, PA-7.3-05).
-func (s *Server) LoseConversationResponses(n int) {
+func (k *Conversations) LoseResponses(n int) {
+	s := k.s
 	c := s.cs()
 	c.mu.Lock()
 	c.loseNext += n
 	c.mu.Unlock()
 }
 
-// CutNextStream cuts the next SSE stream, abruptly, after n frames
+// Cut cuts the next SSE stream, abruptly, after n frames
 // (text-delta pieces included), as a network failure would (PA-7.6-08).
-func (s *Server) CutNextStream(n int) {
+func (k *Conversations) Cut(n int) {
+	s := k.s
 	c := s.cs()
 	c.mu.Lock()
 	c.cutNext = max(n, 1)
@@ -324,7 +338,7 @@ func ValidID(id string) bool { return idRE.MatchString(id) }
 // one with OddIDs (PA-7.2-04). Called with c.mu held.
 func (s *Server) newConvID(prefix string) string {
 	c := &s.cstate
-	if !s.opts.Conversation.OddIDs {
+	if !s.opts.Conversations.OddIDs {
 		return newID(prefix, 9)
 	}
 	c.odd++
@@ -340,14 +354,14 @@ func (s *Server) newConvID(prefix string) string {
 }
 
 func (s *Server) convMaxWait() time.Duration {
-	if w := s.opts.Conversation.MaxWait; w > 0 {
+	if w := s.opts.Conversations.MaxWait; w > 0 {
 		return w
 	}
 	return 30 * time.Second
 }
 
 func (s *Server) convPageSize() int {
-	if n := s.opts.Conversation.PageSize; n > 0 {
+	if n := s.opts.Conversations.PageSize; n > 0 {
 		return n
 	}
 	return 100
@@ -355,7 +369,7 @@ func (s *Server) convPageSize() int {
 
 // convAccepts is the resource rule of the conversation endpoint (CO-3-12).
 func (s *Server) convAccepts(res string) bool {
-	if r := s.opts.Conversation.Resource; r != "" {
+	if r := s.opts.Conversations.Resource; r != "" {
 		return res == r
 	}
 	return res == "" || res == s.apiOrigin
@@ -380,7 +394,7 @@ func (s *Server) convNotFound(w http.ResponseWriter, r *http.Request) {
 // serveConversation routes the conversation endpoint (spec 7.2).
 func (s *Server) serveConversation(w http.ResponseWriter, r *http.Request) {
 	x := exchangeOf(r)
-	if s.opts.RotateNonce {
+	if s.opts.Tokens.RotateNonce {
 		w.Header().Set("DPoP-Nonce", s.rotateNonce(x.host))
 	}
 	a, ok := s.authenticate(w, r, s.convAccepts)
@@ -717,7 +731,7 @@ func (s *Server) convPost(w http.ResponseWriter, r *http.Request, a *auth, id st
 	sent := &sentMsg{content: content, conv: cv.id, status: status}
 	c.msgs[key] = sent
 	turn := &Turn{s: s, c: cv, sessionID: a.tok.sessionID, ConversationID: cv.id, Message: in, SignedIn: a.signedIn, Scopes: slices.Clone(a.scopes), Account: a.account}
-	delay := s.opts.Conversation.ReplyDelay
+	delay := s.opts.Conversations.ReplyDelay
 	background := delay > 0 && !c.closed
 	if background {
 		c.wg.Add(1)
@@ -774,13 +788,13 @@ func (s *Server) runTurn(t *Turn) {
 		return
 	}
 	switch {
-	case s.opts.Conversation.Agent != nil:
-		s.opts.Conversation.Agent(t)
+	case s.opts.Conversations.Agent != nil:
+		s.opts.Conversations.Agent(t)
 	case human:
 		t.Say("Thanks, I'm looking at it now.")
 	default:
 		r := Reply{Text: "Thanks, I have noted that."}
-		if s.opts.Conversation.TextDeltas {
+		if s.opts.Conversations.TextDeltas {
 			r.Deltas = []string{"Thanks, ", "I have ", "noted that."}
 		}
 		t.Reply(r)
@@ -789,7 +803,7 @@ func (s *Server) runTurn(t *Turn) {
 	if t.c.status == "working" {
 		s.setStateLocked(t.c, "idle", t.c.responder)
 	}
-	if s.opts.Conversation.Noise {
+	if s.opts.Conversations.Noise {
 		s.appendLocked(t.c, map[string]any{"type": "poll", "question": "How did we do?"})
 	}
 	c.mu.Unlock()
@@ -810,7 +824,7 @@ func (s *Server) appendLocked(cv *fconv, ev map[string]any) string {
 	typ, _ := ev["type"].(string)
 	cv.index[id] = cv.first + len(cv.entries)
 	cv.entries = append(cv.entries, centry{id: id, typ: typ, raw: raw})
-	if n := s.opts.Conversation.Retention; n > 0 {
+	if n := s.opts.Conversations.Retention; n > 0 {
 		s.retainLocked(cv, n)
 	}
 	close(cv.changed)
@@ -895,20 +909,14 @@ func (s *Server) convAppendMessage(cv *fconv, r Reply) {
 	for k, v := range r.Fields {
 		msg[k] = v
 	}
-	if s.opts.Conversation.Noise {
+	if s.opts.Conversations.Noise {
 		msg["context"] = map[string]any{"locale": "en-US"}
 		msg["x_new"] = true
 	}
 	s.appendLocked(cv, map[string]any{"type": "message", "message": msg})
 }
 
-func (s *Server) reportConfig(msg string) {
-	if s.t != nil {
-		s.t.Errorf("%s", msg)
-		return
-	}
-	panic(msg)
-}
+func (s *Server) reportConfig(msg string) { s.misuse(false, "%s", msg) }
 
 var tagRE = regexp.MustCompile(`<[A-Za-z/][^>]*>`)
 
@@ -951,7 +959,8 @@ func (s *Server) conv(id string) *fconv {
 
 // Say appends a Company message to conversation id, from its current
 // responder.
-func (s *Server) Say(id string, r Reply) {
+func (k *Conversations) Say(id string, r Reply) {
+	s := k.s
 	if cv := s.conv(id); cv != nil {
 		s.convAppendMessage(cv, r)
 	}
@@ -959,7 +968,8 @@ func (s *Server) Say(id string, r Reply) {
 
 // SetState changes a conversation's status and responder, adding a state
 // event (CO-7.7-02).
-func (s *Server) SetState(id, status, responder string) {
+func (k *Conversations) SetState(id, status, responder string) {
+	s := k.s
 	if cv := s.conv(id); cv != nil {
 		c := s.cs()
 		c.mu.Lock()
@@ -968,9 +978,10 @@ func (s *Server) SetState(id, status, responder string) {
 	}
 }
 
-// AppendEvent appends an event of any type (its "id" and "created_at" are
+// Append appends an event of any type (its "id" and "created_at" are
 // filled in), such as an unknown type (PA-7.5-04). It returns the event ID.
-func (s *Server) AppendEvent(id string, ev map[string]any) string {
+func (k *Conversations) Append(id string, ev map[string]any) string {
+	s := k.s
 	cv := s.conv(id)
 	if cv == nil {
 		return ""
@@ -982,13 +993,15 @@ func (s *Server) AppendEvent(id string, ev map[string]any) string {
 }
 
 // RequestUser adds a user_requested event with reason (CO-7.10-05).
-func (s *Server) RequestUser(id, reason string) {
-	s.AppendEvent(id, map[string]any{"type": "user_requested", "reason": reason})
+func (k *Conversations) RequestUser(id, reason string) {
+	s := k.s
+	s.Conversations().Append(id, map[string]any{"type": "user_requested", "reason": reason})
 }
 
 // RequireAuthorization adds an authorization event and a message: sign-in
 // with no scopes, else insufficient_scope naming them (CO-7.11-01).
-func (s *Server) RequireAuthorization(id string, scopes ...string) {
+func (k *Conversations) RequireAuthorization(id string, scopes ...string) {
+	s := k.s
 	if cv := s.conv(id); cv != nil {
 		s.convAuthorization(cv, len(scopes) > 0, scopes)
 	}
@@ -996,7 +1009,8 @@ func (s *Server) RequireAuthorization(id string, scopes ...string) {
 
 // JoinHuman has a person at the Company join: responder human, status
 // idle (PA-7.9-03).
-func (s *Server) JoinHuman(id string) {
+func (k *Conversations) JoinHuman(id string) {
+	s := k.s
 	if cv := s.conv(id); cv != nil {
 		c := s.cs()
 		c.mu.Lock()
@@ -1010,7 +1024,8 @@ func (s *Server) JoinHuman(id string) {
 
 // NoHumanAvailable ends a pending handoff without a person: status idle,
 // responder agent, and a Company Agent message saying why (CO-7.9-04).
-func (s *Server) NoHumanAvailable(id string) {
+func (k *Conversations) NoHumanAvailable(id string) {
+	s := k.s
 	cv := s.conv(id)
 	if cv == nil {
 		return
@@ -1027,9 +1042,10 @@ func (s *Server) NoHumanAvailable(id string) {
 	s.convAppendMessage(cv, Reply{Text: "Nobody from our team is available right now. I can keep helping.", Sender: "agent"})
 }
 
-// CloseConversation closes a conversation on the Company's side, as after
+// Close closes a conversation on the Company's side, as after
 // inactivity (PA-7.12-02), and its open Direct Conversation (CO-7.10-09).
-func (s *Server) CloseConversation(id string) {
+func (k *Conversations) Close(id string) {
+	s := k.s
 	if cv := s.conv(id); cv != nil {
 		c := s.cs()
 		c.mu.Lock()
@@ -1059,7 +1075,8 @@ func (s *Server) closeLocked(cv *fconv) {
 
 // PurgeBefore drops the events of conversation id before the event
 // before (CO-7.5-08).
-func (s *Server) PurgeBefore(id, before string) {
+func (k *Conversations) PurgeBefore(id, before string) {
+	s := k.s
 	cv := s.conv(id)
 	if cv == nil {
 		return
@@ -1089,8 +1106,9 @@ type ConversationInfo struct {
 	Actions []string
 }
 
-// Conversation returns what the fake holds for conversation id.
-func (s *Server) Conversation(id string) (ConversationInfo, bool) {
+// Get returns what the fake holds for conversation id.
+func (k *Conversations) Get(id string) (ConversationInfo, bool) {
+	s := k.s
 	c := s.cs()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -1101,8 +1119,9 @@ func (s *Server) Conversation(id string) (ConversationInfo, bool) {
 	return s.convInfoLocked(cv), true
 }
 
-// Conversations returns every conversation, in no particular order.
-func (s *Server) Conversations() []ConversationInfo {
+// All returns every conversation, in no particular order.
+func (k *Conversations) All() []ConversationInfo {
+	s := k.s
 	c := s.cs()
 	c.mu.Lock()
 	defer c.mu.Unlock()

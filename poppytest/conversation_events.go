@@ -57,11 +57,11 @@ func (s *Server) convEvents(w http.ResponseWriter, r *http.Request, a *auth, id 
 		return
 	}
 	lastID := r.Header.Get("Last-Event-ID")
-	stream := s.opts.Conversation.Streaming && strings.Contains(r.Header.Get("Accept"), "text/event-stream")
+	stream := s.opts.Conversations.Streaming && strings.Contains(r.Header.Get("Accept"), "text/event-stream")
 	switch {
 	case lastID != "" && stream:
 		rp.cursor, rp.hasCursor = lastID, true
-	case stream && s.opts.Conversation.StreamIgnoresCursor:
+	case stream && s.opts.Conversations.StreamIgnoresCursor:
 		rp.cursor, rp.hasCursor = "", false
 	}
 	c := s.cs()
@@ -164,7 +164,7 @@ func (s *Server) convStream(w http.ResponseWriter, r *http.Request, a *auth, cv 
 	}
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
-	o := s.opts.Conversation
+	o := s.opts.Conversations
 	c.mu.Lock()
 	cutAt := c.cutNext
 	c.cutNext = 0

@@ -16,7 +16,7 @@ import (
 func TestCO_OPS4_ConversationMessages(t *testing.T) {
 	var opID string
 	var srv *poppytest.Server
-	srv = poppytest.NewServer(t, &poppytest.Options{Conversation: poppytest.ConversationOptions{Agent: func(tn *poppytest.Turn) {
+	srv = poppytest.NewServer(t, &poppytest.Options{Conversations: poppytest.ConversationOptions{Agent: func(tn *poppytest.Turn) {
 		switch {
 		case strings.Contains(tn.Message.Text, "Exchange"):
 			op, err := tn.ProposeOperation("exchange ord_7Hk2", "Exchange the Stormline Jacket (M) for the insulated version, $70 more.",
@@ -32,7 +32,7 @@ func TestCO_OPS4_ConversationMessages(t *testing.T) {
 			opID = v.OperationID
 			tn.Reply(poppytest.Reply{Text: "I can exchange it for $70 more.", Operation: op})
 		case strings.Contains(tn.Message.Text, "large"):
-			if _, err := srv.ReviseOperation(opID); err != nil {
+			if _, err := srv.Operations().Revise(opID); err != nil {
 				t.Error(err)
 				return
 			}
@@ -84,10 +84,10 @@ func TestCO_OPS4_ConversationMessages(t *testing.T) {
 			t.Fatalf("message %d %s", r.Status, r.Raw)
 		}
 	}
-	if info, ok := srv.Operation(opID); !ok || info.State != "proposed" {
+	if info, ok := srv.Operations().Get(opID); !ok || info.State != "proposed" {
 		t.Fatalf("operation after the messages: %+v", info)
 	}
-	if n := len(srv.PerformedActions()); n != 0 {
+	if n := len(srv.Operations().Performed()); n != 0 {
 		t.Fatalf("%d actions performed", n)
 	}
 }

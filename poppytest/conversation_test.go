@@ -139,10 +139,10 @@ func checkEvents(t *testing.T, evs []map[string]any) {
 }
 
 func TestCO_7_2_Ownership(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{Accounts: []poppytest.Account{
+	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInOptions{Accounts: []poppytest.Account{
 		{ID: "acct_1", Credentials: map[string]string{"email": "a@example.test", "password": "p"}},
 		{ID: "acct_2", Credentials: map[string]string{"email": "b@example.test", "password": "q"}},
-	}})
+	}}})
 	a := newConvAgent(t, srv, newAgent(t, srv, "agent.test"), "usr_alice")
 	other := newConvAgent(t, srv, newAgent(t, srv, "other.test"), "usr_alice")
 	bob := newConvAgent(t, srv, a.rawAgent, "usr_bob")
@@ -226,7 +226,7 @@ func TestCO_7_2_IDs(t *testing.T) {
 		}
 	}
 	// With OddIDs, IDs still follow the rules.
-	odd := poppytest.NewServer(t, &poppytest.Options{Conversation: poppytest.ConversationOptions{OddIDs: true}})
+	odd := poppytest.NewServer(t, &poppytest.Options{Conversations: poppytest.ConversationOptions{OddIDs: true}})
 	b := newConvAgent(t, odd, newAgent(t, odd, "agent.test"), "usr_alice")
 	c2 := b.startConv("Hello.")
 	if c2 != "x" {
@@ -247,7 +247,7 @@ func TestCO_7_3_Messages(t *testing.T) {
 	conv := r.str("conversation_id")
 	// CO-7.3-03: a retried first message returns the same conversation.
 	again := a.req("POST", "", first)
-	if again.Status != http.StatusCreated || string(again.Raw) != string(r.Raw) || len(srv.Conversations()) != 1 {
+	if again.Status != http.StatusCreated || string(again.Raw) != string(r.Raw) || len(srv.Conversations().All()) != 1 {
 		t.Fatalf("retried start %d %s", again.Status, again.Raw)
 	}
 	m := msgBody("msg_second", "More.")
@@ -285,7 +285,7 @@ func TestCO_7_3_Messages(t *testing.T) {
 }
 
 func TestCO_7_4_MessageFields(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{Conversation: poppytest.ConversationOptions{Noise: false}})
+	srv := poppytest.NewServer(t, &poppytest.Options{Conversations: poppytest.ConversationOptions{Noise: false}})
 	a := newConvAgent(t, srv, newAgent(t, srv, "agent.test"), "usr_alice")
 	conv := a.startConv("Hello.")
 	// CO-7.4-01: none of text, data, context.
@@ -301,7 +301,7 @@ func TestCO_7_4_MessageFields(t *testing.T) {
 			t.Fatalf("context %s: %d %s", ctx, r.Status, r.Raw)
 		}
 	}
-	info, _ := srv.Conversation(conv)
+	info, _ := srv.Conversations().Get(conv)
 	if info.Context["locale"] != "en-US" || info.Context["user_available"] != false || info.Context["units"] != "metric" {
 		t.Fatalf("context %v", info.Context)
 	}
@@ -309,12 +309,12 @@ func TestCO_7_4_MessageFields(t *testing.T) {
 }
 
 func TestCO_7_5_Reads(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{Conversation: poppytest.ConversationOptions{
+	srv := poppytest.NewServer(t, &poppytest.Options{Conversations: poppytest.ConversationOptions{
 		Agent: func(*poppytest.Turn) {}, PageSize: 2, MaxWait: 200 * time.Millisecond}})
 	a := newConvAgent(t, srv, newAgent(t, srv, "agent.test"), "usr_alice")
 	conv := a.startConv("Hello.")
-	e1 := srv.AppendEvent(conv, map[string]any{"type": "user_requested", "reason": "one"})
-	e2 := srv.AppendEvent(conv, map[string]any{"type": "user_requested", "reason": "two"})
+	e1 := srv.Conversations().Append(conv, map[string]any{"type": "user_requested", "reason": "one"})
+	e2 := srv.Conversations().Append(conv, map[string]any{"type": "user_requested", "reason": "two"})
 	all := a.events(conv)
 	// CO-7.5-02: no cursor → from the beginning; a cursor → after it.
 	if len(all) != 4 {
@@ -352,19 +352,19 @@ func TestCO_7_5_Reads(t *testing.T) {
 	done := make(chan *response)
 	go func() { done <- a.req("GET", "/"+conv+"/events?cursor="+e2+"&wait=30", "") }()
 	time.Sleep(20 * time.Millisecond)
-	e3 := srv.AppendEvent(conv, map[string]any{"type": "user_requested", "reason": "three"})
+	e3 := srv.Conversations().Append(conv, map[string]any{"type": "user_requested", "reason": "three"})
 	r = <-done
 	if evs := r.Body["events"].([]any); len(evs) != 1 || evs[0].(map[string]any)["id"] != e3 {
 		t.Fatalf("woken read %s", r.Raw)
 	}
 	// CO-7.5-08: a purged cursor → 410 cursor_expired; CO-7.13-03: a
 	// cursor of another conversation → 400 invalid_cursor.
-	srv.PurgeBefore(conv, e2)
+	srv.Conversations().PurgeBefore(conv, e2)
 	if r := a.req("GET", "/"+conv+"/events?cursor="+e1, ""); r.Status != http.StatusGone || r.str("error") != "cursor_expired" {
 		t.Fatalf("purged: %d %s", r.Status, r.Raw)
 	}
 	otherConv := a.startConv("Other.")
-	otherEv := srv.AppendEvent(otherConv, map[string]any{"type": "user_requested", "reason": "x"})
+	otherEv := srv.Conversations().Append(otherConv, map[string]any{"type": "user_requested", "reason": "x"})
 	if r := a.req("GET", "/"+conv+"/events?cursor="+otherEv, ""); r.Status != http.StatusBadRequest || r.str("error") != "invalid_cursor" {
 		t.Fatalf("foreign cursor: %d %s", r.Status, r.Raw)
 	}
@@ -403,10 +403,10 @@ func sseFrames(raw []byte) [][3]string {
 }
 
 func TestCO_7_6_Streams(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{Conversation: poppytest.ConversationOptions{Streaming: true, TextDeltas: true}})
+	srv := poppytest.NewServer(t, &poppytest.Options{Conversations: poppytest.ConversationOptions{Streaming: true, TextDeltas: true}})
 	a := newConvAgent(t, srv, newAgent(t, srv, "agent.test"), "usr_alice")
 	conv := a.startConv("Hello.")
-	srv.CloseConversation(conv)
+	srv.Conversations().Close(conv)
 	r := a.req("GET", "/"+conv+"/events", "", "Accept", "text/event-stream")
 	// CO-7.6-01: an SSE stream.
 	if r.Status != http.StatusOK || !strings.HasPrefix(r.Header.Get("Content-Type"), "text/event-stream") {
@@ -445,7 +445,7 @@ func TestCO_7_6_Streams(t *testing.T) {
 		t.Fatalf("resumed stream %q", r.Raw)
 	}
 	// CO-7.6-03: the Company closes streams, here after 2 events.
-	srv2 := poppytest.NewServer(t, &poppytest.Options{Conversation: poppytest.ConversationOptions{Streaming: true, CloseStreamAfter: 2}})
+	srv2 := poppytest.NewServer(t, &poppytest.Options{Conversations: poppytest.ConversationOptions{Streaming: true, CloseStreamAfter: 2}})
 	b := newConvAgent(t, srv2, newAgent(t, srv2, "agent.test"), "usr_alice")
 	conv2 := b.startConv("Hello.")
 	if f := sseFrames(b.req("GET", "/"+conv2+"/events", "", "Accept", "text/event-stream").Raw); len(f) != 2 {
@@ -496,7 +496,7 @@ func TestCO_7_7_And_7_9_Handoff(t *testing.T) {
 	if rd.str("status") != "queued" || rd.str("responder") != "agent" {
 		t.Fatalf("read while queued %s", rd.Raw)
 	}
-	srv.JoinHuman(conv)
+	srv.Conversations().JoinHuman(conv)
 	if err := a.req("POST", "/"+conv+"/close", "{}"); err.Status != http.StatusOK || err.str("status") != "closed" || err.str("responder") != "human" {
 		// CO-7.12-02, CO-7.7-04: 200, closed, whoever handled it last.
 		t.Fatalf("close %d %s", err.Status, err.Raw)
@@ -511,7 +511,7 @@ func TestCO_7_7_And_7_9_Handoff(t *testing.T) {
 	conv2 := a.startConv("Hello again.")
 	a.req("POST", "/"+conv2+"/handoff", "{}")
 	a.req("POST", "/"+conv2+"/close", "{}")
-	srv.JoinHuman(conv2)
+	srv.Conversations().JoinHuman(conv2)
 	for _, s := range states(a.events(conv2)) {
 		if strings.HasSuffix(s, "/human") {
 			t.Fatalf("a person joined a closed conversation: %v", states(a.events(conv2)))
@@ -520,7 +520,7 @@ func TestCO_7_7_And_7_9_Handoff(t *testing.T) {
 	// CO-7.9-04: nobody available → idle/agent and a message saying why.
 	conv3 := a.startConv("Third.")
 	a.req("POST", "/"+conv3+"/handoff", "{}")
-	srv.NoHumanAvailable(conv3)
+	srv.Conversations().NoHumanAvailable(conv3)
 	evs = a.events(conv3)
 	if st, resp := lastState(evs); st != "idle" || resp != "agent" {
 		t.Fatalf("state %s/%s", st, resp)
@@ -553,8 +553,8 @@ func TestCODirectConversations(t *testing.T) {
 		return c.req("POST", "", string(b))
 	}
 	// CO-7.10-05: a user_requested event; the fake never starts a Direct.
-	srv.RequestUser(parent, "A specialist needs the customer.")
-	if len(srv.Conversations()) != 1 {
+	srv.Conversations().RequestUser(parent, "A specialist needs the customer.")
+	if len(srv.Conversations().All()) != 1 {
 		t.Fatal("the fake started a conversation")
 	}
 	// CO-7.10-02: another owner's parent → conversation_not_found.
@@ -611,7 +611,7 @@ func TestCODirectConversations(t *testing.T) {
 }
 
 func TestCOSignInDuringConversation(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{Conversation: poppytest.ConversationOptions{Agent: func(tn *poppytest.Turn) {
+	srv := poppytest.NewServer(t, &poppytest.Options{Conversations: poppytest.ConversationOptions{Agent: func(tn *poppytest.Turn) {
 		if tn.RequireScopes("poppy:read", "poppy:write") {
 			tn.Do("exchange ord_7Hk2")
 			tn.Say("Exchange placed.")
@@ -639,7 +639,7 @@ func TestCOSignInDuringConversation(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.tok = tok
-	srv.JoinHuman(conv)
+	srv.Conversations().JoinHuman(conv)
 	a.req("POST", "/"+conv+"/messages", msgBody(randMsgID(), "I authorise the exchange."))
 	evs = a.events(conv)
 	var auth map[string]any
@@ -674,13 +674,13 @@ func TestCOSignInDuringConversation(t *testing.T) {
 	if r := a.req("POST", "/"+conv+"/close", "{}"); r.Status != http.StatusOK {
 		t.Fatalf("close %d", r.Status)
 	}
-	if info, _ := srv.Conversation(conv); len(info.Actions) != 1 || info.Actions[0] != "exchange ord_7Hk2" {
+	if info, _ := srv.Conversations().Get(conv); len(info.Actions) != 1 || info.Actions[0] != "exchange ord_7Hk2" {
 		t.Fatalf("actions after close %v", info.Actions)
 	}
 }
 
 func TestCO_3_12_ConversationResource(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{Conversation: poppytest.ConversationOptions{Resource: "https://api.example.test/poppy/conversations"}})
+	srv := poppytest.NewServer(t, &poppytest.Options{Conversations: poppytest.ConversationOptions{Resource: "https://api.example.test/poppy/conversations"}})
 	doc := get(t, srv, srv.URL()+"/.well-known/poppy.json")
 	p := doc.Body["agent"].(map[string]any)["protocols"].([]any)[0].(map[string]any)
 	if p["resource"] != "https://api.example.test/poppy/conversations" {

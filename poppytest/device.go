@@ -117,7 +117,7 @@ func (s *Server) serveDeviceAuthorization(w http.ResponseWriter, r *http.Request
 	logo, _ := str(client.metadata, "logo_uri")
 	now := s.clock.Now()
 	d := &deviceRequest{deviceCode: newID("", 32), clientID: client.id, clientName: name, logoURI: logo,
-		scopes: scopes, resources: slices.Clone(x.form["resource"]), expires: now.Add(s.opts.DeviceCodeTTL), interval: s.opts.DeviceInterval}
+		scopes: scopes, resources: slices.Clone(x.form["resource"]), expires: now.Add(s.opts.SignIn.DeviceCodeTTL), interval: s.opts.SignIn.DeviceInterval}
 	s.mu.Lock()
 	for d.userCode == "" || s.signin.userCodes[d.userCode] != nil {
 		d.userCode = newUserCode()
@@ -130,10 +130,10 @@ func (s *Server) serveDeviceAuthorization(w http.ResponseWriter, r *http.Request
 		"user_code":                 d.userCode,
 		"verification_uri":          s.VerificationURI(),
 		"verification_uri_complete": s.VerificationURI() + "?user_code=" + d.userCode,
-		"expires_in":                int(s.opts.DeviceCodeTTL / time.Second),
+		"expires_in":                int(s.opts.SignIn.DeviceCodeTTL / time.Second),
 	}
-	if !s.opts.OmitInterval {
-		resp["interval"] = int(s.opts.DeviceInterval / time.Second)
+	if !s.opts.SignIn.OmitInterval {
+		resp["interval"] = int(s.opts.SignIn.DeviceInterval / time.Second)
 	}
 	w.Header().Set("Cache-Control", "no-store")
 	s.writeJSON(w, r, http.StatusOK, resp)

@@ -69,7 +69,7 @@ func TestCO_4_6_DeviceSignIn(t *testing.T) {
 }
 
 func TestCO_4_6_PollAnswers(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{DeviceCodeTTL: 30 * time.Second})
+	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInOptions{DeviceCodeTTL: 30 * time.Second}})
 	a := newAgent(t, srv, "agent.test")
 	sid := a.start("usr_1").str("session_id")
 
@@ -159,7 +159,7 @@ func TestCO_4_6_PollAnswers(t *testing.T) {
 }
 
 func TestCO_4_6_DeviceAuthorizationErrors(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{OmitInterval: true})
+	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInOptions{OmitInterval: true}})
 	a := newAgent(t, srv, "agent.test")
 	// CO-4.4-07
 	if r := a.deviceStart(""); r.Status != 400 || r.str("error") != "invalid_scope" {

@@ -353,7 +353,7 @@ func (s *Server) scopeDescription(sc string) string {
 	case "poppy:write":
 		return "Make changes, such as exchanging an item"
 	}
-	if d := s.opts.CustomScopes[sc]; d != "" {
+	if d := s.opts.SignIn.CustomScopes[sc]; d != "" {
 		return d
 	}
 	return sc

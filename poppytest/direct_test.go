@@ -151,10 +151,10 @@ func TestCO_4_4_06_GrantedScopes(t *testing.T) {
 		t.Errorf("write with read only: %d %q", c.Status, c.wwwAuth())
 	}
 	// A programmable User sees every request and picks the account.
-	srv = poppytest.NewServer(t, &poppytest.Options{Accounts: []poppytest.Account{
+	srv = poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInOptions{Accounts: []poppytest.Account{
 		{ID: "personal", Credentials: map[string]string{"email": "p@example.test", "password": "pw-personal"}},
 		{ID: "business", Credentials: map[string]string{"email": "b@example.test", "password": "pw-business"}},
-	}})
+	}}})
 	a = newAgent(t, srv, "agent.test")
 	srv.SetUser(func(req poppytest.ConsentRequest) poppytest.Consent {
 		return poppytest.Consent{Approve: true, Account: "business", Scopes: []string{"poppy:write"}}
@@ -282,10 +282,10 @@ func TestCO_4_5_CodeBinding(t *testing.T) {
 }
 
 func TestCO_4_4_12_AccountMismatch(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{Accounts: []poppytest.Account{
+	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInOptions{Accounts: []poppytest.Account{
 		{ID: "acct_a", Credentials: map[string]string{"email": "a@example.test", "password": "pw-a-secret"}},
 		{ID: "acct_b", Credentials: map[string]string{"email": "b@example.test", "password": "pw-b-secret"}},
-	}})
+	}}})
 	a := newAgent(t, srv, "agent.test")
 	signedA := a.signedIn("usr_1", "poppy:read")
 	sidA := signedA.str("session_id")

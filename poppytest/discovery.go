@@ -36,14 +36,14 @@ type chainHop struct {
 
 func (s *Server) configureChain() error {
 	o := &s.opts
-	for _, raw := range o.RedirectWellKnown {
+	for _, raw := range o.Discovery.RedirectWellKnown {
 		u, err := url.Parse(raw)
 		if err != nil || u.Host == "" || u.Port() != "" || (u.Scheme != "https" && u.Scheme != "http") {
-			return fmt.Errorf("poppytest: RedirectWellKnown target %q must be an absolute URL without port", raw)
+			return fmt.Errorf("poppytest: Discovery.RedirectWellKnown target %q must be an absolute URL without port", raw)
 		}
 		if u.Scheme != "https" && !o.Misconfig.InsecureRedirect {
 			// CO-3-03: every redirect of the well-known URL is to HTTPS.
-			return fmt.Errorf("poppytest: RedirectWellKnown target %q is not https: every redirect MUST be to an HTTPS URL (CO-3-03); set Misconfig.InsecureRedirect for a negative test", raw)
+			return fmt.Errorf("poppytest: Discovery.RedirectWellKnown target %q is not https: every redirect MUST be to an HTTPS URL (CO-3-03); set Misconfig.InsecureRedirect for a negative test", raw)
 		}
 		p := u.EscapedPath()
 		if p == "" {
@@ -53,16 +53,16 @@ func (s *Server) configureChain() error {
 		s.chain = append(s.chain, chainHop{scheme: u.Scheme, host: host, path: p, url: u.Scheme + "://" + host + p})
 		s.hosts[host] = true
 	}
-	if len(o.RedirectStatuses) == 0 {
+	if len(o.Discovery.RedirectStatuses) == 0 {
 		if len(s.chain) == 1 {
-			o.RedirectStatuses = []int{http.StatusPermanentRedirect}
+			o.Discovery.RedirectStatuses = []int{http.StatusPermanentRedirect}
 		} else {
-			o.RedirectStatuses = []int{http.StatusMovedPermanently, http.StatusTemporaryRedirect, http.StatusPermanentRedirect}
+			o.Discovery.RedirectStatuses = []int{http.StatusMovedPermanently, http.StatusTemporaryRedirect, http.StatusPermanentRedirect}
 		}
 	}
-	for _, st := range o.RedirectStatuses {
+	for _, st := range o.Discovery.RedirectStatuses {
 		if st < 300 || st > 399 {
-			return fmt.Errorf("poppytest: RedirectStatuses: %d is not a redirect status", st)
+			return fmt.Errorf("poppytest: Discovery.RedirectStatuses: %d is not a redirect status", st)
 		}
 	}
 	return nil
@@ -79,7 +79,7 @@ func (s *Server) chainIndex(scheme, host, path string) int {
 }
 
 func (s *Server) redirectStatus(hop int) int {
-	return s.opts.RedirectStatuses[hop%len(s.opts.RedirectStatuses)]
+	return s.opts.Discovery.RedirectStatuses[hop%len(s.opts.Discovery.RedirectStatuses)]
 }
 
 // document builds the poppy.json served for domain (spec 3).
@@ -90,8 +90,8 @@ func (s *Server) document(domain string) map[string]any {
 		"protocol_version": "0.1",
 		"organization":     map[string]any{"name": "Example Company", "domain": domain},
 	}
-	if o.ProtocolVersion != "" {
-		doc["protocol_version"] = o.ProtocolVersion
+	if o.Discovery.ProtocolVersion != "" {
+		doc["protocol_version"] = o.Discovery.ProtocolVersion
 	}
 	if o.Misconfig.OrganizationDomain != "" {
 		doc["organization"].(map[string]any)["domain"] = o.Misconfig.OrganizationDomain
@@ -99,7 +99,7 @@ func (s *Server) document(domain string) map[string]any {
 	if o.Misconfig.DropOrganization {
 		delete(doc, "organization")
 	}
-	if !o.DropAuth {
+	if !o.Discovery.DropAuth {
 		issuer := s.issuer
 		if o.Misconfig.IssuerInDocument != "" {
 			issuer = o.Misconfig.IssuerInDocument
@@ -112,8 +112,8 @@ func (s *Server) document(domain string) map[string]any {
 			auth["device"] = map[string]any{"scopes": slices.Clone(s.signin.scopes["device"])}
 		}
 		if s.signInOffered("mediated") {
-			fields := make([]any, 0, len(o.MediatedFields))
-			for _, f := range o.MediatedFields {
+			fields := make([]any, 0, len(o.SignIn.MediatedFields))
+			for _, f := range o.SignIn.MediatedFields {
 				fields = append(fields, map[string]any{"name": f.Name, "label": f.Label, "secret": f.Secret})
 			}
 			auth["mediated"] = map[string]any{
@@ -122,33 +122,33 @@ func (s *Server) document(domain string) map[string]any {
 				"scopes":   slices.Clone(s.signin.scopes["mediated"]),
 			}
 		}
-		if len(o.CustomScopes) > 0 {
+		if len(o.SignIn.CustomScopes) > 0 {
 			cs := map[string]any{}
-			for k, v := range o.CustomScopes {
+			for k, v := range o.SignIn.CustomScopes {
 				cs[k] = v
 			}
 			auth["custom_scopes"] = cs
 		}
 		doc["auth"] = auth
 	}
-	if !o.DropAgent {
+	if !o.Discovery.DropAgent {
 		entry := map[string]any{"type": "poppy", "endpoint": api + "/poppy/conversations"}
-		if o.Conversation.Resource != "" {
-			entry["resource"] = o.Conversation.Resource // CO-3-12
+		if o.Conversations.Resource != "" {
+			entry["resource"] = o.Conversations.Resource // CO-3-12
 		}
 		doc["agent"] = map[string]any{"protocols": []any{entry}}
 	}
-	if !o.DropWeb {
+	if !o.Discovery.DropWeb {
 		web := map[string]any{}
-		if !o.DropBrowserSession {
+		if !o.Discovery.DropBrowserSession {
 			web["browser_session_endpoint"] = "https://" + domain + "/poppy/browser-session"
 		}
 		doc["web"] = web
 	}
-	if !o.DropAPIs {
+	if !o.Discovery.DropAPIs {
 		openapi := map[string]any{"type": "openapi", "url": api + "/openapi.json", "description": "Orders, returns, and exchanges"}
-		if o.APIResource != "" {
-			openapi["resource"] = o.APIResource
+		if o.API.Resource != "" {
+			openapi["resource"] = o.API.Resource
 		}
 		apis := []any{openapi, map[string]any{"type": "mcp", "url": s.MCPURL(), "description": "Product search and sizing"}}
 		if o.MCP.SecondServer {
@@ -161,7 +161,7 @@ func (s *Server) document(domain string) map[string]any {
 		opsEntry["resource"] = o.Operations.Resource // CO-OPS2-02
 	}
 	ext := map[string]any{"operations": opsEntry}
-	for k, v := range o.Extensions {
+	for k, v := range o.Discovery.Extensions {
 		if v == nil {
 			delete(ext, k)
 		} else {
@@ -171,7 +171,7 @@ func (s *Server) document(domain string) map[string]any {
 	if len(ext) > 0 {
 		doc["extensions"] = ext
 	}
-	for k, v := range o.DocumentFields {
+	for k, v := range o.Discovery.DocumentFields {
 		doc[k] = v
 	}
 	return doc
@@ -291,7 +291,7 @@ func (s *Server) buildDiscovery() error {
 }
 
 func (s *Server) documentOverridden() bool {
-	for k := range s.opts.DocumentFields {
+	for k := range s.opts.Discovery.DocumentFields {
 		if slices.Contains(knownDocumentMembers, k) {
 			return true
 		}
@@ -303,7 +303,7 @@ func (s *Server) documentOverridden() bool {
 func (s *Server) allowedBreaks() map[string]bool {
 	o := &s.opts
 	a := map[string]bool{}
-	if o.ProtocolVersion != "" {
+	if o.Discovery.ProtocolVersion != "" {
 		a["CO-3-04"] = true
 	}
 	if o.Misconfig.OrganizationDomain != "" || o.Misconfig.ProviderDomain != "" {
@@ -312,7 +312,7 @@ func (s *Server) allowedBreaks() map[string]bool {
 	if o.Misconfig.DropOrganization {
 		a["CO-3-05"], a["CO-3-06"] = true, true
 	}
-	if o.DropAuth || o.Misconfig.IssuerInDocument != "" {
+	if o.Discovery.DropAuth || o.Misconfig.IssuerInDocument != "" {
 		a["CO-3-07"] = true
 	}
 	if o.Misconfig.PoppyDomains != nil || o.Misconfig.MetadataIssuer != "" || o.Misconfig.IssuerInDocument != "" {
@@ -335,7 +335,7 @@ func (s *Server) servePoppyJSON(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(s.redirectStatus(0))
 		return
 	}
-	s.serveStatic(w, r, s.docs[domain], s.opts.PoppyCacheControl)
+	s.serveStatic(w, r, s.docs[domain], s.opts.Discovery.PoppyCacheControl)
 }
 
 // serveChain serves one hop of the redirect chain: a redirect to the next
@@ -349,11 +349,11 @@ func (s *Server) serveChain(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(s.redirectStatus(i + 1))
 		return
 	}
-	s.serveStatic(w, r, s.chainDoc, s.opts.PoppyCacheControl)
+	s.serveStatic(w, r, s.chainDoc, s.opts.Discovery.PoppyCacheControl)
 }
 
 func (s *Server) serveMetadata(w http.ResponseWriter, r *http.Request) {
-	s.serveStatic(w, r, s.metadata, s.opts.MetadataCacheControl)
+	s.serveStatic(w, r, s.metadata, s.opts.Discovery.MetadataCacheControl)
 }
 
 // serveStatic serves a document with Cache-Control and ETag, answering a

@@ -142,7 +142,7 @@ func TestDocumentShapeAndCaching(t *testing.T) {
 
 func TestCO_3_02_RedirectToProvider(t *testing.T) {
 	srv := poppytest.NewServer(t, &poppytest.Options{
-		RedirectWellKnown: []string{"https://provider.test/example/poppy.json"},
+		Discovery: poppytest.DiscoveryOptions{RedirectWellKnown: []string{"https://provider.test/example/poppy.json"}},
 	})
 	// Follow by hand to see each hop.
 	c := *srv.Client()
@@ -172,8 +172,8 @@ func TestCO_3_02_RedirectToProvider(t *testing.T) {
 
 func TestRedirectChainStatuses(t *testing.T) {
 	srv := poppytest.NewServer(t, &poppytest.Options{
-		RedirectWellKnown: []string{"https://provider.test/a", "https://provider.test/example/poppy.json"},
-		Misconfig:         poppytest.Misconfig{ProviderDomain: "provider.test"},
+		Discovery: poppytest.DiscoveryOptions{RedirectWellKnown: []string{"https://provider.test/a", "https://provider.test/example/poppy.json"}},
+		Misconfig: poppytest.Misconfig{ProviderDomain: "provider.test"},
 	})
 	c := *srv.Client()
 	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
@@ -197,12 +197,12 @@ func TestRedirectChainStatuses(t *testing.T) {
 
 func TestCO_3_03_NonHTTPSRedirectRejected(t *testing.T) {
 	// CO-3-03
-	msg := configError(t, &poppytest.Options{RedirectWellKnown: []string{"http://provider.test/poppy.json"}})
+	msg := configError(t, &poppytest.Options{Discovery: poppytest.DiscoveryOptions{RedirectWellKnown: []string{"http://provider.test/poppy.json"}}})
 	if !strings.Contains(msg, "CO-3-03") {
 		t.Fatalf("NewServer accepted an http redirect target: %q", msg)
 	}
 	srv := poppytest.NewServer(t, &poppytest.Options{
-		RedirectWellKnown: []string{"http://provider.test/poppy.json"}, Misconfig: poppytest.Misconfig{InsecureRedirect: true},
+		Discovery: poppytest.DiscoveryOptions{RedirectWellKnown: []string{"http://provider.test/poppy.json"}}, Misconfig: poppytest.Misconfig{InsecureRedirect: true},
 	})
 	c := *srv.Client()
 	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
@@ -223,13 +223,13 @@ func TestCO_3_ConfigurationValidator(t *testing.T) {
 		rule string
 	}{
 		// CO-4.2-06
-		{"negative TTL", poppytest.Options{TokenTTL: -1}, "CO-4.2-06"},
+		{"negative TTL", poppytest.Options{Tokens: poppytest.TokenOptions{TTL: -1}}, "CO-4.2-06"},
 		// CO-4.4-04
-		{"poppy: custom scope", poppytest.Options{CustomScopes: map[string]string{"poppy:admin": "Admin"}}, "CO-4.4-04"},
+		{"poppy: custom scope", poppytest.Options{SignIn: poppytest.SignInOptions{CustomScopes: map[string]string{"poppy:admin": "Admin"}}}, "CO-4.4-04"},
 		// CO-3.3-01
-		{"plain extension name", poppytest.Options{Extensions: map[string]any{"gift-wrap": map[string]any{"version": "1"}}}, "CO-3.3-01"},
+		{"plain extension name", poppytest.Options{Discovery: poppytest.DiscoveryOptions{Extensions: map[string]any{"gift-wrap": map[string]any{"version": "1"}}}}, "CO-3.3-01"},
 		// CO-3.3-01
-		{"extension without version", poppytest.Options{Extensions: map[string]any{"example.test/gift-wrap": map[string]any{}}}, "CO-3.3-01"},
+		{"extension without version", poppytest.Options{Discovery: poppytest.DiscoveryOptions{Extensions: map[string]any{"example.test/gift-wrap": map[string]any{}}}}, "CO-3.3-01"},
 		// CO-3-07
 		{"http issuer", poppytest.Options{Issuer: "http://auth.example.test"}, "CO-3-07"},
 	}
@@ -243,12 +243,12 @@ func TestCO_3_ConfigurationValidator(t *testing.T) {
 	}
 	// Valid variations start.
 	for _, o := range []poppytest.Options{
-		{Extensions: map[string]any{"example.test/gift-wrap": map[string]any{"version": "1"}, "operations": map[string]any{"version": "9"}}},
-		{DropAuth: true, DropAgent: true, DropAPIs: true, DropBrowserSession: true},
-		{DisableSignIn: []string{"direct", "device", "mediated"}},
+		{Discovery: poppytest.DiscoveryOptions{Extensions: map[string]any{"example.test/gift-wrap": map[string]any{"version": "1"}, "operations": map[string]any{"version": "9"}}}},
+		{Discovery: poppytest.DiscoveryOptions{DropAuth: true, DropAgent: true, DropAPIs: true, DropBrowserSession: true}},
+		{SignIn: poppytest.SignInOptions{Disable: []string{"direct", "device", "mediated"}}},
 		{Issuer: "https://auth.example.test/t1"},
-		{DocumentFields: map[string]any{"x_future": map[string]any{"a": 1}}, ProtocolVersion: "0.9"},
-		{ProtocolVersion: "1.0"},
+		{Discovery: poppytest.DiscoveryOptions{DocumentFields: map[string]any{"x_future": map[string]any{"a": 1}}, ProtocolVersion: "0.9"}},
+		{Discovery: poppytest.DiscoveryOptions{ProtocolVersion: "1.0"}},
 	} {
 		if msg := configError(t, &o); msg != "" {
 			t.Errorf("valid options %+v refused: %s", o, msg)
@@ -258,7 +258,7 @@ func TestCO_3_ConfigurationValidator(t *testing.T) {
 
 func TestNegativeDiscoveryOptions(t *testing.T) {
 	srv := poppytest.NewServer(t, &poppytest.Options{
-		ProtocolVersion: "0",
+		Discovery: poppytest.DiscoveryOptions{ProtocolVersion: "0"},
 		Misconfig: poppytest.Misconfig{
 			OrganizationDomain: "other.test", IssuerInDocument: "http://auth.example.test",
 			MetadataIssuer: "https://auth.example.test/", PoppyDomains: []string{"else.test"},
@@ -275,7 +275,7 @@ func TestNegativeDiscoveryOptions(t *testing.T) {
 		m["poppy_domains"].([]any)[0] != "else.test" {
 		t.Errorf("metadata = %v", m)
 	}
-	drop := poppytest.NewServer(t, &poppytest.Options{DropAuth: true, Misconfig: poppytest.Misconfig{DropOrganization: true}})
+	drop := poppytest.NewServer(t, &poppytest.Options{Discovery: poppytest.DiscoveryOptions{DropAuth: true}, Misconfig: poppytest.Misconfig{DropOrganization: true}})
 	d = get(t, drop, drop.URL()+"/.well-known/poppy.json").Body
 	if d["organization"] != nil || d["auth"] != nil || d["apis"] == nil {
 		t.Errorf("dropped document = %v", d)
@@ -283,7 +283,7 @@ func TestNegativeDiscoveryOptions(t *testing.T) {
 }
 
 func TestCO_3_13_APIResourceInDocument(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{APIResource: "https://api.example.test/orders-api"})
+	srv := poppytest.NewServer(t, &poppytest.Options{API: poppytest.APIOptions{Resource: "https://api.example.test/orders-api"}})
 	apis := get(t, srv, srv.URL()+"/.well-known/poppy.json").Body["apis"].([]any)
 	// CO-3-13
 	if apis[0].(map[string]any)["resource"] != "https://api.example.test/orders-api" {

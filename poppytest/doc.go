@@ -15,6 +15,11 @@
 // [Violation] and fails the test at cleanup unless the test takes it with
 // [Server.TakeViolations].
 //
+// [NewServer] is the test helper; a program (the poppy fake command) or an
+// Example starts the same fake with [New], which returns configuration
+// errors, and calls Close and reads Violations itself. The package imports
+// neither package testing nor its flags: NewServer takes a [TB].
+//
 // # Hosts and TLS
 //
 // One TLS listener on 127.0.0.1 serves every host, routed by the Host
@@ -34,7 +39,7 @@
 //	https://mcp.example.test/.well-known/oauth-protected-resource/mcp  its RFC 9728 metadata
 //	https://example.test/poppy/browser-session          web.browser_session_endpoint (spec 5)
 //	https://example.test/…, www.example.test/…          the website (and Web.Subdomains)
-//	https://provider.test/…                             hops of RedirectWellKnown
+//	https://provider.test/…                             hops of Discovery.RedirectWellKnown
 //	https://agent.test/…                                the agent's handler (HandleAgent)
 //
 // [Server.Client] trusts the CA through RootCAs (never
@@ -160,23 +165,23 @@
 // account; a confirm needs the scopes of the action; user_approval_required
 // refuses standing_permission; a final operation never changes. The
 // performer acts once per operation, on its confirm, as
-// Options.Operations.Perform (or [Server.SetPerform]) says: at once, slowly
+// Options.Operations.Perform (or [Operations.SetPerform]) says: at once, slowly
 // (in_progress with Retry-After), failing partway (with a result.summary
 // of what was done), or with an outcome unknown until
-// [Server.ResolveOperation]. [Server.ReviseOperation] issues the next
-// revision (the next jacket size), [Server.MutateRevision] breaks a
-// revision on purpose, [Server.HoldConfirms] holds confirms in flight, and
+// [Operations.Resolve]. [Operations.Revise] issues the next
+// revision (the next jacket size), [Operations.MutateRevision] breaks a
+// revision on purpose, [Operations.HoldConfirms] holds confirms in flight, and
 // Options.Operations.Faults injects a cut connection, a lost response after
 // performing, a 500 after performing or a 503 into any confirm, read or
-// cancel (ProposeFaults the same into proposing requests). [Server.Operation], [Server.Operations] and
-// [Server.PerformedActions] show what was proposed and performed, and how
+// cancel (ProposeFaults the same into proposing requests). [Operations.Get], [Operations.All] and
+// [Operations.Performed] show what was proposed and performed, and how
 // often (OperationInfo.Performed is 0 or 1).
 //
 // # Signing in
 //
-// The Company has Options.Accounts (default one, "acct_1", with email
+// The Company has Options.SignIn.Accounts (default one, "acct_1", with email
 // "user@example.test" and password "correct horse") and offers the three
-// sign-in types with the scopes of Options.SignInScopes (default: direct
+// sign-in types with the scopes of Options.SignIn.Scopes (default: direct
 // poppy:read, poppy:write and the custom scopes; device poppy:read and
 // poppy:write; mediated poppy:read). Every type ends with an Account Token
 // as refresh_token and a signed-in Session Token for the Session the
@@ -204,7 +209,7 @@
 //     [Server.HoldDevicePolls] and [Server.ScriptDevicePolls] make polls
 //     answer authorization_pending or slow_down first.
 //   - Mediated: when the agent asks for the one-time code
-//     (code_required, with Options.RequireCode, Account.RequireCode or
+//     (code_required, with Options.SignIn.RequireCode, Account.RequireCode or
 //     UnusualOnNewKey), the test answers [Server.LastCode], the code the
 //     fake "texted" the User; [Server.Outbox] lists them all.
 //
@@ -239,18 +244,19 @@
 // # Conversations
 //
 // https://api.example.test/poppy/conversations is the poppy conversation
-// endpoint (spec 7), configured by Options.Conversation: JSON reads with
+// endpoint (spec 7), configured by Options.Conversations: JSON reads with
 // cursor, wait and has_more paging, SSE streams (Streaming) with
-// text-delta pieces, event retention (Retention, [Server.PurgeBefore]),
+// text-delta pieces, event retention (Retention, [Conversations.PurgeBefore]),
 // idempotent message IDs, Direct Conversations and ownership by client_id,
 // User and account. Its Company Agent is scripted by
 // ConversationOptions.Agent, a func(*Turn) run for each message; tests
-// drive the Company's side with [Server.Say], [Server.SetState],
-// [Server.RequestUser], [Server.RequireAuthorization], [Server.JoinHuman],
-// [Server.NoHumanAvailable], [Server.CloseConversation] and
-// [Server.AppendEvent], read it with [Server.Conversation], and inject
-// faults with [Server.SetConversationFaults],
-// [Server.LoseConversationResponses] and [Server.CutNextStream]. Decisions:
+// drive the Company's side through [Server.Conversations]: [Conversations.Say],
+// [Conversations.SetState], [Conversations.RequestUser],
+// [Conversations.RequireAuthorization], [Conversations.JoinHuman],
+// [Conversations.NoHumanAvailable], [Conversations.Close] and
+// [Conversations.Append]; read it with [Conversations.Get] and
+// [Conversations.All]; and inject faults with [Conversations.SetFaults],
+// [Conversations.LoseResponses] and [Conversations.Cut]. Decisions:
 // a conversation belongs to an account from its first signed-in request
 // "same content" of a retried message is its canonical JSON and
 // parent_conversation_id; wait may be fractional and is capped by
@@ -271,14 +277,14 @@
 // Company conformant. At run time: [Server.RateLimit] and [Server.ForceError]
 // inject answers on any [Endpoint] (a failing revocation is
 // ForceError(EndpointRevoke, Fault{Status: 503})); [Server.SetTokenType] and
-// [Server.SetExpiresIn] bend token responses; Options.SessionLifetime
+// [Server.SetExpiresIn] bend token responses; Options.Tokens.SessionLifetime
 // ends each Session at a set age; [Server.EndSession],
 // [Server.RevokeClient], [Server.SignInSession], [Server.SignOutSession],
 // [Server.RevokeAccountToken] and [Server.Disconnect] change Company
 // state; [Server.NewNonce] rotates a DPoP nonce; the User knobs above
 // decide consent pages; HoldDevicePolls and ScriptDevicePolls script
-// Device Sign-In polls. Sign-in options: Accounts, MediatedFields,
-// SignInScopes, NarrowScopesOnly, AccountTokenTTL, RotateAccountTokens,
+// Device Sign-In polls. Sign-in options (Options.SignIn): Accounts, MediatedFields,
+// Scopes, NarrowScopesOnly, AccountTokenTTL, RotateAccountTokens,
 // RotationGrace, DeviceCodeTTL, DeviceInterval, OmitInterval,
 // RequireCode, UnusualOnNewKey, CodeTTL, CodeAttempts,
 // MediatedFailuresPerMinute, EndSessionsOnSignOut and NoLiveSignInCheck.
@@ -338,10 +344,10 @@
 //   - a token request without a DPoP proof gets a Bearer token only
 //     when resource is the MCP url, else 400 invalid_target; such a request
 //     may also start a new Session. Known resources are the MCP url, the API's
-//     "https://api.{primary}/" and APIResource; any other is invalid_target.
-//     Without APIResource, the API accepts DPoP tokens issued with no
+//     "https://api.{primary}/" and API.Resource; any other is invalid_target.
+//     Without API.Resource, the API accepts DPoP tokens issued with no
 //     resource or for "https://api.{primary}/"; with it, only tokens issued
-//     for APIResource. GET /openapi.json needs no token.
+//     for API.Resource. GET /openapi.json needs no token.
 //   - RFC 8707 at sign-in: the authorization and device authorization
 //     requests may name resources (resource repeated); each must be a
 //     known resource, else invalid_target. They don't restrict
@@ -420,7 +426,7 @@
 //     "extension":"operations"}, without WWW-Authenticate.
 //   - RateLimit answers {"error":"rate_limited"} on any endpoint, with
 //     the given Retry-After or none.
-//   - Session Tokens last TokenTTL, 1 hour by default (5 minutes,
+//   - Session Tokens last Tokens.TTL, 1 hour by default (5 minutes,
 //     and at most that, with NoLiveSignInCheck).
 //   - the refresh grant answers invalid_grant for an unknown,
 //     expired, revoked or rotated-away Account Token and for one issued
@@ -430,7 +436,7 @@
 //     Token is bound, or, with resource set to the MCP url, none.
 //   - DPoP proofs must be ES256 (the metadata says so); assertions may
 //     use ES256/384/512, RS256/384/512, PS256/384/512 or EdDSA.
-//   - a client beyond MaxNewClients gets 401 invalid_client.
+//   - a client beyond Clients.MaxNew gets 401 invalid_client.
 //   - return_to must be an https URL on the domain of the endpoint's
 //     host or a subdomain; another domain of the same issuer is refused
 //     (its cookie could not reach it).

@@ -285,7 +285,7 @@ func (s *Server) checkProof(r *http.Request, pc proofCheck, optional bool) (*par
 		s.checkPublishedKey(x.idx, p.jkt)
 	}
 	// CO-4.3-10: nonce.
-	if s.opts.RequireNonce && (!p.hasNon || !s.nonceValid(x.host, p.nonce)) {
+	if s.opts.Tokens.RequireNonce && (!p.hasNon || !s.nonceValid(x.host, p.nonce)) {
 		msg := "a DPoP nonce is required"
 		if p.hasNon {
 			msg = "the DPoP nonce is stale or unknown"

@@ -180,7 +180,7 @@ func TestCO_4_3_08_TokenEndpointProofs(t *testing.T) {
 }
 
 func TestCO_4_3_10_Nonces(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{RequireNonce: true})
+	srv := poppytest.NewServer(t, &poppytest.Options{Tokens: poppytest.TokenOptions{RequireNonce: true}})
 	a := newAgent(t, srv, "agent.test")
 	r := a.token(a.startForm("usr_1"))
 	authNonce := r.Header.Get("DPoP-Nonce")
@@ -215,7 +215,7 @@ func TestCO_4_3_10_Nonces(t *testing.T) {
 }
 
 func TestRotateNonce(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{RequireNonce: true, RotateNonce: true})
+	srv := poppytest.NewServer(t, &poppytest.Options{Tokens: poppytest.TokenOptions{RequireNonce: true, RotateNonce: true}})
 	a := newAgent(t, srv, "agent.test")
 	r := a.token(a.startForm("usr_1"))
 	n := r.Header.Get("DPoP-Nonce")
@@ -370,7 +370,7 @@ func TestCO_4_3_17_DefaultTokenAndResources(t *testing.T) {
 
 func TestCO_4_3_18_APIResource(t *testing.T) {
 	const res = "https://api.example.test/orders-api"
-	srv := poppytest.NewServer(t, &poppytest.Options{APIResource: res})
+	srv := poppytest.NewServer(t, &poppytest.Options{API: poppytest.APIOptions{Resource: res}})
 	a := newAgent(t, srv, "agent.test")
 	def := a.start("usr_1")
 	// CO-4.3-18, CO-3-13

@@ -20,7 +20,10 @@ import (
 // Example starts a fake Company and runs discovery against it with the
 // client it provides: poppy.json, then the issuer's RFC 8414 metadata.
 func Example() {
-	srv := poppytest.NewServer(nil, nil) // in a test: poppytest.NewServer(t, nil)
+	srv, err := poppytest.New(nil) // in a test: srv := poppytest.NewServer(t, nil), closed at cleanup
+	if err != nil {
+		panic(err)
+	}
 	defer srv.Close()
 
 	var doc struct {
@@ -69,7 +72,10 @@ func Example() {
 // (Browse then returns ""), and Mediated Sign-In's one-time code is
 // LastCode.
 func ExampleServer_Browse() {
-	srv := poppytest.NewServer(nil, nil) // in a test: poppytest.NewServer(t, nil)
+	srv, err := poppytest.New(nil) // in a test: srv := poppytest.NewServer(t, nil), closed at cleanup
+	if err != nil {
+		panic(err)
+	}
 	defer srv.Close()
 
 	// The agent's client metadata document and key set (spec 4.1), which

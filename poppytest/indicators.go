@@ -1,6 +1,6 @@
 package poppytest
 
-// Resource indicators held to the grant (Options.StrictResourceIndicators).
+// Resource indicators held to the grant (Options.SignIn.StrictResourceIndicators).
 //
 // RFC 8707 section 2.2 lets an authorization server issue a refresh token
 // only for the resources named at authorization and refuse a token request
@@ -27,7 +27,7 @@ func (s *Server) holdToGranted(spec *issueSpecT, g *grantRequest, granted []stri
 	if signIn {
 		spec.authorized = slices.Clone(granted)
 	}
-	if !s.opts.StrictResourceIndicators {
+	if !s.opts.SignIn.StrictResourceIndicators {
 		return nil
 	}
 	named := g.form["resource"]

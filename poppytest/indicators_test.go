@@ -12,7 +12,7 @@ import (
 // authorization named, and every token request of the grant names one.
 func TestStrictResourceIndicators(t *testing.T) {
 	const api = "https://api.example.test/v1"
-	srv := poppytest.NewServer(t, &poppytest.Options{APIResource: api, StrictResourceIndicators: true, RotateAccountTokens: true})
+	srv := poppytest.NewServer(t, &poppytest.Options{API: poppytest.APIOptions{Resource: api}, SignIn: poppytest.SignInOptions{StrictResourceIndicators: true, RotateAccountTokens: true}})
 	mcp := srv.MCPURL()
 	a := newAgent(t, srv, "agent.test")
 	sid := a.start("usr_1").str("session_id")

@@ -22,9 +22,9 @@ import (
 func loadAgent(tb testing.TB, users int) (*poppytest.Server, []*poppy.Session) {
 	tb.Helper()
 	srv := poppytest.NewServer(tb, &poppytest.Options{
-		RotateAccountTokens: true,
-		TokenTTL:            4 * time.Second,
-		Load:                poppytest.LoadOptions{LogSize: 4096, ForgetTokensAfter: time.Minute},
+		SignIn: poppytest.SignInOptions{RotateAccountTokens: true},
+		Tokens: poppytest.TokenOptions{TTL: 4 * time.Second},
+		Load:   poppytest.LoadOptions{LogSize: 4096, ForgetTokensAfter: time.Minute},
 	})
 	key, err := poppy.GenerateSigningKey()
 	if err != nil {
@@ -178,7 +178,7 @@ func TestFakeSteadyLoad(t *testing.T) {
 // lifetime after its last token for the same purpose: the mark of
 // replicas renewing one Session twice.
 func TestCountsEarlyRenewals(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{TokenTTL: 10 * time.Second})
+	srv := poppytest.NewServer(t, &poppytest.Options{Tokens: poppytest.TokenOptions{TTL: 10 * time.Second}})
 	a := newAgent(t, srv, "agent.test")
 	sid := a.start("usr_1").str("session_id")
 	renew := func() {

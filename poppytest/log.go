@@ -34,7 +34,7 @@ const (
 	EndpointConversation Endpoint = "conversation" // the poppy conversation endpoint (spec 7)
 	EndpointOperations   Endpoint = "operations"   // reserved: the operations extension endpoint
 	EndpointAgent        Endpoint = "agent"        // requests to an agent host (HandleAgent)
-	EndpointProvider     Endpoint = "provider"     // a hop of the RedirectWellKnown chain
+	EndpointProvider     Endpoint = "provider"     // a hop of the Discovery.RedirectWellKnown chain
 	EndpointOther        Endpoint = "other"        // anything else on a host the fake serves
 )
 

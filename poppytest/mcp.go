@@ -61,7 +61,7 @@ type MCPOptions struct {
 	// OtherServers are urls of MCP servers a test serves itself (with
 	// HandleAgent on a host of the Company) to try tools the fake doesn't
 	// have: the token endpoint issues Bearer tokens for them. List them in
-	// poppy.json with DocumentFields.
+	// poppy.json with Discovery.DocumentFields.
 	OtherServers []string
 }
 
@@ -278,7 +278,7 @@ func (s *Server) verifyBearer(r *http.Request, value, url string) (*mcpauth.Toke
 		return invalid("the Session has ended")
 	}
 	a := &mcpAuth{sessionID: tc.sessionID}
-	if tc.signedIn && (s.opts.NoLiveSignInCheck || (sess.signedIn && sess.account == tc.account)) {
+	if tc.signedIn && (s.opts.SignIn.NoLiveSignInCheck || (sess.signedIn && sess.account == tc.account)) {
 		a.signedIn, a.account, a.scopes = true, tc.account, slices.Clone(tc.scopes)
 	}
 	// RequireBearerToken compares Expiration with the real clock: give it

@@ -379,11 +379,11 @@ func TestMCPRequestExchangeProposes(t *testing.T) {
 		!strings.Contains(text, op["summary"].(string)) {
 		t.Errorf("text %q", text)
 	}
-	if n := len(srv.PerformedActions()); n != 0 {
+	if n := len(srv.Operations().Performed()); n != 0 {
 		t.Errorf("%d actions performed by a proposal", n)
 	}
 	id, _ := op["operation_id"].(string)
-	if info, ok := srv.Operation(id); !ok || info.State != "proposed" {
+	if info, ok := srv.Operations().Get(id); !ok || info.State != "proposed" {
 		t.Errorf("operation %s: %+v", id, info)
 	}
 	// A read-only token may not propose it (CO-6-05).
@@ -402,7 +402,7 @@ func TestMCPRequestExchangeProposes(t *testing.T) {
 	m3 := newMCP(t, plain, plain.MCPURL(), tok)
 	m3.initialize("2025-11-25")
 	r = m3.post("tools/call", map[string]any{"name": "request_exchange", "arguments": args})
-	if r.Status != 200 || strings.Contains(string(r.Raw), `"operation"`) || len(plain.PerformedActions()) != 1 {
+	if r.Status != 200 || strings.Contains(string(r.Raw), `"operation"`) || len(plain.Operations().Performed()) != 1 {
 		t.Errorf("without the extension: %d %s", r.Status, r.Raw)
 	}
 }

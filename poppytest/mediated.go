@@ -83,7 +83,7 @@ func (s *Server) LastCode() string {
 // serveMediated handles the mediated endpoint and its code URLs.
 func (s *Server) serveMediated(w http.ResponseWriter, r *http.Request) {
 	x := exchangeOf(r)
-	if s.opts.RotateNonce {
+	if s.opts.Tokens.RotateNonce {
 		w.Header().Set("DPoP-Nonce", s.rotateNonce(x.host))
 	}
 	if !s.signInOffered("mediated") {
@@ -155,7 +155,7 @@ func (s *Server) mediatedStart(w http.ResponseWriter, r *http.Request, a *auth, 
 	}
 	var missing []string
 	values := map[string]string{}
-	for _, f := range s.opts.MediatedFields {
+	for _, f := range s.opts.SignIn.MediatedFields {
 		v, ok := creds[f.Name]
 		if !ok {
 			missing = append(missing, f.Name)
@@ -182,7 +182,7 @@ func (s *Server) mediatedStart(w http.ResponseWriter, r *http.Request, a *auth, 
 	// The rate limit key: the client and the account as named by the
 	// non-secret fields.
 	key := a.tok.clientID
-	for _, f := range s.opts.MediatedFields {
+	for _, f := range s.opts.SignIn.MediatedFields {
 		if !f.Secret {
 			key += "\x00" + values[f.Name]
 		}
@@ -195,7 +195,7 @@ func (s *Server) mediatedStart(w http.ResponseWriter, r *http.Request, a *auth, 
 	for i := range s.signin.accounts {
 		ac := &s.signin.accounts[i]
 		match := true
-		for _, f := range s.opts.MediatedFields {
+		for _, f := range s.opts.SignIn.MediatedFields {
 			if ac.Credentials[f.Name] != values[f.Name] {
 				match = false
 				break
@@ -215,16 +215,16 @@ func (s *Server) mediatedStart(w http.ResponseWriter, r *http.Request, a *auth, 
 	s.mu.Lock()
 	sess := s.sessions[a.tok.sessionID]
 	mismatch := sess != nil && sess.account != "" && sess.account != acct.ID
-	unusual := s.opts.UnusualOnNewKey && !s.signin.keysSeen[acct.ID][a.tok.jkt]
+	unusual := s.opts.SignIn.UnusualOnNewKey && !s.signin.keysSeen[acct.ID][a.tok.jkt]
 	s.mu.Unlock()
 	if mismatch {
 		fail(http.StatusBadRequest, "account_mismatch", "the Session is signed in to another account: start a new Session") // CO-4.4-12
 		return
 	}
-	if s.opts.RequireCode || acct.RequireCode || unusual {
+	if s.opts.SignIn.RequireCode || acct.RequireCode || unusual {
 		// CO-4.7-02, CO-4.7-08
 		si := &mediatedSignIn{id: newID("sgn_", 9), sessionID: a.tok.sessionID, clientID: a.tok.clientID,
-			account: acct.ID, scopes: scopes, code: sixDigits(), expires: now.Add(s.opts.CodeTTL), limitKey: key}
+			account: acct.ID, scopes: scopes, code: sixDigits(), expires: now.Add(s.opts.SignIn.CodeTTL), limitKey: key}
 		s.mu.Lock()
 		s.signin.signIns[si.id] = si
 		s.signin.outbox = append(s.signin.outbox, SentCode{SignInID: si.id, Account: acct.ID, Code: si.code, SentTo: SentTo, ExpiresAt: si.expires})
@@ -278,7 +278,7 @@ func (s *Server) mediatedCode(w http.ResponseWriter, r *http.Request, a *auth, i
 		s.recordFailure(sc.limitKey, now)
 		s.mu.Lock()
 		si.attempts++
-		failed := si.attempts >= s.opts.CodeAttempts
+		failed := si.attempts >= s.opts.SignIn.CodeAttempts
 		if failed {
 			delete(s.signin.signIns, id)
 		}
@@ -340,7 +340,7 @@ func (s *Server) writeCodeRequired(w http.ResponseWriter, r *http.Request, si *m
 // rateLimited answers 429 when key has had MediatedFailuresPerMinute
 // failures within the last minute (CO-4.7-06).
 func (s *Server) rateLimited(w http.ResponseWriter, r *http.Request, key string, now time.Time) bool {
-	lim := s.opts.MediatedFailuresPerMinute
+	lim := s.opts.SignIn.MediatedFailuresPerMinute
 	if lim < 0 {
 		return false
 	}

@@ -69,7 +69,7 @@ func TestCO_4_7_MediatedSignIn(t *testing.T) {
 }
 
 func TestCO_4_7_OneTimeCode(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{RequireCode: true})
+	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInOptions{RequireCode: true}})
 	a := newAgent(t, srv, "agent.test")
 	start := a.start("usr_1")
 	sid, tok := start.str("session_id"), start.str("access_token")
@@ -165,7 +165,7 @@ func TestCO_4_7_06_RateLimit(t *testing.T) {
 }
 
 func TestCO_4_7_08_UnusualOnNewKey(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{UnusualOnNewKey: true})
+	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInOptions{UnusualOnNewKey: true}})
 	a := newAgent(t, srv, "agent.test")
 	tok := a.start("usr_1").str("access_token")
 	body := map[string]any{"scope": "poppy:read", "credentials": creds()}
@@ -182,9 +182,9 @@ func TestCO_4_7_08_UnusualOnNewKey(t *testing.T) {
 }
 
 func TestCO_4_7_RequestShape(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{MediatedFields: []poppytest.MediatedField{
+	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInOptions{MediatedFields: []poppytest.MediatedField{
 		{Name: "email", Label: "Email"}, {Name: "password", Label: "Password", Secret: true}, {Name: "pin", Label: "PIN", Secret: true},
-	}})
+	}}})
 	a := newAgent(t, srv, "agent.test")
 	doc := get(t, srv, "https://example.test/.well-known/poppy.json")
 	fields := doc.Body["auth"].(map[string]any)["mediated"].(map[string]any)["fields"].([]any)

@@ -42,7 +42,7 @@ func newTokenCrypter() (*tokenCrypter, error) {
 // looks tokens up by value.
 func (s *Server) mintToken(sid string, now time.Time, ttl time.Duration) string {
 	sealed := ""
-	if s.opts.EmbedCredentials {
+	if s.opts.Tokens.EmbedCredentials {
 		blob, _ := json.Marshal(map[string]any{
 			"backend_session": EmbeddedCredentialMarker + ":" + sid,
 			"jti":             newID("", 12),
@@ -53,7 +53,7 @@ func (s *Server) mintToken(sid string, now time.Time, ttl time.Duration) string 
 		}
 		sealed = string(enc)
 	}
-	if !s.opts.JWTTokens {
+	if !s.opts.Tokens.JWT {
 		if sealed != "" {
 			return sealed
 		}
@@ -81,11 +81,11 @@ func (s *Server) mintToken(sid string, now time.Time, ttl time.Duration) string 
 // issued with EmbedCredentials, as the Company's own systems would
 // (CO-4.2-12). It reports false for any other token.
 func (s *Server) EmbeddedCredentials(tok string) (string, bool) {
-	if !s.opts.EmbedCredentials {
+	if !s.opts.Tokens.EmbedCredentials {
 		return "", false
 	}
 	sealed := tok
-	if s.opts.JWTTokens {
+	if s.opts.Tokens.JWT {
 		j, err := splitJWS(tok)
 		if err != nil {
 			return "", false

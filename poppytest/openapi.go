@@ -210,7 +210,7 @@ func (s *Server) serveAddresses(w http.ResponseWriter, r *http.Request, a *auth)
 }
 
 func (s *Server) hasAddressScope() bool {
-	_, ok := s.opts.CustomScopes[addressScope]
+	_, ok := s.opts.SignIn.CustomScopes[addressScope]
 	return ok
 }
 

@@ -60,7 +60,7 @@ type OperationsOptions struct {
 	// UserApprovalRequired sets user_approval_required on every proposal.
 	UserApprovalRequired bool
 	// Perform is what the performer does with a confirmed operation.
-	// Default PerformSucceed. SetPerform changes it at run time.
+	// Default PerformSucceed. Operations().SetPerform changes it at run time.
 	Perform PerformMode
 	// SlowFor is how long (Clock time) PerformSlow stays in_progress.
 	// Default 10 s.
@@ -101,7 +101,7 @@ const (
 	// failed, with a result.summary naming the label (CO-OPS6-05).
 	PerformFailPartway
 	// PerformUnknown leaves the outcome unknown: in_progress until
-	// ResolveOperation (CO-OPS6-04).
+	// Operations().Resolve (CO-OPS6-04).
 	PerformUnknown
 )
 
@@ -564,7 +564,7 @@ func (s *Server) opMapLocked(op *fakeOp) map[string]any {
 // serveOperations answers the operations endpoint (OPS 5–7).
 func (s *Server) serveOperations(w http.ResponseWriter, r *http.Request) {
 	x := exchangeOf(r)
-	if s.opts.RotateNonce {
+	if s.opts.Tokens.RotateNonce {
 		w.Header().Set("DPoP-Nonce", s.rotateNonce(x.host))
 	}
 	a, ok := s.authenticate(w, r, s.opsAccepts)
@@ -658,7 +658,7 @@ func (s *Server) opsAccepts(res string) bool {
 	if r := s.opts.Operations.Resource; r != "" {
 		return res == r
 	}
-	return res == "" || res == s.apiOrigin || res == s.opts.APIResource
+	return res == "" || res == s.apiOrigin || res == s.opts.API.Resource
 }
 
 // mayUse applies OPS 3.2 (CO-OPS3-14..16, A-39).
@@ -779,7 +779,7 @@ var jackets = map[string]jacket{
 	"stormline-insulated-xl": {"Stormline Insulated Jacket (XL)", "85.00"},
 }
 
-// nextSize is the SKU a new revision moves to (ReviseOperation).
+// nextSize is the SKU a new revision moves to (Operations().Revise).
 var nextSize = map[string]string{
 	"stormline-m": "stormline-l", "stormline-insulated-m": "stormline-insulated-l",
 	"stormline-insulated-l": "stormline-insulated-xl", "stormline-insulated-xl": "stormline-insulated-m",
@@ -901,13 +901,21 @@ func (s *Server) serveExchange(w http.ResponseWriter, r *http.Request, a *auth, 
 	s.writeJSON(w, r, http.StatusAccepted, body) // CO-OPS4-02
 }
 
-// Knobs.
+// Operations are the run-time knobs and records of the operations
+// extension, from [Server.Operations]: what was proposed and performed
+// (Get, All, Performed), the Company's side of an operation (Revise,
+// Resolve, MutateRevision), and the performer (SetPerform, HoldConfirms).
+type Operations struct{ s *Server }
 
-// ReviseOperation issues the next revision of a proposed operation: an
+// Operations returns the operations extension's knobs and records.
+func (s *Server) Operations() *Operations { return &s.areas.operations }
+
+// Revise issues the next revision of a proposed operation: an
 // exchange moves to the next size (M → L → XL), with a new expires_at
 // (CO-OPS3-05). It returns the new revision number, or an error for an
 // unknown operation or one that is no longer proposed (CO-OPS3-13).
-func (s *Server) ReviseOperation(id string) (int, error) {
+func (k *Operations) Revise(id string) (int, error) {
+	s := k.s
 	now := s.clock.Now()
 	st := &s.ops
 	st.mu.Lock()
@@ -944,7 +952,8 @@ func (s *Server) ReviseOperation(id string) (int, error) {
 // MutateRevision makes every later answer about the operation show its
 // current revision with a changed summary: a negative knob that breaks
 // CO-OPS3-11 so a test can see the agent refuse it (PA-OPS3-09).
-func (s *Server) MutateRevision(id string) {
+func (k *Operations) MutateRevision(id string) {
+	s := k.s
 	s.ops.mu.Lock()
 	s.ops.mutateRev[id] = true
 	s.ops.mu.Unlock()
@@ -952,16 +961,18 @@ func (s *Server) MutateRevision(id string) {
 
 // SetPerform changes what the performer does with operations confirmed
 // from now on.
-func (s *Server) SetPerform(m PerformMode) {
+func (k *Operations) SetPerform(m PerformMode) {
+	s := k.s
 	s.ops.mu.Lock()
 	s.ops.perform = m
 	s.ops.mu.Unlock()
 }
 
-// ResolveOperation ends an operation left in_progress (PerformUnknown, or
+// Resolve ends an operation left in_progress (PerformUnknown, or
 // PerformSlow before its time): succeeded performs it, failed and
 // cancelled record that nothing was done.
-func (s *Server) ResolveOperation(id, state string) error {
+func (k *Operations) Resolve(id, state string) error {
+	s := k.s
 	st := &s.ops
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -982,7 +993,7 @@ func (s *Server) ResolveOperation(id, state string) error {
 		setStateLocked(op, "cancelled")
 		op.result = map[string]any{"summary": "Stopped before the exchange was placed. Nothing was shipped or charged."}
 	default:
-		return fmt.Errorf("poppytest: ResolveOperation: %q is not succeeded, failed or cancelled", state)
+		return fmt.Errorf("poppytest: Operations().Resolve: %q is not succeeded, failed or cancelled", state)
 	}
 	return nil
 }
@@ -991,7 +1002,8 @@ func (s *Server) ResolveOperation(id, state string) error {
 // the returned release is called; release lets them proceed (the Company
 // then records and performs them as usual). It lets a test act while a
 // confirm is in flight, such as killing the agent's process.
-func (s *Server) HoldConfirms() (release func()) {
+func (k *Operations) HoldConfirms() (release func()) {
+	s := k.s
 	ch := make(chan struct{})
 	s.ops.mu.Lock()
 	s.ops.hold = ch
@@ -1009,8 +1021,9 @@ func (s *Server) HoldConfirms() (release func()) {
 	}
 }
 
-// Operation returns the fake's record of an operation.
-func (s *Server) Operation(id string) (OperationInfo, bool) {
+// Get returns the fake's record of an operation.
+func (k *Operations) Get(id string) (OperationInfo, bool) {
+	s := k.s
 	now := s.clock.Now()
 	st := &s.ops
 	st.mu.Lock()
@@ -1023,8 +1036,9 @@ func (s *Server) Operation(id string) (OperationInfo, bool) {
 	return s.infoLocked(op), true
 }
 
-// Operations returns every operation, in order of proposal.
-func (s *Server) Operations() []OperationInfo {
+// All returns every operation, in order of proposal.
+func (k *Operations) All() []OperationInfo {
+	s := k.s
 	now := s.clock.Now()
 	st := &s.ops
 	st.mu.Lock()
@@ -1053,9 +1067,10 @@ func (s *Server) infoLocked(op *fakeOp) OperationInfo {
 		JSON: s.opJSONLocked(op)}
 }
 
-// PerformedActions returns the backend's action log: every action carried
+// Performed returns the backend's action log: every action carried
 // out, by an operation or directly.
-func (s *Server) PerformedActions() []PerformedAction {
+func (k *Operations) Performed() []PerformedAction {
+	s := k.s
 	s.ops.mu.Lock()
 	defer s.ops.mu.Unlock()
 	out := slices.Clone(s.ops.actions)

@@ -171,7 +171,7 @@ func TestCO_OPS2_03_NoOperationsWithoutExtension(t *testing.T) {
 	if r.Status != 201 || strings.Contains(string(r.Raw), `"operation"`) {
 		t.Errorf("CO-OPS2-03: %d %s", r.Status, r.Raw)
 	}
-	if acts := srv.PerformedActions(); len(acts) != 1 || acts[0].OperationID != "" {
+	if acts := srv.Operations().Performed(); len(acts) != 1 || acts[0].OperationID != "" {
 		t.Errorf("CO-OPS2-04: performed %v", acts)
 	}
 	srv2 := poppytest.NewServer(t, &poppytest.Options{Operations: poppytest.OperationsOptions{RequireOperations: true}})
@@ -182,7 +182,7 @@ func TestCO_OPS2_03_NoOperationsWithoutExtension(t *testing.T) {
 	if r.Status != 403 || r.str("error") != "extension_required" || r.str("extension") != "operations" || strings.Contains(string(r.Raw), `"operation"`) {
 		t.Errorf("CO-OPS2-04 RequireOperations: %d %s", r.Status, r.Raw)
 	}
-	if len(srv2.PerformedActions()) != 0 || len(srv2.Operations()) != 0 {
+	if len(srv2.Operations().Performed()) != 0 || len(srv2.Operations().All()) != 0 {
 		t.Error("refused exchange did something")
 	}
 }
@@ -216,7 +216,7 @@ func TestCO_OPS3_Lifecycle(t *testing.T) {
 	}
 	walk(terms)
 	// CO-OPS3-09
-	if n := len(srv.PerformedActions()); n != 0 {
+	if n := len(srv.Operations().Performed()); n != 0 {
 		t.Errorf("performed before confirm: %d", n)
 	}
 	// CO-OPS3-11: repeated reads show the same revision.
@@ -232,7 +232,7 @@ func TestCO_OPS3_Lifecycle(t *testing.T) {
 		t.Fatalf("confirm: %v", done)
 	}
 	// CO-OPS3-07, CO-OPS3-08: the backend performed exactly the terms.
-	acts := srv.PerformedActions()
+	acts := srv.Operations().Performed()
 	if len(acts) != 1 || fmt.Sprint(acts[0].Terms) != fmt.Sprint(terms) {
 		t.Errorf("performed %v, terms %v", acts, terms)
 	}
@@ -243,7 +243,7 @@ func TestCO_OPS3_Lifecycle(t *testing.T) {
 	if fmt.Sprint(again) != fmt.Sprint(done) || fmt.Sprint(cancel) != fmt.Sprint(done) {
 		t.Errorf("final changed:\n%v\n%v\n%v", done, again, cancel)
 	}
-	if info, _ := srv.Operation(id); info.Performed != 1 || len(srv.PerformedActions()) != 1 {
+	if info, _ := srv.Operations().Get(id); info.Performed != 1 || len(srv.Operations().Performed()) != 1 {
 		t.Errorf("performed %d", info.Performed)
 	}
 	// CO-OPS4-01: the same exchange again is a new operation only once
@@ -267,7 +267,7 @@ func TestCO_OPS3_05_Revisions(t *testing.T) {
 	exp := []string{op["expires_at"].(string)}
 	for want := 2; want <= 3; want++ {
 		srv.Clock().Advance(time.Second)
-		n, err := srv.ReviseOperation(id)
+		n, err := srv.Operations().Revise(id)
 		if err != nil || n != want {
 			t.Fatalf("Revise: %d %v", n, err)
 		}
@@ -293,12 +293,12 @@ func TestCO_OPS3_05_Revisions(t *testing.T) {
 	checkOp(t, cur)
 	done := opOf(t, confirmRaw(a, tok, id, 3, "user"))
 	// CO-OPS3-08: the backend's record is revision 3's terms.
-	acts := srv.PerformedActions()
+	acts := srv.Operations().Performed()
 	if done["state"] != "succeeded" || len(acts) != 1 || fmt.Sprint(acts[0].Terms) != fmt.Sprint(cur["terms"]) {
 		t.Errorf("performed %v, want %v", acts, cur["terms"])
 	}
 	// CO-OPS3-13
-	if _, err := srv.ReviseOperation(id); err == nil {
+	if _, err := srv.Operations().Revise(id); err == nil {
 		t.Error("revised a confirmed operation")
 	}
 	if got := opOf(t, opCall(a, tok, id, "", "")); got["revision"] != float64(3) {
@@ -308,7 +308,7 @@ func TestCO_OPS3_05_Revisions(t *testing.T) {
 
 // CO-OPS3-14, CO-OPS3-16, CO-OPS5-01, CO-OPS9-02: who can use an operation.
 func TestCO_OPS3_14_Ownership(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{Accounts: twoAccounts})
+	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInOptions{Accounts: twoAccounts}})
 	a := opsAgent(t, srv)
 	_, tok := signedIn(t, srv, a, "usr_1", "acct_1")
 	id := proposeRaw(t, a, tok, "{}")["operation_id"].(string)
@@ -349,7 +349,7 @@ func TestCO_OPS3_14_Ownership(t *testing.T) {
 			t.Errorf("404 bodies differ: %s vs %s", body, bodies[0])
 		}
 	}
-	if info, _ := srv.Operation(id); info.Performed != 0 || info.State != "proposed" {
+	if info, _ := srv.Operations().Get(id); info.Performed != 0 || info.State != "proposed" {
 		t.Errorf("%+v", info)
 	}
 }
@@ -366,7 +366,7 @@ func TestCO_OPS5_02_Scopes(t *testing.T) {
 	if r.Status != 403 || r.wwwAuth() != `DPoP error="insufficient_scope", scope="poppy:read poppy:write"` {
 		t.Errorf("read-only confirm: %d %q %s", r.Status, r.wwwAuth(), r.Raw)
 	}
-	if info, _ := srv.Operation(id); info.Performed != 0 {
+	if info, _ := srv.Operations().Get(id); info.Performed != 0 {
 		t.Error("performed")
 	}
 }
@@ -417,7 +417,7 @@ func TestCO_OPS5_06_Slow(t *testing.T) {
 
 	// CO-OPS6-04, CO-OPS3-17: unknown outcome stays in_progress, readable
 	// after 30 days, until resolved.
-	srv2 := poppytest.NewServer(t, &poppytest.Options{Operations: poppytest.OperationsOptions{Perform: poppytest.PerformUnknown}, TokenTTL: 1000 * time.Hour})
+	srv2 := poppytest.NewServer(t, &poppytest.Options{Operations: poppytest.OperationsOptions{Perform: poppytest.PerformUnknown}, Tokens: poppytest.TokenOptions{TTL: 1000 * time.Hour}})
 	a2 := opsAgent(t, srv2)
 	_, tok2 := signedIn(t, srv2, a2, "usr_1", "acct_1")
 	id2 := proposeRaw(t, a2, tok2, "{}")["operation_id"].(string)
@@ -426,7 +426,7 @@ func TestCO_OPS5_06_Slow(t *testing.T) {
 	if got := opOf(t, opCall(a2, tok2, id2, "", "")); got["state"] != "in_progress" {
 		t.Errorf("after 30 days: %v", got["state"])
 	}
-	if err := srv2.ResolveOperation(id2, "succeeded"); err != nil {
+	if err := srv2.Operations().Resolve(id2, "succeeded"); err != nil {
 		t.Fatal(err)
 	}
 	if got := opOf(t, opCall(a2, tok2, id2, "", "")); got["state"] != "succeeded" {
@@ -455,7 +455,7 @@ func TestCO_OPS6_02_ConcurrentConfirms(t *testing.T) {
 			t.Errorf("states %v", states)
 		}
 	}
-	if info, _ := srv.Operation(id); info.Performed != 1 || info.Confirms != 5 || len(srv.PerformedActions()) != 1 {
+	if info, _ := srv.Operations().Get(id); info.Performed != 1 || info.Confirms != 5 || len(srv.Operations().Performed()) != 1 {
 		t.Errorf("performed %d of %d confirms", info.Performed, info.Confirms)
 	}
 }
@@ -486,7 +486,7 @@ func TestCO_OPS7_Cancel(t *testing.T) {
 		t.Errorf("confirm after cancel: %v", got["state"])
 	}
 	// CO-OPS7-02: in progress → stays until known, then cancelled.
-	srv.SetPerform(poppytest.PerformSlow)
+	srv.Operations().SetPerform(poppytest.PerformSlow)
 	id2 := proposeRaw(t, a, tok, `{"item_id":"itm_2"}`)["operation_id"].(string)
 	opOf(t, confirmRaw(a, tok, id2, 1, "user"))
 	if got := opOf(t, opCall(a, tok, id2, "cancel", "{}")); got["state"] != "in_progress" {
@@ -497,7 +497,7 @@ func TestCO_OPS7_Cancel(t *testing.T) {
 		t.Errorf("later: %v", got["state"])
 	}
 	// CO-OPS7-03
-	srv.SetPerform(poppytest.PerformSucceed)
+	srv.Operations().SetPerform(poppytest.PerformSucceed)
 	id3 := proposeRaw(t, a, tok, `{"item_id":"itm_3"}`)["operation_id"].(string)
 	opOf(t, confirmRaw(a, tok, id3, 1, "user"))
 	if got := opOf(t, opCall(a, tok, id3, "cancel", "{}")); got["state"] != "succeeded" {
@@ -516,7 +516,7 @@ func TestCO_OPS3_Expiry(t *testing.T) {
 	if got := opOf(t, confirmRaw(a, tok, id, 1, "user")); got["state"] != "expired" {
 		t.Errorf("%v", got["state"])
 	}
-	if info, _ := srv.Operation(id); info.Performed != 0 {
+	if info, _ := srv.Operations().Get(id); info.Performed != 0 {
 		t.Error("performed")
 	}
 }
@@ -609,10 +609,10 @@ func TestProposalIdempotencyKey(t *testing.T) {
 	req.Header.Set("Authorization", "DPoP "+tok)
 	info0, _ := srv.Token(tok)
 	req.Header.Set("DPoP", a.proof("POST", req.URL.String(), a.userKey(info0.UserID), withToken(tok)))
-	if _, err := srv.Client().Do(req); err == nil || lost != 1 || len(srv.Operations()) != 1 {
-		t.Fatalf("lost answer: %v, %d lost, %d operations", err, lost, len(srv.Operations()))
+	if _, err := srv.Client().Do(req); err == nil || lost != 1 || len(srv.Operations().All()) != 1 {
+		t.Fatalf("lost answer: %v, %d lost, %d operations", err, lost, len(srv.Operations().All()))
 	}
-	id := srv.Operations()[0].ID
+	id := srv.Operations().All()[0].ID
 	// The retry, members reordered: the same operation.
 	r := callWith(a, "POST", "/orders/ord_7Hk2/exchanges", tok, `{"replacement_sku":"stormline-insulated-m","item_id":"itm_4Qa"}`, key)
 	if r.Status != 202 || r.Body["operation"].(map[string]any)["operation_id"] != id {
@@ -633,7 +633,7 @@ func TestProposalIdempotencyKey(t *testing.T) {
 	if r := callWith(a, "POST", "/orders/ord_7Hk2/exchanges", tok, body, key); r.Status != 202 || r.Body["operation"].(map[string]any)["state"] != "succeeded" {
 		t.Errorf("after final: %d %s", r.Status, r.Raw)
 	}
-	info, _ := srv.Operation(id)
+	info, _ := srv.Operations().Get(id)
 	if info.Proposals != 3 || len(info.IdempotencyKeys) != 3 || info.IdempotencyKeys[0] != `"k-1"` {
 		t.Errorf("proposals %d, keys %q", info.Proposals, info.IdempotencyKeys)
 	}

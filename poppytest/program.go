@@ -1,40 +1,41 @@
 package poppytest
 
 // Program mode: the fake outside a test, as a process of its own (the
-// poppy fake command) or inside a program that is not a test. New returns
-// configuration errors instead of failing a test, and the caller reads
-// Violations and calls Close itself. NewServer, the test helper, is built
-// on the same constructor.
+// poppy fake command), inside a program that is not a test, or in an
+// Example. New returns configuration errors instead of failing a test, and
+// the caller reads Violations and calls Close itself. NewServer, the test
+// helper (testhelper.go), is built on the same constructor.
 
 import (
 	"errors"
 	"fmt"
 	"slices"
-	"testing"
 )
 
-// New starts a fake Company for a program rather than a test. It returns
-// configuration errors (including a poppy.json or metadata that breaks a
-// CO rule without a Misconfig switch asking for it) instead of failing a
-// test. The caller must call Close, and reads what agents did wrong with
-// Violations or TakeViolations: nothing is reported by itself. opts may be
-// nil; it is copied.
+// New starts a fake Company for a program or an Example rather than a
+// test. It returns configuration errors (including a poppy.json or
+// metadata that breaks a CO rule without a Misconfig switch asking for it)
+// instead of failing a test. The caller must call Close, and reads what
+// agents did wrong with Violations or TakeViolations: nothing is reported
+// by itself. A misuse at run time that a method can't return as an error
+// (a conversation that doesn't exist) panics. opts may be nil; it is
+// copied.
 func New(opts *Options) (*Server, error) {
-	return newServer(nil, opts)
+	return newServer(opts)
 }
 
-// newServer configures and starts a Server. s is never nil, so that a
-// test helper can report the error through s.fatalf.
-func newServer(t testing.TB, opts *Options) (*Server, error) {
-	s := &Server{t: t}
+// newServer configures and starts a Server.
+func newServer(opts *Options) (*Server, error) {
+	s := &Server{}
+	s.areas = areas{conversations: Conversations{s}, operations: Operations{s}}
 	if opts != nil {
 		s.opts = *opts
 	}
 	if err := s.configure(); err != nil {
-		return s, err
+		return nil, err
 	}
 	if err := s.start(); err != nil {
-		return s, fmt.Errorf("poppytest: %w", err)
+		return nil, fmt.Errorf("poppytest: %w", err)
 	}
 	return s, nil
 }

@@ -3,8 +3,10 @@ package poppytest_test
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
 	"net/http"
 	"net/url"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -19,7 +21,7 @@ func TestNew(t *testing.T) {
 	if _, err := poppytest.New(&poppytest.Options{Issuer: "http://auth.example.test"}); err == nil || !strings.Contains(err.Error(), "CO-3-07") {
 		t.Errorf("New with an http issuer: %v", err)
 	}
-	if _, err := poppytest.New(&poppytest.Options{Misconfig: poppytest.Misconfig{}, RedirectWellKnown: []string{"http://provider.test/x"}}); err == nil {
+	if _, err := poppytest.New(&poppytest.Options{Misconfig: poppytest.Misconfig{}, Discovery: poppytest.DiscoveryOptions{RedirectWellKnown: []string{"http://provider.test/x"}}}); err == nil {
 		t.Error("New accepted an http redirect without Misconfig.InsecureRedirect")
 	}
 	srv, err := poppytest.New(nil)
@@ -66,4 +68,48 @@ func TestNew(t *testing.T) {
 	if len(srv.Violations()) != 0 {
 		t.Errorf("violations: %v", srv.Violations())
 	}
+}
+
+// TestProgramImportsNoTesting: a program that imports poppytest (or
+// agenttest) doesn't link package testing or its flags; only the test
+// helper's small TB interface names tests at all.
+func TestProgramImportsNoTesting(t *testing.T) {
+	for _, pkg := range []string{".", "./agenttest"} {
+		out, err := exec.Command("go", "list", "-deps", pkg).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)
+		}
+		for _, dep := range strings.Fields(string(out)) {
+			if dep == "testing" || strings.HasPrefix(dep, "testing/") {
+				t.Errorf("%s imports %s", pkg, dep)
+			}
+		}
+	}
+}
+
+// TestNewServerNeedsTest: the test helper refuses a nil t, saying what a
+// program calls instead.
+func TestNewServerNeedsTest(t *testing.T) {
+	defer func() {
+		if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "calls New") {
+			t.Errorf("NewServer(nil, nil): recovered %v", r)
+		}
+	}()
+	poppytest.NewServer(nil, nil)
+}
+
+// TestMisuseWithoutTest: a Server from New has no test to fail, so a
+// misuse the API can't return (a conversation that doesn't exist) panics.
+func TestMisuseWithoutTest(t *testing.T) {
+	srv, err := poppytest.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	defer func() {
+		if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), `no conversation "nope"`) {
+			t.Errorf("recovered %v", r)
+		}
+	}()
+	srv.Conversations().Say("nope", poppytest.Reply{Text: "hi"})
 }

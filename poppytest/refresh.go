@@ -54,7 +54,7 @@ func (s *Server) grantRefreshToken(g *grantRequest) (map[string]any, *protoError
 		f.refused = true
 		s.mu.Unlock()
 		return invalid("invalid_grant", "the Account Token has expired") // CO-4.8-08, CO-4.8-10
-	case !at.replaced.IsZero() && now.Sub(at.replaced) >= s.opts.RotationGrace:
+	case !at.replaced.IsZero() && now.Sub(at.replaced) >= s.opts.SignIn.RotationGrace:
 		violation, vdetail = "PA-4.8-04", "an Account Token that a rotation replaced was used again"
 		f.refused = true
 		s.mu.Unlock()
@@ -83,7 +83,7 @@ func (s *Server) grantRefreshToken(g *grantRequest) (map[string]any, *protoError
 		return nil, perr
 	}
 	sendToken := false
-	if s.opts.RotateAccountTokens {
+	if s.opts.SignIn.RotateAccountTokens {
 		sendToken = true
 		if at.replaced.IsZero() {
 			// CO-4.8-09: the old value dies at once, or after RotationGrace.

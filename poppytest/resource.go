@@ -27,11 +27,11 @@ type auth struct {
 	account  string
 }
 
-// apiResource is the resource a token must carry at the API: APIResource
+// apiResource is the resource a token must carry at the API: API.Resource
 // when set, else none or "https://api.{primary}/".
 func (s *Server) apiAccepts(res string) bool {
-	if s.opts.APIResource != "" {
-		return res == s.opts.APIResource
+	if s.opts.API.Resource != "" {
+		return res == s.opts.API.Resource
 	}
 	return res == "" || res == s.apiOrigin
 }
@@ -123,7 +123,7 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, accepts fu
 	a := &auth{tok: &tc}
 	// CO-4.9-03: a signed-in token acts signed in only while its Session is
 	// still signed in to that account, unless NoLiveSignInCheck.
-	if tc.signedIn && (s.opts.NoLiveSignInCheck || (sess.signedIn && sess.account == tc.account)) {
+	if tc.signedIn && (s.opts.SignIn.NoLiveSignInCheck || (sess.signedIn && sess.account == tc.account)) {
 		a.signedIn, a.scopes, a.account = true, tc.scopes, tc.account
 	}
 	return a, true
@@ -149,7 +149,7 @@ func (s *Server) require(w http.ResponseWriter, r *http.Request, a *auth, need .
 // serveAPI routes the OpenAPI resource server.
 func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 	x := exchangeOf(r)
-	if s.opts.RotateNonce {
+	if s.opts.Tokens.RotateNonce {
 		w.Header().Set("DPoP-Nonce", s.rotateNonce(x.host))
 	}
 	path := r.URL.Path

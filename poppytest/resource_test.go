@@ -153,7 +153,7 @@ func TestTokenResponseKnobs(t *testing.T) {
 }
 
 func TestRevokeOnReissue(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{RevokeOnReissue: true})
+	srv := poppytest.NewServer(t, &poppytest.Options{Tokens: poppytest.TokenOptions{RevokeOnReissue: true}})
 	a := newAgent(t, srv, "agent.test")
 	first := a.start("usr_1")
 	sid := first.str("session_id")

@@ -13,7 +13,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"testing"
 	"time"
 
 	"github.com/lestrrat-go/jwx/v3/jwk"
@@ -21,7 +20,16 @@ import (
 )
 
 // Options configures a [Server]. The zero value (or nil) gives the defaults
-// described on each field. NewServer copies the options.
+// described on each field. New and NewServer copy the options.
+//
+// The fields that name the Company are at the top; everything else is
+// grouped by area, as the Server's run-time knobs are: Discovery
+// (poppy.json and the metadata), Clients (which agents the Company
+// accepts), Tokens (Session Tokens and DPoP), SignIn (accounts, the three
+// sign-in types, Account Tokens, sign-out), API, Operations, Conversations,
+// Web, MCP, and Load (the fake's own bounds). Misconfig holds the switches
+// that make the Company break a rule; everything else keeps it
+// conformant.
 type Options struct {
 	// Domains are the Company's domains, each serving its own poppy.json
 	// (also on www.{domain}). All name one issuer, so they are one Company
@@ -36,81 +44,53 @@ type Options struct {
 	// from the same listener by the handlers given to HandleAgent.
 	// Default ["agent.test"].
 	AgentHosts []string
+	// Noise adds an "x_unknown" member to every JSON object the fake
+	// returns, except /echo bodies (PA-3.3-05).
+	Noise bool
 
-	// TokenTTL is the Session Token lifetime. Default 1h; a negative
-	// value is a configuration error (CO-4.2-06).
-	TokenTTL time.Duration
-	// SessionLifetime is how long a Session lasts from its start (spec
-	// 4.2: "The Company decides how long a Session lasts"). Then it ends
-	// as with EndSession: its tokens stop working, renewing it returns
-	// invalid_session, and the website's cookies for it stop, having
-	// been set with a Max-Age no longer than the Session's remaining life
-	// (CO-5-15). Default 0: a Session lasts until EndSession.
-	SessionLifetime time.Duration
+	// Discovery shapes poppy.json and the RFC 8414 metadata (spec 3).
+	Discovery DiscoveryOptions
+	// Clients says which Personal Agents the Company accepts (spec 4.1).
+	Clients ClientOptions
+	// Tokens shapes Sessions, Session Tokens and DPoP (spec 4.2, 4.3).
+	Tokens TokenOptions
+	// SignIn configures the accounts, the three sign-in types, Account
+	// Tokens and sign-out (spec 4.4–4.9; see signin.go).
+	SignIn SignInOptions
+	// API configures the OpenAPI resource server (spec 6).
+	API APIOptions
+	// Operations configures the operations extension's endpoint and the
+	// operations the API proposes (see OperationsOptions).
+	Operations OperationsOptions
+	// Conversations configures the conversation endpoint (spec 7).
+	Conversations ConversationOptions
+	// Web configures the Company's website and its browser-session
+	// endpoint (spec 5; see web.go).
+	Web WebOptions
+	// MCP configures the MCP server (mcp.go).
+	MCP MCPOptions
+	// Load bounds what the fake keeps for long load tests: the request
+	// log, violations, Session Tokens (see LoadOptions).
+	Load LoadOptions
 
+	// Misconfig holds the negative-test switches: each makes the Company
+	// break the rule it names, for a test that the client refuses it. The
+	// zero value breaks nothing.
+	Misconfig Misconfig
+}
+
+// DiscoveryOptions shapes poppy.json and the metadata (spec 3, 3.2).
+// Misconfig holds the variations that break a rule.
+type DiscoveryOptions struct {
 	// PoppyCacheControl and MetadataCacheControl are the Cache-Control
 	// values of poppy.json and the RFC 8414 metadata. Defaults
 	// "max-age=300" and "max-age=600". An ETag is always sent and
 	// If-None-Match is answered with 304.
 	PoppyCacheControl, MetadataCacheControl string
-
-	// RequireNonce makes the token endpoint and the API require a DPoP
-	// nonce (RFC 9449 section 8 and 9). Each host has its own nonce.
-	RequireNonce bool
-	// RotateNonce sends a fresh DPoP-Nonce on every response of the token
-	// endpoint and the API host. A nonce stays acceptable until 4 newer
-	// ones have been issued on its host, so concurrent requests don't
-	// fail. Nonces are checked only with RequireNonce.
-	RotateNonce bool
-
-	// RequireRegistration accepts only the client_ids in Registered
-	// (CO-4.1-05). Allowlist, when non-nil, accepts only those client_ids
-	// (CO-4.1-06); Blocklist refuses those (CO-4.1-06). MaxNewClients > 0
-	// accepts at most that many distinct client_ids (CO-4.1-09). Refused
-	// clients get 401 invalid_client.
-	RequireRegistration bool
-	Registered          []string
-	Allowlist           []string
-	Blocklist           []string
-	MaxNewClients       int
-	// SessionStartsPerMinute > 0 limits new Sessions per client_id per
-	// minute of Clock time: the next start gets 429 rate_limited with
-	// Retry-After (CO-4.1-08).
-	SessionStartsPerMinute int
-
-	// APIResource, if set, is the OpenAPI entry's "resource" in poppy.json,
-	// and the API then accepts only tokens issued for it (CO-3-13,
-	// CO-4.3-18).
-	APIResource string
-	// CustomScopes are the Company's own scopes (auth.custom_scopes), also
-	// grantable by Direct Sign-In. Default {"addresses": "Manage saved
-	// shipping addresses"}. A name starting with "poppy:" is a
-	// configuration error (CO-4.4-04).
-	CustomScopes map[string]string
-	// DisableSignIn leaves out these sign-in types from auth: "direct",
-	// "device", "mediated".
-	DisableSignIn []string
-
-	// EmbedCredentials puts an encrypted backend session blob in every
-	// Session Token (CO-4.2-12, CO-4.2-13); see EmbeddedCredentials.
-	EmbedCredentials bool
-	// JWTTokens issues JWT-shaped Session Tokens whose payload claims an
-	// exp 1 s after issue, while the server honours expires_in (PA-4.2-20).
-	JWTTokens bool
-	// RevokeOnReissue revokes a Session's previous token of the same type
-	// and resource whenever a new one is issued (PA-4.3-25).
-	RevokeOnReissue bool
-	// Noise adds an "x_unknown" member to every JSON object the fake
-	// returns, except /echo bodies (PA-3.3-05).
-	Noise bool
-
-	// Discovery variations. Misconfig holds the ones that break a rule.
-
 	// ProtocolVersion replaces "0.1": a newer minor (PA-3-05), another
 	// major (PA-3-06), or a value that isn't major.minor, which breaks
 	// CO-3-04 (the validator then lets that rule pass).
 	ProtocolVersion string
-
 	// DropAgent, DropAPIs, DropWeb and DropBrowserSession leave out agent,
 	// apis, web, or web.browser_session_endpoint. DropAuth leaves out auth:
 	// together with DropAgent, DropAPIs and DropBrowserSession that is a
@@ -134,14 +114,61 @@ type Options struct {
 	// a member the protocol defines turns the validator off for the
 	// document: the test owns its validity.
 	DocumentFields map[string]any
+}
 
-	// Misconfig holds the negative-test switches: each makes the Company
-	// break the rule it names, for a test that the client refuses it. The
-	// zero value breaks nothing.
-	Misconfig Misconfig
+// ClientOptions says which Personal Agents (client_ids) the Company
+// accepts (spec 4.1). Refused clients get 401 invalid_client.
+type ClientOptions struct {
+	// RequireRegistration accepts only the client_ids in Registered
+	// (CO-4.1-05). Allowlist, when non-nil, accepts only those client_ids
+	// (CO-4.1-06); Blocklist refuses those (CO-4.1-06). MaxNew > 0 accepts
+	// at most that many distinct client_ids (CO-4.1-09).
+	RequireRegistration bool
+	Registered          []string
+	Allowlist           []string
+	Blocklist           []string
+	MaxNew              int
+	// SessionStartsPerMinute > 0 limits new Sessions per client_id per
+	// minute of Clock time: the next start gets 429 rate_limited with
+	// Retry-After (CO-4.1-08).
+	SessionStartsPerMinute int
+}
 
-	// Sign-in (spec 4.4–4.9; see signin.go and the package doc).
+// TokenOptions shapes Sessions, Session Tokens and DPoP (spec 4.2, 4.3).
+type TokenOptions struct {
+	// TTL is the Session Token lifetime. Default 1h; a negative value is a
+	// configuration error (CO-4.2-06).
+	TTL time.Duration
+	// SessionLifetime is how long a Session lasts from its start (spec
+	// 4.2: "The Company decides how long a Session lasts"). Then it ends
+	// as with Sessions().End: its tokens stop working, renewing it returns
+	// invalid_session, and the website's cookies for it stop, having
+	// been set with a Max-Age no longer than the Session's remaining life
+	// (CO-5-15). Default 0: a Session lasts until it is ended.
+	SessionLifetime time.Duration
+	// RequireNonce makes the token endpoint and the API require a DPoP
+	// nonce (RFC 9449 section 8 and 9). Each host has its own nonce.
+	RequireNonce bool
+	// RotateNonce sends a fresh DPoP-Nonce on every response of the token
+	// endpoint and the API host. A nonce stays acceptable until 4 newer
+	// ones have been issued on its host, so concurrent requests don't
+	// fail. Nonces are checked only with RequireNonce.
+	RotateNonce bool
+	// EmbedCredentials puts an encrypted backend session blob in every
+	// Session Token (CO-4.2-12, CO-4.2-13); see Tokens().EmbeddedCredentials.
+	EmbedCredentials bool
+	// JWT issues JWT-shaped Session Tokens whose payload claims an exp 1 s
+	// after issue, while the server honours expires_in (PA-4.2-20).
+	JWT bool
+	// RevokeOnReissue revokes a Session's previous token of the same type
+	// and resource whenever a new one is issued (PA-4.3-25).
+	RevokeOnReissue bool
+}
 
+// SignInOptions configures the Company's accounts, the three sign-in
+// types, Account Tokens and sign-out (spec 4.4–4.9; see signin.go and the
+// package doc).
+type SignInOptions struct {
 	// Accounts are the Company's accounts that Users sign in to. Default:
 	// one account "acct_1" whose credentials are "user@example.test"
 	// (email), "correct horse" (password), "4071" (pin) and
@@ -153,12 +180,20 @@ type Options struct {
 	// Sign-In takes. Default email (Email) and password (Password,
 	// secret).
 	MediatedFields []MediatedField
-	// SignInScopes replaces the scopes a sign-in type lists, keyed by
-	// "direct", "device" or "mediated". Defaults: direct poppy:read,
-	// poppy:write and every custom scope; device poppy:read and
-	// poppy:write; mediated poppy:read. Each must be a protocol scope or
-	// a custom scope (CO-3-11).
-	SignInScopes map[string][]string
+	// Scopes replaces the scopes a sign-in type lists, keyed by "direct",
+	// "device" or "mediated". Defaults: direct poppy:read, poppy:write and
+	// every custom scope; device poppy:read and poppy:write; mediated
+	// poppy:read. Each must be a protocol scope or a custom scope
+	// (CO-3-11).
+	Scopes map[string][]string
+	// CustomScopes are the Company's own scopes (auth.custom_scopes), also
+	// grantable by Direct Sign-In. Default {"addresses": "Manage saved
+	// shipping addresses"}. A name starting with "poppy:" is a
+	// configuration error (CO-4.4-04).
+	CustomScopes map[string]string
+	// Disable leaves out these sign-in types from auth: "direct",
+	// "device", "mediated".
+	Disable []string
 	// NarrowScopesOnly offers only the Company's own narrow scopes
 	// orders:read and orders:write instead of poppy:read and poppy:write
 	// (CO-4.4-05): they become custom scopes (added to CustomScopes, which
@@ -221,26 +256,18 @@ type Options struct {
 	// working and renewal returns invalid_session.
 	EndSessionsOnSignOut bool
 	// NoLiveSignInCheck makes a signed-in Session Token act signed in
-	// until it expires, even after its Session is signed out; TokenTTL
+	// until it expires, even after its Session is signed out; Tokens.TTL
 	// then defaults to, and may not exceed, 5 minutes (CO-4.9-04).
 	NoLiveSignInCheck bool
+}
 
-	// Operations configures the operations extension's endpoint and the
-	// operations the API proposes (see OperationsOptions).
-	Operations OperationsOptions
-
-	// Web configures the Company's website and its browser-session
-	// endpoint (spec 5; see web.go).
-	Web WebOptions
-	// MCP configures the MCP server (mcp.go).
-	MCP MCPOptions
-
-	// Conversation configures the conversation endpoint (spec 7).
-	Conversation ConversationOptions
-
-	// Load bounds what the fake keeps for long load tests: the request
-	// log, violations, Session Tokens (see LoadOptions).
-	Load LoadOptions
+// APIOptions configures the OpenAPI resource server (spec 6; see the
+// package doc for its endpoints).
+type APIOptions struct {
+	// Resource, if set, is the OpenAPI entry's "resource" in poppy.json,
+	// and the API then accepts only tokens issued for it (CO-3-13,
+	// CO-4.3-18).
+	Resource string
 }
 
 // Misconfig lists the ways a [Server] can be told to break a rule a
@@ -262,7 +289,7 @@ type Misconfig struct {
 	// OmitMetadata leaves these members out of the metadata, e.g.
 	// "revocation_endpoint" (CO-3.2-04, CO-3.2-05).
 	OmitMetadata []string
-	// InsecureRedirect allows http:// targets in Options.RedirectWellKnown
+	// InsecureRedirect allows http:// targets in Discovery.RedirectWellKnown
 	// (CO-3-03). They are served on the plain-HTTP listener.
 	InsecureRedirect bool
 	// ProviderDomain is organization.domain of the document served at the
@@ -272,7 +299,7 @@ type Misconfig struct {
 
 // Server is a strict in-process fake Company. See the package doc.
 type Server struct {
-	t     testing.TB
+	t     TB // the test of NewServer; nil for New (misuse)
 	opts  Options
 	clock Clock
 
@@ -353,45 +380,30 @@ type Server struct {
 	proxyErr   error
 
 	cstate convState // the conversation endpoint (conversation.go)
+
+	areas areas // the run-time knobs, by area
 }
 
-// NewServer starts a fake Company. Configuration errors (including a
-// poppy.json or metadata that breaks a CO rule without a negative option
-// asking for it) are reported with t.Fatalf. NewServer registers
-// t.Cleanup(s.Close) and, at cleanup, reports every Violation the test did
-// not take with TakeViolations as a t.Errorf.
-//
-// t may be nil (in examples and programs): configuration errors then panic,
-// and the caller must call Close and check Violations itself.
-//
-// NewServer is the test helper built on [New], which a program (such as
-// the poppy fake command) uses instead.
-func NewServer(t testing.TB, opts *Options) *Server {
-	if t != nil {
-		t.Helper()
-	}
-	s, err := newServer(t, opts)
-	if err != nil {
-		s.fatalf("%v", err)
-		return nil
-	}
-	if t != nil {
-		t.Cleanup(func() {
-			s.Close()
-			for _, v := range s.TakeViolations() {
-				t.Errorf("poppytest: protocol violation %v", v)
-			}
-		})
-	}
-	return s
+// areas are the Server's run-time knobs, grouped by area; each points
+// back at the Server.
+type areas struct {
+	conversations Conversations
+	operations    Operations
 }
 
-func (s *Server) fatalf(format string, args ...any) {
+// misuse reports a call the API can't answer with an error: it fails the
+// test of NewServer (fatal: at once), or panics for New.
+func (s *Server) misuse(fatal bool, format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
 	if s.t == nil {
-		panic(fmt.Sprintf(format, args...))
+		panic(msg)
 	}
 	s.t.Helper()
-	s.t.Fatalf(format, args...)
+	if fatal {
+		s.t.Fatalf("%s", msg)
+		return
+	}
+	s.t.Errorf("%s", msg)
 }
 
 // configure applies defaults, derives hosts and builds and validates the
@@ -419,39 +431,39 @@ func (s *Server) configure() error {
 	if len(o.AgentHosts) == 0 {
 		o.AgentHosts = []string{"agent.test"}
 	}
-	if o.SessionLifetime < 0 {
-		return fmt.Errorf("poppytest: SessionLifetime %v must not be negative", o.SessionLifetime)
+	if o.Tokens.SessionLifetime < 0 {
+		return fmt.Errorf("poppytest: Tokens.SessionLifetime %v must not be negative", o.Tokens.SessionLifetime)
 	}
-	if o.TokenTTL < 0 {
-		return fmt.Errorf("poppytest: TokenTTL %v must be positive: expires_in MUST be greater than 0 (CO-4.2-06)", o.TokenTTL)
+	if o.Tokens.TTL < 0 {
+		return fmt.Errorf("poppytest: Tokens.TTL %v must be positive: expires_in MUST be greater than 0 (CO-4.2-06)", o.Tokens.TTL)
 	}
-	if o.TokenTTL == 0 {
-		o.TokenTTL = time.Hour
-		if o.NoLiveSignInCheck {
-			o.TokenTTL = noLiveCheckTTL
+	if o.Tokens.TTL == 0 {
+		o.Tokens.TTL = time.Hour
+		if o.SignIn.NoLiveSignInCheck {
+			o.Tokens.TTL = noLiveCheckTTL
 		}
 	}
-	if o.NoLiveSignInCheck && o.TokenTTL > noLiveCheckTTL {
-		return fmt.Errorf("poppytest: TokenTTL %v with NoLiveSignInCheck: a Company that doesn't check sign-in live uses Session Tokens of a few minutes, at most %v (CO-4.9-04)", o.TokenTTL, noLiveCheckTTL)
+	if o.SignIn.NoLiveSignInCheck && o.Tokens.TTL > noLiveCheckTTL {
+		return fmt.Errorf("poppytest: Tokens.TTL %v with SignIn.NoLiveSignInCheck: a Company that doesn't check sign-in live uses Session Tokens of a few minutes, at most %v (CO-4.9-04)", o.Tokens.TTL, noLiveCheckTTL)
 	}
-	if o.TokenTTL < time.Second {
-		return fmt.Errorf("poppytest: TokenTTL %v is under 1 s: expires_in would be 0 (CO-4.2-06)", o.TokenTTL)
+	if o.Tokens.TTL < time.Second {
+		return fmt.Errorf("poppytest: Tokens.TTL %v is under 1 s: expires_in would be 0 (CO-4.2-06)", o.Tokens.TTL)
 	}
-	if o.PoppyCacheControl == "" {
-		o.PoppyCacheControl = "max-age=300"
+	if o.Discovery.PoppyCacheControl == "" {
+		o.Discovery.PoppyCacheControl = "max-age=300"
 	}
-	if o.MetadataCacheControl == "" {
-		o.MetadataCacheControl = "max-age=600"
+	if o.Discovery.MetadataCacheControl == "" {
+		o.Discovery.MetadataCacheControl = "max-age=600"
 	}
-	if o.CustomScopes == nil && !o.NarrowScopesOnly {
-		o.CustomScopes = map[string]string{"addresses": "Manage saved shipping addresses"}
+	if o.SignIn.CustomScopes == nil && !o.SignIn.NarrowScopesOnly {
+		o.SignIn.CustomScopes = map[string]string{"addresses": "Manage saved shipping addresses"}
 	}
-	if o.MaxNewClients < 0 || o.SessionStartsPerMinute < 0 {
-		return errors.New("poppytest: MaxNewClients and SessionStartsPerMinute must not be negative")
+	if o.Clients.MaxNew < 0 || o.Clients.SessionStartsPerMinute < 0 {
+		return errors.New("poppytest: Clients.MaxNew and Clients.SessionStartsPerMinute must not be negative")
 	}
-	for _, typ := range o.DisableSignIn {
+	for _, typ := range o.SignIn.Disable {
 		if typ != "direct" && typ != "device" && typ != "mediated" {
-			return fmt.Errorf("poppytest: DisableSignIn: unknown sign-in type %q", typ)
+			return fmt.Errorf("poppytest: SignIn.Disable: unknown sign-in type %q", typ)
 		}
 	}
 

@@ -132,26 +132,26 @@ func (s *Server) configureSignIn() error {
 	o := &s.opts
 	si := &s.signin
 
-	if len(o.MediatedFields) == 0 {
-		o.MediatedFields = []MediatedField{{Name: "email", Label: "Email"}, {Name: "password", Label: "Password", Secret: true}}
+	if len(o.SignIn.MediatedFields) == 0 {
+		o.SignIn.MediatedFields = []MediatedField{{Name: "email", Label: "Email"}, {Name: "password", Label: "Password", Secret: true}}
 	} else {
-		o.MediatedFields = slices.Clone(o.MediatedFields)
+		o.SignIn.MediatedFields = slices.Clone(o.SignIn.MediatedFields)
 	}
 	seen := map[string]bool{}
-	for _, f := range o.MediatedFields {
+	for _, f := range o.SignIn.MediatedFields {
 		if f.Name == "" || strings.TrimSpace(f.Label) == "" || seen[f.Name] {
-			return fmt.Errorf("poppytest: MediatedFields: each field needs a unique name and a label (CO-3-11), got %q", f.Name)
+			return fmt.Errorf("poppytest: SignIn.MediatedFields: each field needs a unique name and a label (CO-3-11), got %q", f.Name)
 		}
 		seen[f.Name] = true
 	}
 
 	// Scopes (spec 4.4).
 	custom := map[string]string{}
-	for k, v := range o.CustomScopes {
+	for k, v := range o.SignIn.CustomScopes {
 		custom[k] = v
 	}
 	si.read, si.write = "poppy:read", "poppy:write"
-	if o.NarrowScopesOnly {
+	if o.SignIn.NarrowScopesOnly {
 		si.read, si.write = "orders:read", "orders:write"
 		if _, ok := custom[si.read]; !ok {
 			custom[si.read] = "View your orders"
@@ -160,18 +160,18 @@ func (s *Server) configureSignIn() error {
 			custom[si.write] = "Exchange items in your orders"
 		}
 	}
-	o.CustomScopes = custom
+	o.SignIn.CustomScopes = custom
 	names := make([]string, 0, len(custom))
 	for k := range custom {
 		names = append(names, k)
 	}
 	slices.Sort(names)
-	if !o.NarrowScopesOnly {
+	if !o.SignIn.NarrowScopesOnly {
 		si.known = []string{"poppy:read", "poppy:write"}
 	}
 	si.known = append(si.known, names...)
 	si.scopes = map[string][]string{}
-	if o.NarrowScopesOnly {
+	if o.SignIn.NarrowScopesOnly {
 		si.scopes["direct"] = slices.Clone(names)
 		si.scopes["device"] = []string{si.read, si.write}
 		si.scopes["mediated"] = []string{si.read}
@@ -180,9 +180,9 @@ func (s *Server) configureSignIn() error {
 		si.scopes["device"] = []string{"poppy:read", "poppy:write"}
 		si.scopes["mediated"] = []string{"poppy:read"}
 	}
-	for typ, list := range o.SignInScopes {
+	for typ, list := range o.SignIn.Scopes {
 		if typ != "direct" && typ != "device" && typ != "mediated" {
-			return fmt.Errorf("poppytest: SignInScopes: unknown sign-in type %q", typ)
+			return fmt.Errorf("poppytest: SignIn.Scopes: unknown sign-in type %q", typ)
 		}
 		si.scopes[typ] = slices.Clone(list)
 		for _, sc := range list {
@@ -193,9 +193,9 @@ func (s *Server) configureSignIn() error {
 	}
 
 	// Accounts.
-	if len(o.Accounts) == 0 {
+	if len(o.SignIn.Accounts) == 0 {
 		cred := map[string]string{}
-		for _, f := range o.MediatedFields {
+		for _, f := range o.SignIn.MediatedFields {
 			switch f.Name {
 			case "email":
 				cred[f.Name] = "user@example.test"
@@ -207,58 +207,58 @@ func (s *Server) configureSignIn() error {
 				cred[f.Name] = f.Name + "-acct_1"
 			}
 		}
-		o.Accounts = []Account{{ID: "acct_1", Credentials: cred}}
+		o.SignIn.Accounts = []Account{{ID: "acct_1", Credentials: cred}}
 	}
 	ids := map[string]bool{}
-	for _, a := range o.Accounts {
+	for _, a := range o.SignIn.Accounts {
 		if a.ID == "" || ids[a.ID] {
-			return fmt.Errorf("poppytest: Accounts: each account needs a unique ID, got %q", a.ID)
+			return fmt.Errorf("poppytest: SignIn.Accounts: each account needs a unique ID, got %q", a.ID)
 		}
 		ids[a.ID] = true
 		a.Credentials = cloneMap(a.Credentials)
 		if s.signInOffered("mediated") {
-			for _, f := range o.MediatedFields {
+			for _, f := range o.SignIn.MediatedFields {
 				if a.Credentials[f.Name] == "" {
 					return fmt.Errorf("poppytest: account %q has no value for the mediated field %q", a.ID, f.Name)
 				}
 			}
 		}
-		for _, f := range o.MediatedFields {
+		for _, f := range o.SignIn.MediatedFields {
 			if v := a.Credentials[f.Name]; len(v) >= 4 {
 				si.scanned = append(si.scanned, scannedValue{value: v, secret: f.Secret})
 			}
 		}
 		si.accounts = append(si.accounts, a)
 	}
-	o.Accounts = slices.Clone(si.accounts)
+	o.SignIn.Accounts = slices.Clone(si.accounts)
 
 	// Lifetimes and limits.
 	switch {
-	case o.AccountTokenTTL == 0:
-		o.AccountTokenTTL = defaultAccountTokenTTL
-	case o.AccountTokenTTL > 0 && o.AccountTokenTTL < time.Second:
-		return errors.New("poppytest: AccountTokenTTL must be at least 1 s")
+	case o.SignIn.AccountTokenTTL == 0:
+		o.SignIn.AccountTokenTTL = defaultAccountTokenTTL
+	case o.SignIn.AccountTokenTTL > 0 && o.SignIn.AccountTokenTTL < time.Second:
+		return errors.New("poppytest: SignIn.AccountTokenTTL must be at least 1 s")
 	}
-	if o.RotationGrace < 0 || o.DeviceCodeTTL < 0 || o.DeviceInterval < 0 || o.CodeTTL < 0 || o.CodeAttempts < 0 {
-		return errors.New("poppytest: RotationGrace, DeviceCodeTTL, DeviceInterval, CodeTTL and CodeAttempts must not be negative")
+	if o.SignIn.RotationGrace < 0 || o.SignIn.DeviceCodeTTL < 0 || o.SignIn.DeviceInterval < 0 || o.SignIn.CodeTTL < 0 || o.SignIn.CodeAttempts < 0 {
+		return errors.New("poppytest: SignIn.RotationGrace, DeviceCodeTTL, DeviceInterval, CodeTTL and CodeAttempts must not be negative")
 	}
-	if o.DeviceCodeTTL == 0 {
-		o.DeviceCodeTTL = defaultDeviceCodeTTL
+	if o.SignIn.DeviceCodeTTL == 0 {
+		o.SignIn.DeviceCodeTTL = defaultDeviceCodeTTL
 	}
-	if o.DeviceInterval == 0 || o.OmitInterval {
-		o.DeviceInterval = defaultDeviceInterval
+	if o.SignIn.DeviceInterval == 0 || o.SignIn.OmitInterval {
+		o.SignIn.DeviceInterval = defaultDeviceInterval
 	}
-	if o.DeviceCodeTTL < time.Second || o.DeviceInterval < time.Second {
-		return errors.New("poppytest: DeviceCodeTTL and DeviceInterval must be at least 1 s")
+	if o.SignIn.DeviceCodeTTL < time.Second || o.SignIn.DeviceInterval < time.Second {
+		return errors.New("poppytest: SignIn.DeviceCodeTTL and DeviceInterval must be at least 1 s")
 	}
-	if o.CodeTTL == 0 {
-		o.CodeTTL = defaultCodeTTL
+	if o.SignIn.CodeTTL == 0 {
+		o.SignIn.CodeTTL = defaultCodeTTL
 	}
-	if o.CodeAttempts == 0 {
-		o.CodeAttempts = defaultCodeAttempts
+	if o.SignIn.CodeAttempts == 0 {
+		o.SignIn.CodeAttempts = defaultCodeAttempts
 	}
-	if o.MediatedFailuresPerMinute == 0 {
-		o.MediatedFailuresPerMinute = defaultFailuresPerMin
+	if o.SignIn.MediatedFailuresPerMinute == 0 {
+		o.SignIn.MediatedFailuresPerMinute = defaultFailuresPerMin
 	}
 
 	si.families = map[string]*acctFamily{}
@@ -284,7 +284,7 @@ func cloneMap(m map[string]string) map[string]string {
 
 // signInOffered reports whether poppy.json offers sign-in type typ.
 func (s *Server) signInOffered(typ string) bool {
-	return !slices.Contains(s.opts.DisableSignIn, typ)
+	return !slices.Contains(s.opts.SignIn.Disable, typ)
 }
 
 // AuthorizationEndpoint returns authorization_endpoint (Direct Sign-In).
@@ -403,7 +403,7 @@ func accountMismatch() *protoError {
 func (s *Server) newFamilyLocked(clientID, sub, account, kind string, scopes []string, now time.Time) *acctFamily {
 	f := &acctFamily{id: newID("atf_", 9), clientID: clientID, sub: sub, account: account, kind: kind,
 		scopes: slices.Clone(scopes), issued: now}
-	if ttl := s.opts.AccountTokenTTL; ttl > 0 {
+	if ttl := s.opts.SignIn.AccountTokenTTL; ttl > 0 {
 		f.expires = now.Add(ttl)
 	}
 	s.signin.families[f.id] = f
@@ -431,12 +431,12 @@ func (s *Server) revokeFamilyLocked(f *acctFamily) {
 	}
 }
 
-// sessionEnd is when sess ends by Options.SessionLifetime; zero if never.
+// sessionEnd is when sess ends by Options.Tokens.SessionLifetime; zero if never.
 func (s *Server) sessionEnd(sess *session) time.Time {
-	if s.opts.SessionLifetime <= 0 {
+	if s.opts.Tokens.SessionLifetime <= 0 {
 		return time.Time{}
 	}
-	return sess.created.Add(s.opts.SessionLifetime)
+	return sess.created.Add(s.opts.Tokens.SessionLifetime)
 }
 
 // lapseLocked brings sess up to date with the clock: it ends sess when its
@@ -464,7 +464,7 @@ func (s *Server) lapseLocked(sess *session, now time.Time) {
 // (CO-4.9-02). s.mu is held.
 func (s *Server) signOutLocked(sess *session) {
 	sess.signedIn, sess.scopes, sess.family = false, nil, ""
-	if s.opts.EndSessionsOnSignOut {
+	if s.opts.SignIn.EndSessionsOnSignOut {
 		sess.ended = true
 	}
 }

@@ -193,7 +193,8 @@ const (
 //
 //	while IFS= read -r kv; do export "$kv"; done < fake.env
 //
-// Env fails the test (or panics, without one) if the proxy can't start.
+// Env fails the test of NewServer (a Server from New panics) if the proxy
+// can't start; a program that wants the error calls ProxyURL first.
 func (s *Server) Env() []string {
 	s.hostsMu.RLock()
 	hosts := make([]string, 0, len(s.hosts))
@@ -211,7 +212,7 @@ func (s *Server) Env() []string {
 	}
 	p, err := s.startProxy()
 	if err != nil {
-		s.fatalf("poppytest: starting the proxy: %v", err)
+		s.misuse(true, "poppytest: starting the proxy: %v", err)
 		return env
 	}
 	if p == nil {

@@ -172,7 +172,7 @@ type grantFunc func(s *Server, g *grantRequest) (map[string]any, *protoError)
 // serveToken handles POST token_endpoint.
 func (s *Server) serveToken(w http.ResponseWriter, r *http.Request) {
 	x := exchangeOf(r)
-	if s.opts.RotateNonce {
+	if s.opts.Tokens.RotateNonce {
 		w.Header().Set("DPoP-Nonce", s.rotateNonce(x.host))
 	}
 	if !s.requireFormPOST(w, r, "token endpoint") {
@@ -328,7 +328,7 @@ func (s *Server) grantJWTBearer(g *grantRequest) (map[string]any, *protoError) {
 	}
 	if sess == nil {
 		// CO-4.1-08: Session starts per client_id per minute.
-		if lim := s.opts.SessionStartsPerMinute; lim > 0 {
+		if lim := s.opts.Clients.SessionStartsPerMinute; lim > 0 {
 			var recent []time.Time
 			for _, t := range s.starts[g.client.id] {
 				if now.Sub(t) < time.Minute {
@@ -413,11 +413,11 @@ func (s *Server) issueSpec(g *grantRequest, available []string) (*issueSpecT, *p
 }
 
 // knownResource reports whether the fake has a service for resource: the
-// MCP url, the API's resource (APIResource, or "https://api.{primary}/").
+// MCP url, the API's resource (API.Resource, or "https://api.{primary}/").
 func (s *Server) knownResource(res string) bool {
-	return s.isMCPURL(res) || res == s.apiOrigin || (s.opts.APIResource != "" && res == s.opts.APIResource) ||
+	return s.isMCPURL(res) || res == s.apiOrigin || (s.opts.API.Resource != "" && res == s.opts.API.Resource) ||
 		(s.opts.Operations.Resource != "" && res == s.opts.Operations.Resource) ||
-		(s.opts.Conversation.Resource != "" && res == s.opts.Conversation.Resource)
+		(s.opts.Conversations.Resource != "" && res == s.opts.Conversations.Resource)
 }
 
 // issueToken mints a Session Token for sess as spec asks and returns the
@@ -425,7 +425,7 @@ func (s *Server) knownResource(res string) bool {
 func (s *Server) issueToken(g *grantRequest, sess *session, spec *issueSpecT) map[string]any {
 	now := s.clock.Now()
 	s.mu.Lock()
-	ttl := s.opts.TokenTTL
+	ttl := s.opts.Tokens.TTL
 	expiresIn := int(ttl / time.Second)
 	if s.expiresTimes > 0 {
 		s.expiresTimes--
@@ -458,7 +458,7 @@ func (s *Server) issueToken(g *grantRequest, sess *session, spec *issueSpecT) ma
 		resource: spec.resource, scopes: scopes, signedIn: signedIn, account: account, issued: now, expires: now.Add(ttl)}
 
 	s.mu.Lock()
-	if s.opts.RevokeOnReissue {
+	if s.opts.Tokens.RevokeOnReissue {
 		for _, old := range s.tokens {
 			if old.sessionID == sid && old.typ == t.typ && old.resource == t.resource && !old.revoked {
 				old.revoked, old.revokedForReissue = true, true
@@ -536,10 +536,10 @@ func (s *Server) SignInSession(sessionID, account string, scopes ...string) (str
 	sess.scopes = slices.Compact(sc)
 	jkt := sess.lastJKT
 	s.mu.Unlock()
-	value := s.mintToken(sessionID, now, s.opts.TokenTTL)
+	value := s.mintToken(sessionID, now, s.opts.Tokens.TTL)
 	s.mu.Lock()
 	t := &token{value: value, sessionID: sessionID, clientID: sess.clientID, sub: sess.sub, typ: "DPoP", jkt: jkt,
-		scopes: slices.Clone(sess.scopes), signedIn: true, account: account, issued: now, expires: now.Add(s.opts.TokenTTL)}
+		scopes: slices.Clone(sess.scopes), signedIn: true, account: account, issued: now, expires: now.Add(s.opts.Tokens.TTL)}
 	s.tokens[value] = t
 	s.rememberTokenLocked(t, now)
 	s.mu.Unlock()

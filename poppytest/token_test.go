@@ -286,7 +286,7 @@ func TestCO_4_1_ClientAuthentication(t *testing.T) {
 
 func TestCO_4_1_Policy(t *testing.T) {
 	t.Run("CO-4.1-05 registration", func(t *testing.T) {
-		srv := poppytest.NewServer(t, &poppytest.Options{RequireRegistration: true, Registered: []string{"https://good.test/agent.json"}})
+		srv := poppytest.NewServer(t, &poppytest.Options{Clients: poppytest.ClientOptions{RequireRegistration: true, Registered: []string{"https://good.test/agent.json"}}})
 		bad, good := newAgent(t, srv, "agent.test"), newAgent(t, srv, "good.test")
 		// CO-4.1-05
 		if r := bad.token(bad.startForm("usr_1")); r.Status != 401 || r.str("error") != "invalid_client" {
@@ -295,13 +295,13 @@ func TestCO_4_1_Policy(t *testing.T) {
 		good.start("usr_1")
 	})
 	t.Run("CO-4.1-06 lists", func(t *testing.T) {
-		srv := poppytest.NewServer(t, &poppytest.Options{Blocklist: []string{"https://agent.test/agent.json"}})
+		srv := poppytest.NewServer(t, &poppytest.Options{Clients: poppytest.ClientOptions{Blocklist: []string{"https://agent.test/agent.json"}}})
 		a := newAgent(t, srv, "agent.test")
 		// CO-4.1-06
 		if r := a.token(a.startForm("usr_1")); r.Status != 401 || r.str("error") != "invalid_client" {
 			t.Errorf("blocked = %d %s", r.Status, r.Raw)
 		}
-		srv2 := poppytest.NewServer(t, &poppytest.Options{Allowlist: []string{"https://good.test/agent.json"}})
+		srv2 := poppytest.NewServer(t, &poppytest.Options{Clients: poppytest.ClientOptions{Allowlist: []string{"https://good.test/agent.json"}}})
 		b := newAgent(t, srv2, "agent.test")
 		// CO-4.1-06
 		if r := b.token(b.startForm("usr_1")); r.Status != 401 || r.str("error") != "invalid_client" {
@@ -319,7 +319,7 @@ func TestCO_4_1_Policy(t *testing.T) {
 		}
 	})
 	t.Run("CO-4.1-08 session starts per minute", func(t *testing.T) {
-		srv := poppytest.NewServer(t, &poppytest.Options{SessionStartsPerMinute: 2})
+		srv := poppytest.NewServer(t, &poppytest.Options{Clients: poppytest.ClientOptions{SessionStartsPerMinute: 2}})
 		a := newAgent(t, srv, "agent.test")
 		sid := a.start("usr_1").str("session_id")
 		a.start("usr_1")
@@ -336,7 +336,7 @@ func TestCO_4_1_Policy(t *testing.T) {
 		a.start("usr_1")
 	})
 	t.Run("CO-4.1-09 max new clients", func(t *testing.T) {
-		srv := poppytest.NewServer(t, &poppytest.Options{MaxNewClients: 1})
+		srv := poppytest.NewServer(t, &poppytest.Options{Clients: poppytest.ClientOptions{MaxNew: 1}})
 		a, b := newAgent(t, srv, "agent.test"), newAgent(t, srv, "second.test")
 		a.start("usr_1")
 		// CO-4.1-09
@@ -469,7 +469,7 @@ func TestCO_4_2_SessionAssertion(t *testing.T) {
 }
 
 func TestCO_4_2_11_ErrorStatuses(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{RequireNonce: true})
+	srv := poppytest.NewServer(t, &poppytest.Options{Tokens: poppytest.TokenOptions{RequireNonce: true}})
 	a := newAgent(t, srv, "agent.test")
 	check := func(r *response, status int, code string) {
 		t.Helper()
@@ -515,7 +515,7 @@ func TestCO_4_2_11_ErrorStatuses(t *testing.T) {
 
 func TestCO_4_2_12_EmbeddedCredentialsEncrypted(t *testing.T) {
 	for _, jwtShaped := range []bool{false, true} {
-		srv := poppytest.NewServer(t, &poppytest.Options{EmbedCredentials: true, JWTTokens: jwtShaped})
+		srv := poppytest.NewServer(t, &poppytest.Options{Tokens: poppytest.TokenOptions{EmbedCredentials: true, JWT: jwtShaped}})
 		a := newAgent(t, srv, "agent.test")
 		r := a.start("usr_1")
 		tok := r.str("access_token")
@@ -554,7 +554,7 @@ func TestCO_4_2_12_EmbeddedCredentialsEncrypted(t *testing.T) {
 }
 
 func TestJWTTokensClaimOneSecond(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{JWTTokens: true})
+	srv := poppytest.NewServer(t, &poppytest.Options{Tokens: poppytest.TokenOptions{JWT: true}})
 	a := newAgent(t, srv, "agent.test")
 	r := a.start("usr_1")
 	parts := strings.Split(r.str("access_token"), ".")
@@ -575,10 +575,10 @@ func TestJWTTokensClaimOneSecond(t *testing.T) {
 
 func TestCO_4_2_06_TokenTTL(t *testing.T) {
 	// CO-4.2-06
-	if msg := configError(t, &poppytest.Options{TokenTTL: -time.Second}); !strings.Contains(msg, "CO-4.2-06") {
+	if msg := configError(t, &poppytest.Options{Tokens: poppytest.TokenOptions{TTL: -time.Second}}); !strings.Contains(msg, "CO-4.2-06") {
 		t.Fatalf("negative TTL accepted: %q", msg)
 	}
-	srv := poppytest.NewServer(t, &poppytest.Options{TokenTTL: 90 * time.Second})
+	srv := poppytest.NewServer(t, &poppytest.Options{Tokens: poppytest.TokenOptions{TTL: 90 * time.Second}})
 	a := newAgent(t, srv, "agent.test")
 	r := a.start("usr_1")
 	// CO-4.2-06

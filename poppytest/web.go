@@ -56,7 +56,7 @@ type WebOptions struct {
 	// CookieTTL caps the cookie's Max-Age and its life on the server.
 	// Default 1h. The cookie never outlives its Session (CO-5-15): its
 	// Max-Age is at most the Session's remaining life (see
-	// Options.SessionLifetime), and it stops working when the Session
+	// Options.Tokens.SessionLifetime), and it stops working when the Session
 	// ends.
 	CookieTTL time.Duration
 	// RevokeOnRejoin makes each accepted join end the cookies set by the
@@ -133,7 +133,7 @@ func (s *Server) classifyWeb(host, path string) Endpoint {
 // browserSessionEndpoint returns the endpoint poppy.json lists for the
 // domain of host, or "" when the document lists none.
 func (s *Server) browserSessionEndpoint(host string) string {
-	if s.opts.DropWeb || s.opts.DropBrowserSession || host != s.domainOf(host) {
+	if s.opts.Discovery.DropWeb || s.opts.Discovery.DropBrowserSession || host != s.domainOf(host) {
 		return ""
 	}
 	return "https://" + host + BrowserSessionPath

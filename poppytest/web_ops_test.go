@@ -98,7 +98,7 @@ func TestOPS4_4_WebsiteConfirm(t *testing.T) {
 		t.Errorf("CO-OPS5-01: another Session's confirm: %d", code)
 	}
 	// CO-OPS5-03: an older revision.
-	if _, err := srv.ReviseOperation(id); err != nil {
+	if _, err := srv.Operations().Revise(id); err != nil {
 		t.Fatal(err)
 	}
 	if code, _, body := postPage(t, srv, u+"/confirm", url.Values{"revision": {"1"}}, c); code != 409 || !strings.Contains(body, `name="revision" value="2"`) {
@@ -111,7 +111,7 @@ func TestOPS4_4_WebsiteConfirm(t *testing.T) {
 	if code, _, _ := postPage(t, srv, u+"/confirm", url.Values{"revision": {"x"}}, c); code != 400 {
 		t.Errorf("a bad form: %d", code)
 	}
-	if info, _ := srv.Operation(id); info.State != "proposed" || info.Performed != 0 {
+	if info, _ := srv.Operations().Get(id); info.State != "proposed" || info.Performed != 0 {
 		t.Fatalf("after refused confirms: %s, performed %d", info.State, info.Performed)
 	}
 	// Accepted: 303 to the page, which shows the result.
@@ -119,7 +119,7 @@ func TestOPS4_4_WebsiteConfirm(t *testing.T) {
 	if code != http.StatusSeeOther || loc != "/operations/"+id {
 		t.Fatalf("confirm: %d %q", code, loc)
 	}
-	info, _ := srv.Operation(id)
+	info, _ := srv.Operations().Get(id)
 	if info.State != "succeeded" || info.Performed != 1 || info.ConfirmedVia != "website" || info.WebsiteConfirms != 4 || info.Confirms != 0 {
 		t.Errorf("after the website confirm: %s, performed %d, via %q, %d website confirms, %d endpoint confirms",
 			info.State, info.Performed, info.ConfirmedVia, info.WebsiteConfirms, info.Confirms)
@@ -140,7 +140,7 @@ func TestOPS4_4_WebsiteConfirm(t *testing.T) {
 	if r := confirmRaw(a, tok, id, 2, "user"); r.Status != 200 || r.Body["state"] != "succeeded" {
 		t.Errorf("repeated at the endpoint: %d %s", r.Status, r.Raw)
 	}
-	if info, _ := srv.Operation(id); info.Performed != 1 || len(srv.PerformedActions()) != 1 {
+	if info, _ := srv.Operations().Get(id); info.Performed != 1 || len(srv.Operations().Performed()) != 1 {
 		t.Errorf("performed %d times", info.Performed)
 	}
 
@@ -149,7 +149,7 @@ func TestOPS4_4_WebsiteConfirm(t *testing.T) {
 	if code, _, _ := postPage(t, srv, op2["url"].(string)+"/cancel", nil, c); code != http.StatusSeeOther {
 		t.Errorf("cancel: %d", code)
 	}
-	if info, _ := srv.Operation(op2["operation_id"].(string)); info.State != "cancelled" || info.WebsiteCancels != 1 {
+	if info, _ := srv.Operations().Get(op2["operation_id"].(string)); info.State != "cancelled" || info.WebsiteCancels != 1 {
 		t.Errorf("after the cancel form: %s, %d website cancels", info.State, info.WebsiteCancels)
 	}
 }
@@ -168,7 +168,7 @@ func TestOPS4_4_WebsiteConfirmScopes(t *testing.T) {
 	if code, _, _ := postPage(t, srv, op["url"].(string)+"/confirm", url.Values{"revision": {"1"}}, c); code != http.StatusForbidden {
 		t.Errorf("CO-OPS5-02: a read-only Session's confirm: %d", code)
 	}
-	if info, _ := srv.Operation(op["operation_id"].(string)); info.State != "proposed" {
+	if info, _ := srv.Operations().Get(op["operation_id"].(string)); info.State != "proposed" {
 		t.Errorf("state %s", info.State)
 	}
 }
@@ -205,17 +205,17 @@ func TestCO_OPS6_02_WebsiteAndEndpointConfirms(t *testing.T) {
 		}()
 		close(start)
 		wg.Wait()
-		info, _ := srv.Operation(id)
+		info, _ := srv.Operations().Get(id)
 		// CO-OPS6-02
 		if info.Performed != 1 || info.Confirms != 5 || info.WebsiteConfirms != 1 || info.State != "in_progress" || code != http.StatusSeeOther {
 			t.Fatalf("CO-OPS6-02: performed %d times after %d endpoint and %d website confirms (%s, website %d)",
 				info.Performed, info.Confirms, info.WebsiteConfirms, info.State, code)
 		}
-		if err := srv.ResolveOperation(id, "succeeded"); err != nil {
+		if err := srv.Operations().Resolve(id, "succeeded"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if n := len(srv.PerformedActions()); n != 3 {
+	if n := len(srv.Operations().Performed()); n != 3 {
 		t.Errorf("CO-OPS6-02: %d actions for 3 operations", n)
 	}
 
@@ -227,7 +227,7 @@ func TestCO_OPS6_02_WebsiteAndEndpointConfirms(t *testing.T) {
 	if code, _, _ := postPage(t, srv, first["url"].(string)+"/confirm", url.Values{"revision": {"1"}}, c); code != http.StatusSeeOther {
 		t.Errorf("website confirm after the endpoint's: %d", code)
 	}
-	if info, _ := srv.Operation(first["operation_id"].(string)); info.Performed != 1 || info.ConfirmedVia != "endpoint" {
+	if info, _ := srv.Operations().Get(first["operation_id"].(string)); info.Performed != 1 || info.ConfirmedVia != "endpoint" {
 		t.Errorf("CO-OPS6-02: performed %d times, confirmed via %q", info.Performed, info.ConfirmedVia)
 	}
 
@@ -241,7 +241,7 @@ func TestCO_OPS6_02_WebsiteAndEndpointConfirms(t *testing.T) {
 			t.Errorf("endpoint confirm after the website's: %d %s", r.Status, r.Raw)
 		}
 	}
-	if info, _ := srv.Operation(id); info.Performed != 1 || info.ConfirmedVia != "website" {
+	if info, _ := srv.Operations().Get(id); info.Performed != 1 || info.ConfirmedVia != "website" {
 		t.Errorf("CO-OPS6-02: performed %d times, confirmed via %q", info.Performed, info.ConfirmedVia)
 	}
 }

@@ -297,7 +297,7 @@ func TestWebCookieExpires(t *testing.T) {
 // an hour. When the Session ends, at its lifetime or by EndSession, the
 // cookie is treated as no Session.
 func TestCO_5_15_CookieNeverOutlivesSession(t *testing.T) {
-	srv, a, sid := webSetup(t, &poppytest.Options{SessionLifetime: 30 * time.Minute})
+	srv, a, sid := webSetup(t, &poppytest.Options{Tokens: poppytest.TokenOptions{SessionLifetime: 30 * time.Minute}})
 	start := srv.Clock().Now()
 	srv.Clock().Advance(20 * time.Minute)
 	resp := join(t, srv, srv.BrowserSessionEndpoint(), url.Values{"assertion": {a.browserAssertion("usr_alice", sid)}})
@@ -375,7 +375,7 @@ func TestWebSameSiteKnob(t *testing.T) {
 // Without the endpoint in poppy.json the path is an ordinary page, and no
 // join is possible.
 func TestWebWithoutEndpoint(t *testing.T) {
-	srv, a, sid := webSetup(t, &poppytest.Options{DropBrowserSession: true})
+	srv, a, sid := webSetup(t, &poppytest.Options{Discovery: poppytest.DiscoveryOptions{DropBrowserSession: true}})
 	if srv.BrowserSessionEndpoint() != "" {
 		t.Fatal("endpoint reported")
 	}

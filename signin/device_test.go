@@ -74,7 +74,7 @@ func TestPA_4_6_DeviceSignIn(t *testing.T) {
 }
 
 func TestPA_4_6_05_DefaultInterval(t *testing.T) {
-	e := newEnv(t, &poppytest.Options{OmitInterval: true}, nil)
+	e := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInOptions{OmitInterval: true}}, nil)
 	sess := e.Session("alice")
 	e.Srv.HoldDevicePolls(2)
 	if _, err := signin.Device(ctx, sess, scopes("poppy:read"), e.browser()); err != nil {
@@ -128,7 +128,7 @@ func TestPA_4_6_09_AccessDenied(t *testing.T) {
 }
 
 func TestPA_4_6_10_and_11_Expiry(t *testing.T) {
-	e := newEnv(t, &poppytest.Options{DeviceCodeTTL: time.Minute}, nil)
+	e := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInOptions{DeviceCodeTTL: time.Minute}}, nil)
 	sess := e.Session("alice")
 	e.Srv.NeverAnswer()
 	_, err := signin.Device(ctx, sess, scopes("poppy:read"), e.browser())
@@ -144,7 +144,7 @@ func TestPA_4_6_10_and_11_Expiry(t *testing.T) {
 }
 
 func TestPA_4_6_10_ExpiredToken(t *testing.T) {
-	e := newEnv(t, &poppytest.Options{DeviceCodeTTL: time.Minute}, nil)
+	e := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInOptions{DeviceCodeTTL: time.Minute}}, nil)
 	sess := e.Session("alice")
 	b := e.browser()
 	b.noVisit = true

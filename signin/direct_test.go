@@ -246,7 +246,7 @@ func TestPA_4_4_11_FewerScopesGranted(t *testing.T) {
 }
 
 func TestPA_4_4_01_and_05_TypesAndScopes(t *testing.T) {
-	e := newEnv(t, &poppytest.Options{DisableSignIn: []string{"direct", "mediated"}}, nil)
+	e := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInOptions{Disable: []string{"direct", "mediated"}}}, nil)
 	sess := e.Session("alice")
 	before := len(e.Srv.Requests())
 	// PA-4.4-01: a type the Company doesn't list is unavailable, locally.
@@ -261,7 +261,7 @@ func TestPA_4_4_01_and_05_TypesAndScopes(t *testing.T) {
 		t.Fatal("requests were sent")
 	}
 
-	n := newEnv(t, &poppytest.Options{NarrowScopesOnly: true}, nil)
+	n := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInOptions{NarrowScopesOnly: true}}, nil)
 	ns := n.Session("alice")
 	if _, err := signin.Mediated(ctx, ns, scopes("poppy:read"), n.browser()); !errors.Is(err, signin.ErrSignInTypeUnavailable) {
 		t.Fatalf("poppy:read with narrow scopes only: %v", err)

@@ -114,7 +114,7 @@ func TestPA_4_2_16_MediatedSignInOnEndedSession(t *testing.T) {
 // one without asking the User again. The SDK says so instead of asking.
 func TestMediatedSignInSessionEndedDuringCode(t *testing.T) {
 	r := &replacements{}
-	e := newEnv(t, &poppytest.Options{RequireCode: true}, &poppy.AgentOptions{OnSessionReplaced: r.record})
+	e := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInOptions{RequireCode: true}}, &poppy.AgentOptions{OnSessionReplaced: r.record})
 	sess := e.Session("alice")
 	b := e.browser()
 	old := sess.ID()
@@ -159,7 +159,7 @@ func TestDirectSignInEndedSessionCodeUsedUp(t *testing.T) {
 // Signing in again for scopes the Session already holds, with a valid
 // signed-in Session Token, sends nothing (spec 4.4).
 func TestPA_4_4_15_SignInReusesSignedInSession(t *testing.T) {
-	e := newEnv(t, &poppytest.Options{RotateAccountTokens: true}, nil)
+	e := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInOptions{RotateAccountTokens: true}}, nil)
 	sess := e.Session("alice")
 	b := e.browser()
 	if _, err := signin.Device(ctx, sess, scopes("poppy:read", "poppy:write"), b); err != nil {

@@ -16,9 +16,15 @@ import (
 // Device Sign-In: the application shows the User a link and a code; here
 // the fake Company's programmable User opens the link and approves.
 func ExampleDevice() {
-	company := poppytest.NewServer(nil, nil)
+	company, err := poppytest.New(nil)
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer company.Close()
-	agent, _ := agenttest.New(nil, company, nil) // the fake's client and clock; the second result is the Identity served on agent.test, not an error
+	agent, _, err := agenttest.NewAgent(company, nil) // the fake's client and clock; the second result is the Identity served on agent.test, not an error
+	if err != nil {
+		log.Fatal(err)
+	}
 	ctx := context.Background()
 	c, _ := agent.Company(ctx, "example.test")
 	sess, _ := c.Session(ctx, "local-user-42", nil)
@@ -40,9 +46,15 @@ func ExampleDevice() {
 
 // Mediated Sign-In: the User gives the agent credentials for the Company.
 func ExampleMediated() {
-	company := poppytest.NewServer(nil, nil)
+	company, err := poppytest.New(nil)
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer company.Close()
-	agent, _ := agenttest.New(nil, company, nil) // the fake's client and clock; the second result is the Identity served on agent.test, not an error
+	agent, _, err := agenttest.NewAgent(company, nil) // the fake's client and clock; the second result is the Identity served on agent.test, not an error
+	if err != nil {
+		log.Fatal(err)
+	}
 	ctx := context.Background()
 	c, _ := agent.Company(ctx, "example.test")
 	sess, _ := c.Session(ctx, "local-user-42", nil)
@@ -71,9 +83,15 @@ func ExampleMediated() {
 // and the Company sends the browser back to the agent's redirect URI,
 // which Direct.Handler serves.
 func ExampleDirect() {
-	company := poppytest.NewServer(nil, nil)
+	company, err := poppytest.New(nil)
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer company.Close()
-	agent, identity := agenttest.New(nil, company, nil) // redirect URI https://agent.test/oauth/callback
+	agent, identity, err := agenttest.NewAgent(company, nil) // redirect URI https://agent.test/oauth/callback
+	if err != nil {
+		log.Fatal(err)
+	}
 	direct, err := signin.NewDirect(agent, nil)
 	if err != nil {
 		log.Fatal(err)
@@ -112,9 +130,15 @@ func ExampleDirect() {
 // and redirects the browser; after the Company sends it back, Handler
 // completes the sign-in and DirectOptions.Done answers the browser.
 func ExampleDirect_Start() {
-	company := poppytest.NewServer(nil, nil)
+	company, err := poppytest.New(nil)
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer company.Close()
-	agent, identity := agenttest.New(nil, company, nil)
+	agent, identity, err := agenttest.NewAgent(company, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
 	direct, err := signin.NewDirect(agent, &signin.DirectOptions{
 		Done: func(w http.ResponseWriter, r *http.Request, res *poppy.SignInResult, err error) {
 			// Send the browser on to the application's own pages.
@@ -171,7 +195,10 @@ func ExampleDirect_Start() {
 // A ready prompter for programs in a terminal: it prints links and codes
 // and reads the User's answers, secrets without echo on a terminal.
 func ExampleTerminalPrompter() {
-	company := poppytest.NewServer(nil, nil)
+	company, err := poppytest.New(nil)
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer company.Close()
 	key, _ := poppy.GenerateSigningKey()
 	identity, _ := poppy.NewIdentity(poppy.IdentityConfig{

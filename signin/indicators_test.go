@@ -24,9 +24,9 @@ func TestSignInStrictResourceIndicators(t *testing.T) {
 		for _, n := range []int{2, 3} {
 			for _, typ := range []string{"direct", "device"} {
 				t.Run(fmt.Sprintf("strict=%v/resources=%d/%s", strict, n, typ), func(t *testing.T) {
-					opts := &poppytest.Options{APIResource: apiRes, RotateAccountTokens: true, StrictResourceIndicators: strict}
+					opts := &poppytest.Options{API: poppytest.APIOptions{Resource: apiRes}, SignIn: poppytest.SignInOptions{RotateAccountTokens: true, StrictResourceIndicators: strict}}
 					if n == 3 {
-						opts.Conversation.Resource = convRes
+						opts.Conversations.Resource = convRes
 					}
 					e := newEnv(t, opts, nil)
 					c := e.Company("example.test")

@@ -22,9 +22,9 @@ func TestPA_4_7_MediatedSignIn(t *testing.T) {
 	var mu sync.Mutex
 	logger := slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	e := newEnv(t, &poppytest.Options{
-		MediatedFields: []poppytest.MediatedField{
+		SignIn: poppytest.SignInOptions{MediatedFields: []poppytest.MediatedField{
 			{Name: "email", Label: "Email"}, {Name: "password", Label: "Password", Secret: true}, {Name: "pin", Label: "PIN", Secret: true},
-		},
+		}},
 	}, &poppy.AgentOptions{Logger: logger})
 	sess := e.Session("alice")
 	b := e.browser()
@@ -89,7 +89,7 @@ func TestPA_4_7_MediatedSignIn(t *testing.T) {
 }
 
 func TestPA_4_7_08_to_10_OneTimeCode(t *testing.T) {
-	e := newEnv(t, &poppytest.Options{RequireCode: true}, nil)
+	e := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInOptions{RequireCode: true}}, nil)
 	sess := e.Session("alice")
 	b := e.browser()
 	wrong := true
@@ -157,7 +157,7 @@ func TestPA_4_7_11_Failed(t *testing.T) {
 }
 
 func TestPA_4_7_12_Expired(t *testing.T) {
-	e := newEnv(t, &poppytest.Options{RequireCode: true}, nil)
+	e := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInOptions{RequireCode: true}}, nil)
 	sess := e.Session("alice")
 	b := e.browser()
 	b.code = func() string {

@@ -23,7 +23,7 @@ func TestNoSecretInLogsOrFormattedValues(t *testing.T) {
 	var logs strings.Builder
 	var mu sync.Mutex
 	logger := slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	e := newEnv(t, &poppytest.Options{RequireCode: true, RotateAccountTokens: true}, &poppy.AgentOptions{Logger: logger})
+	e := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInOptions{RequireCode: true, RotateAccountTokens: true}}, &poppy.AgentOptions{Logger: logger})
 	var formatted []string
 	show := func(vs ...any) {
 		for _, v := range vs {

@@ -14,9 +14,9 @@ import (
 // The terminal prompter asks for exactly the declared fields, in order,
 // and prints the Company's text with control characters escaped.
 func TestTerminalPrompterMediated(t *testing.T) {
-	e := newEnv(t, &poppytest.Options{DocumentFields: map[string]any{
+	e := newEnv(t, &poppytest.Options{Discovery: poppytest.DiscoveryOptions{DocumentFields: map[string]any{
 		"organization": map[string]any{"name": "Shop\x1b]0;pwned\x07\x1b[2J", "domain": "example.test"},
-	}}, nil)
+	}}}, nil)
 	s := e.Session("alice")
 	var out bytes.Buffer
 	in := strings.NewReader("user@example.test\ncorrect horse\nleft over\n")

@@ -455,7 +455,7 @@ func TestAttach(t *testing.T) {
 // An operation's url opens in the joined browser and shows the operation
 // in the same Session (OPS 3, spec 5).
 func TestOperationURL(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{SignInScopes: map[string][]string{"mediated": {"poppy:read", "poppy:write"}}})
+	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInOptions{Scopes: map[string][]string{"mediated": {"poppy:read", "poppy:write"}}}})
 	id, key := testenv.NewIdentity(t, map[string]string{"operations": "1"})
 	env := &testenv.Env{T: t, Srv: srv, ID: id, Key: key}
 	env.Serve(nil)

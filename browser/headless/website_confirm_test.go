@@ -23,7 +23,7 @@ import (
 // tracks the operation to its result. Asked for a revision the page no
 // longer shows, the same step clicks nothing.
 func TestPA_OPS4_04_WebsiteConfirmInChromium(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{SignInScopes: map[string][]string{"mediated": {"poppy:read", "poppy:write"}}})
+	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInOptions{Scopes: map[string][]string{"mediated": {"poppy:read", "poppy:write"}}}})
 	id, key := testenv.NewIdentity(t, map[string]string{"operations": "1"})
 	env := &testenv.Env{T: t, Srv: srv, ID: id, Key: key}
 	env.Serve(nil)
@@ -90,7 +90,7 @@ func TestPA_OPS4_04_WebsiteConfirmInChromium(t *testing.T) {
 	if err != nil || done.State != operations.StateSucceeded || done.Result == nil {
 		t.Fatalf("ConfirmOnWebsite: %+v, %v", done, err)
 	}
-	info, _ := srv.Operation(op.ID)
+	info, _ := srv.Operations().Get(op.ID)
 	if info.ConfirmedVia != "website" || info.WebsiteConfirms != 1 || info.Confirms != 0 || info.Performed != 1 || steps != 1 {
 		t.Errorf("PA-OPS4-04: via %q, %d website and %d endpoint confirms, performed %d, %d steps",
 			info.ConfirmedVia, info.WebsiteConfirms, info.Confirms, info.Performed, steps)
@@ -105,7 +105,7 @@ func TestPA_OPS4_04_WebsiteConfirmInChromium(t *testing.T) {
 		t.Fatal(err)
 	}
 	revise := operations.WebsiteConfirmerFunc(func(ctx context.Context, w *operations.WebsiteConfirm) error {
-		if _, err := srv.ReviseOperation(w.OperationID); err != nil {
+		if _, err := srv.Operations().Revise(w.OperationID); err != nil {
 			return err
 		}
 		return clickConfirm(ctx, w)
@@ -113,7 +113,7 @@ func TestPA_OPS4_04_WebsiteConfirmInChromium(t *testing.T) {
 	if _, err := oc.Confirm(ctx, a2, &operations.ConfirmOptions{Website: revise}); err == nil {
 		t.Fatal("confirmed revision 2 under an approval of revision 1")
 	}
-	if info, _ := srv.Operation(op2.ID); info.State != "proposed" || info.WebsiteConfirms != 0 {
+	if info, _ := srv.Operations().Get(op2.ID); info.State != "proposed" || info.WebsiteConfirms != 0 {
 		t.Errorf("revision 2: %s, %d website confirms", info.State, info.WebsiteConfirms)
 	}
 }

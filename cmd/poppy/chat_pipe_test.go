@@ -82,7 +82,7 @@ func chatEvents(t *testing.T, out string) []string {
 // with --json the text-delta pieces too; in text, each reply once (no
 // pieces without a terminal).
 func TestChatPipedOneMessage(t *testing.T) {
-	e := newCLIEnv(t, &poppytest.Options{Conversation: poppytest.ConversationOptions{Streaming: true, TextDeltas: true}})
+	e := newCLIEnv(t, &poppytest.Options{Conversations: poppytest.ConversationOptions{Streaming: true, TextDeltas: true}})
 	e.init()
 	want := []string{
 		"started",
@@ -113,7 +113,7 @@ func TestChatPipedOneMessage(t *testing.T) {
 // With --no-stream (long polls) the same script gets the same turn,
 // without the pieces, which only a stream carries.
 func TestChatPipedLongPoll(t *testing.T) {
-	e := newCLIEnv(t, &poppytest.Options{Conversation: poppytest.ConversationOptions{Streaming: true, TextDeltas: true}})
+	e := newCLIEnv(t, &poppytest.Options{Conversations: poppytest.ConversationOptions{Streaming: true, TextDeltas: true}})
 	e.init()
 	want := []string{
 		"started",
@@ -133,7 +133,7 @@ func TestChatPipedLongPoll(t *testing.T) {
 // the chat whose stdin ended waits for the reply, pieces included, and the
 // end of the turn.
 func TestChatPipedLateReply(t *testing.T) {
-	e := newCLIEnv(t, &poppytest.Options{Conversation: poppytest.ConversationOptions{
+	e := newCLIEnv(t, &poppytest.Options{Conversations: poppytest.ConversationOptions{
 		Streaming: true, TextDeltas: true, ReplyDelay: 300 * time.Millisecond}})
 	e.init()
 	got := strings.Join(chatEvents(t, e.chatPiped(t, false, true)), "\n")

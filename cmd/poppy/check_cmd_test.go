@@ -52,14 +52,17 @@ func TestNewCmdFake(t *testing.T) {
 	if n < 60 {
 		t.Errorf("only %d option flags", n)
 	}
-	for path, want := range map[string]string{"Misconfig.DropOrganization": "misconfig.drop-organization", "DropAPIs": "drop-apis",
-		"TokenTTL": "token-ttl", "APIResource": "api-resource", "JWTTokens": "jwt-tokens", "MCP.AuthorizationServers": "mcp.authorization-servers",
-		"Web.SameSite": "web.same-site", "Conversation.CloseStreamAfter": "conversation.close-stream-after"} {
+	for path, want := range map[string]string{"Misconfig.DropOrganization": "misconfig.drop-organization", "Discovery.DropAPIs": "discovery.drop-apis",
+		"Tokens.TTL": "tokens.ttl", "API.Resource": "api.resource", "Tokens.JWT": "tokens.jwt", "MCP.AuthorizationServers": "mcp.authorization-servers",
+		"Web.SameSite": "web.same-site", "Conversations.CloseStreamAfter": "conversations.close-stream-after",
+		"SignIn.RotateAccountTokens": "sign-in.rotate-account-tokens", "Clients.MaxNew": "clients.max-new",
+		// not fields, but the shapes a field name may take
+		"APIResource": "api-resource", "JWTTokens": "jwt-tokens"} {
 		if got := optionFlagName(path); got != want {
 			t.Errorf("%s: flag %q, want %q", path, got, want)
 		}
 	}
-	cmd.SetArgs([]string{"--misconfig.drop-organization", "--token-ttl", "10m", "--web.same-site", "strict", "--disable-sign-in", "device,mediated",
+	cmd.SetArgs([]string{"--misconfig.drop-organization", "--tokens.ttl", "10m", "--web.same-site", "strict", "--sign-in.disable", "device,mediated",
 		"--operations.perform", "slow", "--agent", "agent.test=http://127.0.0.1:8080", "--ca-file", "ca.pem"})
 	if err := cmd.Execute(); err != nil {
 		t.Fatal(err)
@@ -68,7 +71,7 @@ func TestNewCmdFake(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !o.Misconfig.DropOrganization || o.TokenTTL != 10*time.Minute || o.Web.SameSite != 3 || !reflect.DeepEqual(o.DisableSignIn, []string{"device", "mediated"}) ||
+	if !o.Misconfig.DropOrganization || o.Tokens.TTL != 10*time.Minute || o.Web.SameSite != 3 || !reflect.DeepEqual(o.SignIn.Disable, []string{"device", "mediated"}) ||
 		o.Operations.Perform != poppytest.PerformSlow || got.CAFile != "ca.pem" || len(got.Agents) != 1 {
 		t.Errorf("options %+v, fake options %+v", o, got)
 	}
@@ -83,20 +86,20 @@ func TestNewCmdFake(t *testing.T) {
 func TestFakeConfigFile(t *testing.T) {
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "fake.json")
-	if err := os.WriteFile(cfg, []byte(`{"TokenTTL": "90s", "RequireNonce": true, "Misconfig": {"OrganizationDomain": "other.test"},
-		"Accounts": [{"ID": "acct_9", "Credentials": {"email": "a@example.test", "password": "pw-9"}}],
-		"Web": {"SameSite": "none"}, "Conversation": {"Streaming": true, "MaxWait": "5s"}}`), 0o600); err != nil {
+	if err := os.WriteFile(cfg, []byte(`{"Tokens": {"TTL": "90s", "RequireNonce": true}, "Misconfig": {"OrganizationDomain": "other.test"},
+		"SignIn": {"Accounts": [{"ID": "acct_9", "Credentials": {"email": "a@example.test", "password": "pw-9"}}]},
+		"Web": {"SameSite": "none"}, "Conversations": {"Streaming": true, "MaxWait": "5s"}}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	o, err := (&fakeOptions{ConfigFile: cfg, Set: map[string]string{"RequireNonce": "false"}}).serverOptions()
+	o, err := (&fakeOptions{ConfigFile: cfg, Set: map[string]string{"Tokens.RequireNonce": "false"}}).serverOptions()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.TokenTTL != 90*time.Second || o.RequireNonce || o.Misconfig.OrganizationDomain != "other.test" || len(o.Accounts) != 1 ||
-		o.Accounts[0].Credentials["password"] != "pw-9" || o.Web.SameSite != 4 || !o.Conversation.Streaming || o.Conversation.MaxWait != 5*time.Second {
+	if o.Tokens.TTL != 90*time.Second || o.Tokens.RequireNonce || o.Misconfig.OrganizationDomain != "other.test" || len(o.SignIn.Accounts) != 1 ||
+		o.SignIn.Accounts[0].Credentials["password"] != "pw-9" || o.Web.SameSite != 4 || !o.Conversations.Streaming || o.Conversations.MaxWait != 5*time.Second {
 		t.Errorf("options %+v", o)
 	}
-	for _, bad := range []string{`{"TokenTTLs": "1s"}`, `{"TokenTTL": 90}`, `{"Web": {"Nope": 1}}`, `not json`} {
+	for _, bad := range []string{`{"TokenTTL": "1s"}`, `{"Tokens": {"TTL": 90}}`, `{"Web": {"Nope": 1}}`, `not json`} {
 		if err := os.WriteFile(cfg, []byte(bad), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -143,7 +146,7 @@ func TestRunFakeJSON(t *testing.T) {
 // prompt (stdin), the check signs in, uses the Account Token and signs
 // out; nothing fails and the secret credential is never printed.
 func TestRunCheckInteractive(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{DisableSignIn: []string{"direct", "device"}})
+	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInOptions{Disable: []string{"direct", "device"}}})
 	addr, err := freeAddr()
 	if err != nil {
 		t.Fatal(err)

@@ -37,8 +37,8 @@ func newCLIEnv(t *testing.T, opts *poppytest.Options) *cliEnv {
 	if opts == nil {
 		opts = &poppytest.Options{}
 	}
-	if opts.DeviceInterval == 0 {
-		opts.DeviceInterval = time.Second
+	if opts.SignIn.DeviceInterval == 0 {
+		opts.SignIn.DeviceInterval = time.Second
 	}
 	srv, addr, err := newFake(t, opts)
 	if err != nil {

@@ -9,7 +9,7 @@ package main
 // Options are poppytest.Options: a JSON file (--config) whose members are
 // the Go field names, and a flag for every field of a simple type, named
 // after its path (--misconfig.drop-organization, --web.same-site strict,
-// --token-ttl 10m). Flags win over the file.
+// --tokens.ttl 10m). Flags win over the file.
 
 import (
 	"context"
@@ -103,7 +103,7 @@ there were any.`,
 		Example: `  poppy fake --ca-file ca.pem --env-file fake.env --agent agent.test=http://127.0.0.1:8080 &
   set -a; . ./fake.env; set +a
   curl https://example.test/.well-known/poppy.json
-  poppy fake --require-nonce --conversation.streaming --page-addr 127.0.0.1:8700
+  poppy fake --tokens.require-nonce --conversations.streaming --page-addr 127.0.0.1:8700
   poppy fake --config fake.json --misconfig.organization-domain other.test`,
 		GroupID: "company",
 		Args:    cobra.NoArgs,
@@ -185,7 +185,8 @@ func flagUsage(t reflect.Type) (string, bool) {
 }
 
 // optionFlagName is the flag of a field path: Misconfig.DropOrganization
-// is misconfig.drop-organization, DropAPIs drop-apis, TokenTTL token-ttl.
+// is misconfig.drop-organization, Discovery.DropAPIs discovery.drop-apis,
+// Tokens.TTL tokens.ttl, SignIn.Disable sign-in.disable.
 func optionFlagName(path string) string {
 	parts := strings.Split(path, ".")
 	for i, p := range parts {

@@ -258,7 +258,7 @@ func TestCheckAgainstFakeProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := startFakeProcess(t, "--agent", "agent.test=http://"+addr, "--conversation.streaming", "--require-nonce")
+	f := startFakeProcess(t, "--agent", "agent.test=http://"+addr, "--conversations.streaming", "--tokens.require-nonce")
 	cmd := exec.Command("poppy", "--json", "check", "example.test", "--agent-url", "https://agent.test/check/", "--listen", addr)
 	cmd.Env = f.with(t)
 	var stderr bytes.Buffer

@@ -136,11 +136,11 @@ func snapshot(srv *poppytest.Server, domain string) *pageView {
 			Ended: s.Ended, Scopes: s.Scopes})
 	}
 	slices.SortFunc(v.Sessions, func(a, b pageSession) int { return strings.Compare(b.Created+b.ID, a.Created+a.ID) })
-	for _, c := range srv.Conversations() {
+	for _, c := range srv.Conversations().All() {
 		v.Conversations = append(v.Conversations, pageConversation{ID: c.ID, Status: c.Status, Responder: c.Responder,
 			Account: c.Account, Parent: c.Parent, Messages: len(c.Messages), Events: len(c.Events)})
 	}
-	for _, o := range srv.Operations() {
+	for _, o := range srv.Operations().All() {
 		var m struct {
 			Summary string `json:"summary"`
 		}

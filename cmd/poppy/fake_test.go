@@ -52,9 +52,9 @@ func fakeCompanyMain() int {
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return 2
 	}
-	opts := &poppytest.Options{DeviceInterval: *interval, RequireCode: *requireCode, RotateAccountTokens: *rotate, APIResource: *resource}
+	opts := &poppytest.Options{SignIn: poppytest.SignInOptions{DeviceInterval: *interval, RequireCode: *requireCode, RotateAccountTokens: *rotate}, API: poppytest.APIOptions{Resource: *resource}}
 	if *disable != "" {
-		opts.DisableSignIn = strings.Split(*disable, ",")
+		opts.SignIn.Disable = strings.Split(*disable, ",")
 	}
 	if *name != "" {
 		n, err := strconv.Unquote(*name)
@@ -63,14 +63,19 @@ func fakeCompanyMain() int {
 			return 2
 		}
 		*name = n
-		opts.DocumentFields = map[string]any{"organization": map[string]any{"name": *name, "domain": "example.test"}}
+		opts.Discovery.DocumentFields = map[string]any{"organization": map[string]any{"name": *name, "domain": "example.test"}}
 	}
-	srv, agentAddr, err := newFake(nil, opts)
+	srv, err := poppytest.New(opts) // a program of its own: New, not the test helper
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fakeco:", err)
 		return 1
 	}
 	defer srv.Close()
+	agentAddr, err := forwardAgent(srv)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fakeco:", err)
+		return 1
+	}
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -101,19 +106,26 @@ func fakeCompanyMain() int {
 	return 0
 }
 
-// newFake starts a fake Company whose agent host agent.test is forwarded
-// to agentAddr, a free loopback address for "poppy serve-identity", as the
-// operator's TLS reverse proxy would. t may be nil.
+// newFake starts a fake Company for t whose agent host agent.test is
+// forwarded to agentAddr (forwardAgent).
 func newFake(t testing.TB, opts *poppytest.Options) (*poppytest.Server, string, error) {
-	agentAddr, err := freeAddr()
-	if err != nil {
-		return nil, "", err
-	}
 	srv := poppytest.NewServer(t, opts)
+	agentAddr, err := forwardAgent(srv)
+	return srv, agentAddr, err
+}
+
+// forwardAgent forwards srv's agent host agent.test to agentAddr, a free
+// loopback address for "poppy serve-identity", as the operator's TLS
+// reverse proxy would.
+func forwardAgent(srv *poppytest.Server) (agentAddr string, err error) {
+	agentAddr, err = freeAddr()
+	if err != nil {
+		return "", err
+	}
 	proxy := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "http", Host: agentAddr})
 	proxy.ErrorLog = log.New(io.Discard, "", 0)
 	srv.HandleAgent("agent.test", proxy)
-	return srv, agentAddr, nil
+	return agentAddr, nil
 }
 
 func freeAddr() (string, error) {

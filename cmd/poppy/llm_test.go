@@ -94,13 +94,13 @@ func TestMCPServerCommand(t *testing.T) {
 			if id == "" {
 				t.Fatalf("no operation: %v", r)
 			}
-			if n := len(e.srv.PerformedActions()); n != 0 {
+			if n := len(e.srv.Operations().Performed()); n != 0 {
 				t.Fatalf("performed %d before any approval", n)
 			}
 			r = call("poppy_request_approval", `{"domain":"example.test","operation_id":"`+id+`"}`)
 			approval, _ := r["approval"].(string)
-			if !strings.Contains(approval, tc.note) || len(e.srv.PerformedActions()) != tc.performed {
-				t.Fatalf("approval: %v, performed %d", r, len(e.srv.PerformedActions()))
+			if !strings.Contains(approval, tc.note) || len(e.srv.Operations().Performed()) != tc.performed {
+				t.Fatalf("approval: %v, performed %d", r, len(e.srv.Operations().Performed()))
 			}
 			mu.Lock()
 			defer mu.Unlock()
@@ -150,7 +150,7 @@ func TestMCPServerWithoutElicitation(t *testing.T) {
 		!strings.Contains(approval, "elicitation") {
 		t.Fatalf("the model is not told what to show and where the User approves: %v", r)
 	}
-	if n := len(e.srv.PerformedActions()); n != 0 {
+	if n := len(e.srv.Operations().Performed()); n != 0 {
 		t.Fatalf("performed %d without the User", n)
 	}
 	if out := e.mustRun("--json", "ops", "show", "example.test", id); !strings.Contains(out, `"state":"proposed"`) {
@@ -243,7 +243,7 @@ func TestPTYAsk(t *testing.T) {
 			ptmx, screen, wait := onPTY(t, e.command([]string{"OPENAI_API_KEY=" + key}, "--json", "ask", "example.test",
 				"exchange my jacket for size M", "--base-url", model.URL+"/v1/", "--model", "scripted", "--max-steps", "5"))
 			screen.waitFor(t, regexp.MustCompile(`Type "yes" to approve`), 30*time.Second)
-			if n := len(e.srv.PerformedActions()); n != 0 {
+			if n := len(e.srv.Operations().Performed()); n != 0 {
 				t.Fatalf("performed %d before the User answered", n)
 			}
 			if _, err := ptmx.WriteString(tc.typed + "\r"); err != nil {
@@ -253,7 +253,7 @@ func TestPTYAsk(t *testing.T) {
 				t.Fatalf("exit %d; the screen shows:\n%s", code, screen.String())
 			}
 			s := screen.String()
-			if n := len(e.srv.PerformedActions()); n != tc.performed {
+			if n := len(e.srv.Operations().Performed()); n != tc.performed {
 				t.Fatalf("performed %d, want %d:\n%s", n, tc.performed, s)
 			}
 			if !strings.Contains(s, `"kind":"tool","tool":"poppy_request_approval"`) || !strings.Contains(s, tc.note) ||
@@ -294,7 +294,7 @@ func TestAskNoTerminal(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
-	if n := len(e.srv.PerformedActions()); n != 0 {
+	if n := len(e.srv.Operations().Performed()); n != 0 {
 		t.Fatalf("performed %d from a piped stdin:\n%s", n, out)
 	}
 	if !strings.Contains(string(out), `"tool":"poppy_request_approval"`) {

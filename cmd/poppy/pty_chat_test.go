@@ -14,7 +14,7 @@ import (
 // chat on a terminal: the reply streams in as text-delta pieces, shown
 // live and then replaced by the full message; /quit leaves.
 func TestPTYChatStreams(t *testing.T) {
-	e := newCLIEnv(t, &poppytest.Options{Conversation: poppytest.ConversationOptions{Streaming: true, TextDeltas: true}})
+	e := newCLIEnv(t, &poppytest.Options{Conversations: poppytest.ConversationOptions{Streaming: true, TextDeltas: true}})
 	e.init()
 	ptmx, screen, wait := onPTY(t, e.command(nil, "chat", "example.test"))
 	screen.waitFor(t, regexp.MustCompile(`Type your first message`), 20*time.Second)

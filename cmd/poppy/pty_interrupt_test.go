@@ -115,7 +115,7 @@ func TestPTYChatInterruptedAtPrompt(t *testing.T) {
 func TestPTYChatInterruptedWhileStreaming(t *testing.T) {
 	release := make(chan struct{})
 	var once bool
-	e := newCLIEnv(t, &poppytest.Options{Conversation: poppytest.ConversationOptions{
+	e := newCLIEnv(t, &poppytest.Options{Conversations: poppytest.ConversationOptions{
 		Streaming: true, TextDeltas: true, ReplyDelay: 10 * time.Millisecond,
 		Agent: func(turn *poppytest.Turn) {
 			if once {

@@ -126,7 +126,7 @@ func (r *runEnv) propose(order string) string {
 }
 
 func (r *runEnv) opState(id string) string {
-	info, _ := r.srv.Operation(id)
+	info, _ := r.srv.Operations().Get(id)
 	return info.State
 }
 

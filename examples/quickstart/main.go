@@ -39,7 +39,10 @@ func main() {
 func run(ctx context.Context, out io.Writer) error {
 	step := func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) }
 
-	company := poppytest.NewServer(nil, &poppytest.Options{Conversation: poppytest.ConversationOptions{Streaming: true, TextDeltas: true}})
+	company, err := poppytest.New(&poppytest.Options{Conversations: poppytest.ConversationOptions{Streaming: true, TextDeltas: true}})
+	if err != nil {
+		return err
+	}
 	defer company.Close()
 	step("fake Company is up: %s (issuer %s)", company.URL(), company.Issuer())
 

@@ -232,8 +232,7 @@ func ReplicaRun(t testing.TB, store keystore.Store, spec string, opts *ReplicaOp
 	if big {
 		load = poppytest.LoadOptions{ViolationsOnly: true, ForgetTokensAfter: time.Minute}
 	}
-	e := New(t, &poppytest.Options{RotateAccountTokens: true, TokenTTL: o.TokenTTL, RotationGrace: o.RotationGrace, Load: load},
-		&poppy.AgentOptions{Store: store})
+	e := New(t, &poppytest.Options{SignIn: poppytest.SignInOptions{RotateAccountTokens: true, RotationGrace: o.RotationGrace}, Tokens: poppytest.TokenOptions{TTL: o.TokenTTL}, Load: load}, &poppy.AgentOptions{Store: store})
 	ctx := context.Background()
 	// Sign every User in, a few at a time.
 	var wg sync.WaitGroup

@@ -45,7 +45,6 @@ package agenttest
 import (
 	"fmt"
 	"net/http"
-	"testing"
 
 	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/keystore"
@@ -80,20 +79,26 @@ type Options struct {
 	Agent poppy.AgentOptions
 }
 
-// New returns an Agent for srv and the Identity it signs with. The
-// identity's metadata, JWKS and opts.Handler are served on opts.Host by
-// srv. Errors fail t; with a nil t (in an Example or a program) they panic.
-func New(t testing.TB, srv *poppytest.Server, opts *Options) (*poppy.Agent, *poppy.Identity) {
-	if t != nil {
-		t.Helper()
+// New returns an Agent for srv and the Identity it signs with, for the
+// test t. The identity's metadata, JWKS and opts.Handler are served on
+// opts.Host by srv. Errors fail t. t must not be nil: a program or an
+// Example calls [NewAgent].
+func New(t poppytest.TB, srv *poppytest.Server, opts *Options) (*poppy.Agent, *poppy.Identity) {
+	if t == nil {
+		panic("agenttest: New needs a test; a program or an Example calls NewAgent")
 	}
-	fail := func(err error) {
-		if t == nil {
-			panic(err)
-		}
-		t.Helper()
-		t.Fatal(err)
+	t.Helper()
+	agent, id, err := NewAgent(srv, opts)
+	if err != nil {
+		t.Fatalf("%v", err)
+		return nil, nil
 	}
+	return agent, id
+}
+
+// NewAgent is New for a program or an Example: it returns the error
+// instead of failing a test.
+func NewAgent(srv *poppytest.Server, opts *Options) (*poppy.Agent, *poppy.Identity, error) {
 	var o Options
 	if opts != nil {
 		o = *opts
@@ -107,8 +112,7 @@ func New(t testing.TB, srv *poppytest.Server, opts *Options) (*poppy.Agent, *pop
 	if o.Key == nil {
 		k, err := poppy.GenerateSigningKey()
 		if err != nil {
-			fail(fmt.Errorf("agenttest: %w", err))
-			return nil, nil
+			return nil, nil, fmt.Errorf("agenttest: %w", err)
 		}
 		o.Key = k
 	}
@@ -122,8 +126,7 @@ func New(t testing.TB, srv *poppytest.Server, opts *Options) (*poppy.Agent, *pop
 		Extensions:   o.Extensions,
 	})
 	if err != nil {
-		fail(fmt.Errorf("agenttest: %w", err))
-		return nil, nil
+		return nil, nil, fmt.Errorf("agenttest: %w", err)
 	}
 	srv.HandleAgent(o.Host, id.Handler(o.Handler))
 	ao := o.Agent
@@ -138,8 +141,7 @@ func New(t testing.TB, srv *poppytest.Server, opts *Options) (*poppy.Agent, *pop
 	}
 	agent, err := poppy.NewAgent(id, &ao)
 	if err != nil {
-		fail(fmt.Errorf("agenttest: %w", err))
-		return nil, nil
+		return nil, nil, fmt.Errorf("agenttest: %w", err)
 	}
-	return agent, id
+	return agent, id, nil
 }

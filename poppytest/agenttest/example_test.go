@@ -9,10 +9,16 @@ import (
 	"github.com/poppyproto/poppy/poppytest/agenttest"
 )
 
-func ExampleNew() {
-	srv := poppytest.NewServer(nil, nil) // in a test: poppytest.NewServer(t, nil)
+func ExampleNewAgent() {
+	srv, err := poppytest.New(nil) // in a test: srv := poppytest.NewServer(t, nil), closed at cleanup
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer srv.Close()
-	agent, identity := agenttest.New(nil, srv, nil) // in a test: agenttest.New(t, srv, nil)
+	agent, identity, err := agenttest.NewAgent(srv, nil) // in a test: agenttest.New(t, srv, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
 
 	ctx := context.Background()
 	c, err := agent.Company(ctx, "example.test")

@@ -16,7 +16,11 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: gendesc FILE")
 		os.Exit(2)
 	}
-	srv := poppytest.NewServer(nil, nil)
+	srv, err := poppytest.New(nil)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	defer srv.Close()
 	resp, err := srv.Client().Get(srv.APIURL() + "/openapi.json")
 	if err != nil {
