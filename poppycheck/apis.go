@@ -32,6 +32,13 @@ const (
 // proof for it, retrying once on use_dpop_nonce (CO-4.3-10) and on a
 // short 429 (CO-4.3-21).
 func (p *prober) resourceRequest(ctx context.Context, s *session, method, rawURL string, body []byte, hdr http.Header, token string, mod proofMod) (*reply, error) {
+	return p.resourceRequestRetry(ctx, s, method, rawURL, body, hdr, token, mod, true)
+}
+
+// resourceRequestRetry is resourceRequest; without retry429 a 429 is
+// returned as it is (the Mediated Sign-In rate limit probe counts its
+// attempts and must not send another).
+func (p *prober) resourceRequestRetry(ctx context.Context, s *session, method, rawURL string, body []byte, hdr http.Header, token string, mod proofMod, retry429 bool) (*reply, error) {
 	if token == "" {
 		token = s.token
 	}
@@ -88,7 +95,7 @@ func (p *prober) resourceRequest(ctx context.Context, s *session, method, rawURL
 				continue
 			}
 		}
-		if r.status == http.StatusTooManyRequests && attempt < 2 && p.waitRetryAfter(ctx, r) {
+		if retry429 && r.status == http.StatusTooManyRequests && attempt < 2 && p.waitRetryAfter(ctx, r) {
 			continue
 		}
 		return r, nil

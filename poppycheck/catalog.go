@@ -37,7 +37,7 @@ var unobservable, conditional = func() (map[string]string, map[string]string) {
 		"CO-7.2-01", "CO-7.2-02", "CO-7.2-03", "CO-7.2-04", "CO-4.5-07", "CO-4.5-08", "CO-4.6-06", "CO-4.7-03", "CO-4.8-05", "CO-4.8-06", "CO-OPS3-15", "CO-OPS3-16", "CO-OPS5-01")
 	set("needs a real browser following the Company's website over time; the check posts the join and reads the cookie only",
 		"CO-5-01", "CO-5-14", "CO-5-15", "CO-5-18", "CO-5-19", "CO-5-20")
-	set("seen only when the Company answers 429, which a run that sends a few dozen requests rarely provokes; the check never floods a Company to see it",
+	when("seen only when the Company answers 429, which a run that sends a few dozen requests rarely provokes (the check never floods a Company to see it), or with --failed-sign-ins, whose attempts a Company must refuse with 429",
 		"CO-4.3-21")
 	when("seen only when the Company requires DPoP nonces (a MAY)", "CO-4.3-10")
 	set("needs a person at the Company: the check never asks for a handoff", "CO-7.9-01", "CO-7.9-02", "CO-7.9-03", "CO-7.9-04", "CO-7.7-03", "CO-7.7-04")
@@ -49,7 +49,7 @@ var unobservable, conditional = func() (map[string]string, map[string]string) {
 		"CO-OPS2-03", "CO-OPS2-04", "CO-OPS3-01", "CO-OPS3-03", "CO-OPS3-04", "CO-OPS3-05", "CO-OPS3-06", "CO-OPS3-07",
 		"CO-OPS3-08", "CO-OPS3-09", "CO-OPS3-10", "CO-OPS3-11", "CO-OPS3-13", "CO-OPS3-14", "CO-OPS3-17", "CO-OPS4-01",
 		"CO-OPS4-02", "CO-OPS4-03", "CO-OPS4-04", "CO-OPS4-05", "CO-OPS4-06", "CO-OPS5-02", "CO-OPS5-03", "CO-OPS5-04",
-		"CO-OPS5-05", "CO-OPS5-06", "CO-OPS5-07", "CO-OPS6-01", "CO-OPS6-02", "CO-OPS6-03", "CO-OPS6-04", "CO-OPS6-05",
+		"CO-OPS5-05", "CO-OPS5-06", "CO-OPS5-07", "CO-OPS6-02", "CO-OPS6-03", "CO-OPS6-04", "CO-OPS6-05",
 		"CO-OPS7-01", "CO-OPS7-02", "CO-OPS7-03", "CO-3.3-04")
 	set("needs the MCP server's tools to say which scopes each needs, which MCP doesn't", "CO-6-05")
 	when("seen in an interactive run when a sign-in grants fewer scopes than a GET of the OpenAPI description needs", "CO-6-11")
@@ -60,9 +60,11 @@ var unobservable, conditional = func() (map[string]string, map[string]string) {
 	set("about what the person sees or does on the Company's page; the check sees only where it ends",
 		"CO-4.5-01", "CO-4.5-02", "CO-4.6-01", "CO-4.6-02")
 	set("needs a sign-in that waits, fails or expires on purpose: run with --interactive and decline, or wait out a code",
-		"CO-4.4-10", "CO-4.5-04", "CO-4.5-06", "CO-4.6-03", "CO-4.6-04", "CO-4.6-05", "CO-4.7-04", "CO-4.7-05", "CO-4.7-09")
+		"CO-4.4-10", "CO-4.5-04", "CO-4.5-06", "CO-4.6-03", "CO-4.6-04", "CO-4.6-05", "CO-4.7-04", "CO-4.7-05")
+	when("needs a Mediated Sign-In with wrong credentials: run with --failed-sign-ins, whose made-up credentials must fail", "CO-4.7-09")
 	when("seen only when the Company asks for a one-time code", "CO-4.7-02", "CO-4.7-08")
-	set("needs failed Mediated Sign-Ins in a row; the check never sends wrong credentials", "CO-4.7-06")
+	when("needs failed Mediated Sign-Ins in a row: run with --failed-sign-ins (Options.FailedSignIns), which makes up to 6 attempts with made-up credentials", "CO-4.7-06")
+	when("needs an operation proposed and confirmed: in an interactive run, Options.Propose names an action the check proposes and, once the person approves it, confirms; the check never proposes one by itself, since confirming acts on the person's account", "CO-OPS6-01")
 	when("needs a signed-in Session: run with --interactive",
 		"CO-4.4-06", "CO-4.4-11", "CO-4.4-13", "CO-4.5-03", "CO-4.5-05", "CO-4.7-01", "CO-4.7-07",
 		"CO-4.8-01", "CO-4.8-02", "CO-4.8-07", "CO-4.8-09", "CO-4.8-10",

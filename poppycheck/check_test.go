@@ -18,8 +18,9 @@ import (
 // signs in with the fake's programmable User and types the default
 // account's credentials.
 type person struct {
-	srv  *poppytest.Server
-	seen []poppycheck.Visit
+	srv      *poppytest.Server
+	seen     []poppycheck.Visit
+	approved []poppycheck.Approval
 }
 
 func (p *person) Visit(ctx context.Context, v poppycheck.Visit) error {
@@ -47,6 +48,35 @@ func (p *person) Ask(_ context.Context, q poppycheck.Question) (string, error) {
 		return p.srv.LastCode(), nil
 	}
 	return "", nil
+}
+
+// Approve approves every operation, as the person of a test who named
+// the action (Options.Propose) would; it records what it was shown.
+func (p *person) Approve(_ context.Context, a poppycheck.Approval) (bool, error) {
+	p.approved = append(p.approved, a)
+	return true, nil
+}
+
+// failedSignIns turns on the probe of CO-4.7-06.
+func failedSignIns(*poppytest.Server) *poppycheck.Options {
+	return &poppycheck.Options{FailedSignIns: true}
+}
+
+// proposeExchange is an interactive run that proposes the fake's jacket
+// exchange and confirms it (the probe of CO-OPS6-01).
+func proposeExchange(srv *poppytest.Server) *poppycheck.Options {
+	return &poppycheck.Options{Person: &person{srv: srv}, Propose: &poppycheck.Proposal{
+		Method: http.MethodPost, URL: srv.APIURL() + "/orders/ord_7Hk2/exchanges", Body: []byte(`{"item_id":"itm_4Qa"}`),
+	}}
+}
+
+// slowOps is a fake whose operations stay in_progress, with Direct
+// Sign-In alone (the operation probe needs one signed-in Session).
+func slowOps(omitRetryAfter bool) poppytest.Options {
+	return poppytest.Options{
+		SignIn:     poppytest.SignInOptions{Disable: []string{"device", "mediated"}},
+		Operations: poppytest.OperationsOptions{Perform: poppytest.PerformSlow, RetryAfter: 1, OmitRetryAfter: omitRetryAfter},
+	}
 }
 
 // richOptions turn on what the default fake leaves off, so that the rules
@@ -116,7 +146,14 @@ func TestEveryObservableRule(t *testing.T) {
 			}
 		}
 	}
-	add(runAgainst(t, poppytest.NewServer(t, nil), nil))
+	// The default fake with the opt-in probe of failed Mediated Sign-Ins
+	// (CO-4.7-06).
+	add(runWith(t, poppytest.NewServer(t, nil), &poppycheck.Options{FailedSignIns: true}))
+	// An operation proposed and confirmed that stays in_progress
+	// (CO-OPS6-01).
+	slow := slowOps(false)
+	ops := poppytest.NewServer(t, &slow)
+	add(runWith(t, ops, proposeExchange(ops)))
 	rich := poppytest.NewServer(t, richOptions())
 	p := &person{srv: rich}
 	rep := runAgainst(t, rich, p)
@@ -160,6 +197,9 @@ type knob struct {
 	opts  poppytest.Options
 	rule  string // the rule the check reports failed
 	after func(*poppytest.Server)
+	// check, if set, gives the check's options: the opt-in probe that
+	// sees the rule.
+	check func(*poppytest.Server) *poppycheck.Options
 }
 
 // misconfigurations lists every switch of poppytest.Options that makes
@@ -208,6 +248,15 @@ var misconfigurations = []knob{
 	{name: "Noise", opts: poppytest.Options{Noise: true}, rule: "CO-3.3-01"},
 	// CO-7.4-06: Conversations.Noise adds context to the Company's messages.
 	{name: "Conversations.Noise", opts: poppytest.Options{Conversations: poppytest.ConversationOptions{Noise: true}}, rule: "CO-7.4-06"},
+	// CO-4.7-06: no rate limit on failed Mediated Sign-Ins, seen by the
+	// opt-in probe (Options.FailedSignIns).
+	{name: "SignIn.MediatedFailuresPerMinute", opts: poppytest.Options{SignIn: poppytest.SignInOptions{MediatedFailuresPerMinute: -1}}, rule: "CO-4.7-06", check: failedSignIns},
+	// CO-4.7-06: a limit above the 5 of REQUIREMENTS.md's reading (the 6th
+	// attempt within a minute is refused).
+	{name: "SignIn.MediatedFailuresPerMinute", opts: poppytest.Options{SignIn: poppytest.SignInOptions{MediatedFailuresPerMinute: 6}}, rule: "CO-4.7-06", check: failedSignIns},
+	// CO-OPS6-01: in_progress without Retry-After, seen by the opt-in
+	// operation probe (Options.Propose, interactive).
+	{name: "Operations.OmitRetryAfter", opts: slowOps(true), rule: "CO-OPS6-01", check: proposeExchange},
 }
 
 // runtimeKnobs are the Server's methods that bend one answer against a
@@ -225,10 +274,6 @@ var runtimeKnobs = []knob{
 // outside, with the rule: the check reports it not observed, with the
 // catalog's reason.
 var unseenKnobs = []knob{
-	// CO-4.7-06: no rate limit on failed Mediated Sign-Ins; seeing it takes failed sign-ins in a row.
-	{name: "SignIn.MediatedFailuresPerMinute", opts: poppytest.Options{SignIn: poppytest.SignInOptions{MediatedFailuresPerMinute: -1}}, rule: "CO-4.7-06"},
-	// CO-OPS6-01: in_progress without Retry-After; seeing it takes a confirmed operation.
-	{name: "Operations.OmitRetryAfter", opts: poppytest.Options{Operations: poppytest.OperationsOptions{OmitRetryAfter: true, Perform: poppytest.PerformSlow}}, rule: "CO-OPS6-01"},
 	// CO-OPS4-01: a new operation for an action already open; seeing it takes proposing one twice.
 	{name: "Operations.ProposeAgain", opts: poppytest.Options{Operations: poppytest.OperationsOptions{ProposeAgain: true}}, rule: "CO-OPS4-01"},
 }
@@ -305,7 +350,7 @@ func TestEveryKnobClassified(t *testing.T) {
 // that rule failed, with the request and the answer: CO-3-03, CO-3-04,
 // CO-3-05, CO-3-06, CO-3-07, CO-3-10, CO-3.2-02, CO-3.2-03, CO-3.2-04,
 // CO-3.2-05, CO-3.3-01, CO-4.2-05, CO-4.2-06, CO-4.2-07, CO-4.3-21,
-// CO-5-17, CO-6-07, CO-7.2-06, CO-7.4-06.
+// CO-4.7-06, CO-5-17, CO-6-07, CO-7.2-06, CO-7.4-06, CO-OPS6-01.
 func TestMisconfigurations(t *testing.T) {
 	for _, k := range append(slices.Clone(misconfigurations), runtimeKnobs...) {
 		t.Run(k.name+"/"+k.rule, func(t *testing.T) {
@@ -314,7 +359,11 @@ func TestMisconfigurations(t *testing.T) {
 			if k.after != nil {
 				k.after(srv)
 			}
-			rep := runAgainst(t, srv, nil)
+			copts := &poppycheck.Options{}
+			if k.check != nil {
+				copts = k.check(srv)
+			}
+			rep := runWith(t, srv, copts)
 			r, _ := rep.Result(k.rule)
 			if r.Status != poppycheck.Failed {
 				t.Fatalf("%s: %s (%s), want failed", k.rule, r.Status, r.Reason)

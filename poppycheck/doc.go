@@ -28,7 +28,12 @@
 // agent never sends (a replayed proof or assertion, a token in a URL, a
 // Bearer token to a DPoP API), never guesses a credential, never proposes
 // or confirms an operation, never asks for a person at the Company, and
-// never opens a sign-in page itself.
+// never opens a sign-in page itself. Two probes run only when asked:
+// Options.FailedSignIns makes up to MediatedAttempts Mediated Sign-In
+// attempts with made-up credentials that name no account, to see the
+// rate limit (CO-4.7-06); Options.Propose, in an interactive run, proposes
+// an action the caller names and confirms it once the person approves,
+// to see Retry-After while it is in_progress (CO-OPS6-01).
 //
 // # Bounds
 //

@@ -14,14 +14,21 @@ import (
 // wouldn't).
 func runAgainst(t *testing.T, srv *poppytest.Server, person poppycheck.Person) *poppycheck.Report {
 	t.Helper()
+	return runWith(t, srv, &poppycheck.Options{Person: person})
+}
+
+// runWith is runAgainst with the check's options (Agent, HTTPClient and
+// Clock are set here).
+func runWith(t *testing.T, srv *poppytest.Server, opts *poppycheck.Options) *poppycheck.Report {
+	t.Helper()
 	agent, err := poppycheck.NewAgent("https://agent.test/check/")
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv.HandleAgent("agent.test", agent.Handler())
-	rep, err := poppycheck.Run(context.Background(), "example.test", &poppycheck.Options{
-		Agent: agent, HTTPClient: srv.Client(), Clock: srv.Clock(), Person: person,
-	})
+	o := *opts
+	o.Agent, o.HTTPClient, o.Clock = agent, srv.Client(), srv.Clock()
+	rep, err := poppycheck.Run(context.Background(), "example.test", &o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -105,6 +105,8 @@ func (p *prober) interactive(ctx context.Context, open string) {
 	for _, d := range done {
 		p.moreScope(ctx, d)
 	}
+	// Before the sign-out below: the operation needs the signed-in Session.
+	p.operation(ctx, done[0])
 	p.accountToken(ctx, done[0], open)
 }
 

@@ -162,6 +162,26 @@ type Options struct {
 	// through one sign-in of each type the Company offers, then checks
 	// Account Token use, rotation and sign-out (see Person).
 	Person Person
+	// FailedSignIns lets the check see that a Company offering Mediated
+	// Sign-In rate-limits attempts (CO-4.7-06, spec 4.7): at the end of
+	// the run it posts, on one Session, up to MediatedAttempts attempts
+	// within a minute with credentials it makes up (random values, an
+	// email field under the reserved .invalid domain, so they can belong
+	// to no account), and wants the last one, or an earlier one, refused
+	// with 429 and a Retry-After it can read. Off by default: a Company
+	// may count the failures against the address the check runs from, or
+	// alert on them, and a correct agent never repeats a failed sign-in
+	// by itself; without it CO-4.7-06 is not observed. The made-up values
+	// never appear in the report.
+	FailedSignIns bool
+	// Propose, in an interactive run whose Person also implements
+	// Approver, is an action the check may propose and, once the person
+	// approves its summary, confirm and follow, to see what only a
+	// confirmed operation shows (CO-OPS6-01: Retry-After on every
+	// in_progress answer). It acts on the account the person signed in
+	// to: name a harmless action on a test account. Nil (the default)
+	// proposes nothing, and those rules are not observed.
+	Propose *Proposal
 	// MaxRequests bounds the requests one run sends. Zero means 400.
 	MaxRequests int
 	// RequestTimeout bounds each request, its answer included. Zero means
@@ -173,6 +193,41 @@ type Options struct {
 	// Logger receives a debug record per request (method, URL without
 	// query, status). Nil discards. No record holds a secret.
 	Logger *slog.Logger
+}
+
+// MediatedAttempts is the most Mediated Sign-In attempts the
+// FailedSignIns probe makes: the 6th attempt within a minute is the one
+// REQUIREMENTS.md's reading of CO-4.7-06 wants refused (a limit of 5).
+const MediatedAttempts = 6
+
+// Proposal is a request to one of the Company's APIs that proposes an
+// operation (operations extension, section 4.1: 202 with
+// {"operation": …}). The check sends it with the DPoP token of the first
+// interactive sign-in's Session.
+type Proposal struct {
+	// Method is the request's method, such as "POST".
+	Method string
+	// URL is the endpoint, an https URL of an API the Company lists.
+	URL string
+	// Body is the JSON body, if any.
+	Body []byte
+}
+
+// Approver is a Person that approves operations: the check asks it
+// before it confirms the operation Options.Propose proposed (a Personal
+// Agent must have the User's approval, operations section 5.1).
+type Approver interface {
+	// Approve shows the person the Company's name and the revision's
+	// summary (untrusted text) and returns their answer.
+	Approve(ctx context.Context, a Approval) (bool, error)
+}
+
+// Approval is what the person is asked to approve.
+type Approval struct {
+	Company     string // organization.name (untrusted text)
+	OperationID string
+	Revision    int
+	Summary     string // the revision's summary (untrusted text)
 }
 
 // Report is the outcome of a check.

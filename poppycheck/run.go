@@ -79,6 +79,9 @@ func (p *prober) run(ctx context.Context, domain string) {
 	if p.opts.Person != nil {
 		p.interactive(ctx, open)
 	}
+	// Last, so that a limit it sets off stops no other step (the
+	// person's own Mediated Sign-In above included).
+	p.mediatedRateLimit(ctx, s)
 }
 
 // openAPIEntry checks one OpenAPI entry and returns the URL of the GET a

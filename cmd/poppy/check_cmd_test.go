@@ -22,11 +22,11 @@ import (
 func TestNewCmdCheck(t *testing.T) {
 	var got *checkOptions
 	cmd := newCmdCheck(testApp(&bytes.Buffer{}, &bytes.Buffer{}), func(_ context.Context, o *checkOptions) error { got = o; return nil })
-	cmd.SetArgs([]string{"example.com", "--interactive", "--agent-url", "https://check.example.net/", "--listen", "127.0.0.1:9", "--max-requests", "50", "--timeout", "5s"})
+	cmd.SetArgs([]string{"example.com", "--interactive", "--agent-url", "https://check.example.net/", "--listen", "127.0.0.1:9", "--max-requests", "50", "--timeout", "5s", "--failed-sign-ins"})
 	if err := cmd.Execute(); err != nil {
 		t.Fatal(err)
 	}
-	if got == nil || got.Domain != "example.com" || !got.Interactive || got.AgentURL != "https://check.example.net/" || got.Listen != "127.0.0.1:9" || got.MaxRequests != 50 || got.Timeout != 5*time.Second {
+	if got == nil || got.Domain != "example.com" || !got.Interactive || got.AgentURL != "https://check.example.net/" || got.Listen != "127.0.0.1:9" || got.MaxRequests != 50 || got.Timeout != 5*time.Second || !got.FailedSignIns {
 		t.Fatalf("options %+v", got)
 	}
 	if !strings.Contains(cmd.Example, "poppy check") {
@@ -191,5 +191,35 @@ func TestRunCheckFails(t *testing.T) {
 	// CO-3.2-03
 	if out := stdout.String(); !strings.Contains(out, "FAILED CO-3.2-03") || !strings.Contains(out, "Stopped early") {
 		t.Errorf("output:\n%s", out)
+	}
+}
+
+// TestRunCheckFailedSignIns: --failed-sign-ins against a fake that never
+// rate-limits Mediated Sign-In reports CO-4.7-06 failed and exits 1;
+// without the flag the rule is not observed and the run passes.
+func TestRunCheckFailedSignIns(t *testing.T) {
+	for _, flag := range []bool{true, false} {
+		srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInOptions{MediatedFailuresPerMinute: -1}})
+		addr, err := freeAddr()
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv.HandleAgent("agent.test", httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "http", Host: addr}))
+		var stdout bytes.Buffer
+		a := testApp(&stdout, &bytes.Buffer{})
+		err = runCheck(context.Background(), &checkOptions{app: a, Domain: "example.test", AgentURL: "https://agent.test/check/", Listen: addr,
+			MaxRequests: 400, Timeout: 20 * time.Second, FailedSignIns: flag, httpClient: srv.Client()})
+		out := stdout.String()
+		// CO-4.7-06
+		if flag {
+			if code := a.exit(context.Background(), nil, err); code != exitError || !strings.Contains(out, "FAILED CO-4.7-06") || !strings.Contains(out, " 1 failed") {
+				t.Errorf("--failed-sign-ins: exit %d (%v), output:\n%s", code, err, out)
+			}
+		} else if err != nil || !regexp.MustCompile(`\nCO-4\.7-06 +not observed`).MatchString(out) {
+			t.Errorf("without --failed-sign-ins: %v, output:\n%s", err, out)
+		}
+		if n := len(srv.RequestsTo(poppytest.EndpointSignIn)); flag && n != 6 || !flag && n != 0 {
+			t.Errorf("--failed-sign-ins=%v: %d Mediated Sign-In requests", flag, n)
+		}
 	}
 }

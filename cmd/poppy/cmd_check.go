@@ -39,6 +39,9 @@ type checkOptions struct {
 	Listen      string
 	MaxRequests int
 	Timeout     time.Duration
+	// FailedSignIns makes up to 6 Mediated Sign-In attempts with made-up
+	// credentials, to see the rate limit (CO-4.7-06).
+	FailedSignIns bool
 	// In is where an interactive run reads the person's answers.
 	In io.Reader
 
@@ -59,7 +62,11 @@ endpoint, the operations endpoint, the browser-session endpoint) and
 reports each Company rule (CO-…) as passed, failed (with the rule's text,
 the request and the answer) or not observed (with why). With --interactive
 it also asks you to sign in once with each type the Company offers, then
-checks the Account Token, its rotation and sign-out.
+checks the Account Token, its rotation and sign-out. With --failed-sign-ins
+it makes, last, up to 6 Mediated Sign-In attempts within a minute with
+credentials it makes up (naming no account), to see them refused with 429
+and Retry-After; it is off by default, since a Company may count those
+failures against the address you run from.
 
 It acts as a fresh agent identity of its own (never your poppy init one),
 whose client metadata the Company must fetch: by default it serves it on
@@ -89,6 +96,7 @@ Exit codes: 0 no rule failed, 1 a rule failed or the check could not run,
 	f.BoolVar(&opts.Interactive, "interactive", false, "sign in once with each type the Company offers (you do it in your browser or here)")
 	f.StringVar(&opts.AgentURL, "agent-url", "", "the public https base URL where the Company reaches the check's identity (served at --listen)")
 	f.StringVar(&opts.Listen, "listen", "127.0.0.1:0", "where to serve the check's identity")
+	f.BoolVar(&opts.FailedSignIns, "failed-sign-ins", false, "make up to 6 Mediated Sign-In attempts with made-up credentials, to see that the Company rate-limits them (CO-4.7-06)")
 	f.IntVar(&opts.MaxRequests, "max-requests", 400, "the most requests the check sends")
 	f.DurationVar(&opts.Timeout, "timeout", 20*time.Second, "the longest one request may take")
 	return cmd
@@ -136,7 +144,7 @@ func runCheck(ctx context.Context, opts *checkOptions) error {
 			}
 		}
 	}
-	copts := &poppycheck.Options{Agent: agent, HTTPClient: hc, MaxRequests: opts.MaxRequests, RequestTimeout: opts.Timeout, Logger: a.log}
+	copts := &poppycheck.Options{Agent: agent, HTTPClient: hc, MaxRequests: opts.MaxRequests, RequestTimeout: opts.Timeout, Logger: a.log, FailedSignIns: opts.FailedSignIns}
 	if opts.Interactive {
 		copts.Person = &terminalPerson{in: bufio.NewReader(opts.In), file: opts.In, out: a.out.prompt()}
 	}
