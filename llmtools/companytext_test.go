@@ -35,12 +35,12 @@ func strs(v any) []string {
 // one cleaner (internal/companytext): no string of the result holds them.
 func TestCompanyTextToTheModel(t *testing.T) {
 	e := newEnv(t, nil, nil)
-	e.signIn(t)
-	r := e.call(t, "poppy_start_conversation", `{"domain":"example.test","text":"Hello."}`)
+	e.SignIn(t)
+	r := e.Call(t, "poppy_start_conversation", `{"domain":"example.test","text":"Hello."}`)
 	id, _ := r["conversation_id"].(string)
 	e.Srv.Conversations().Append(id, map[string]any{"type": "message", "message": map[string]any{"id": "msg_hostile", "role": "company", "sender": "agent", "text": companytexttest.Hostile}})
 	e.Srv.Conversations().Append(id, map[string]any{"type": "state", "status": "idle", "responder": "agent"})
-	out, err := e.k.Execute(ctx, "poppy_read_conversation", json.RawMessage(`{"domain":"example.test","conversation_id":"`+id+`"}`))
+	out, err := e.K.Execute(ctx, "poppy_read_conversation", json.RawMessage(`{"domain":"example.test","conversation_id":"`+id+`"}`))
 	if err != nil {
 		t.Fatal(err)
 	}

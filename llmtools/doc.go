@@ -71,9 +71,10 @@
 //
 // # Adapters
 //
-// [Toolkit.OpenAI] and [Toolkit.RunOpenAI] speak the OpenAI
-// chat-completions tool format (github.com/openai/openai-go/v3);
-// [Ask] runs a bounded tool loop against any OpenAI-compatible endpoint.
+// Package github.com/poppyproto/poppy/llmtools/openai, a module of its
+// own so that this one never requires openai-go, speaks the OpenAI
+// chat-completions tool format (Tools, Run) and runs a bounded tool loop
+// against any OpenAI-compatible endpoint (Ask).
 // [NewMCPServer] serves the tools to an MCP host (go-sdk), asking the User
 // through MCP elicitation: set Options.Approver to [ElicitationApprover];
 // a host without elicitation gets a refusal, never an approval, and with

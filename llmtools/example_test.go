@@ -81,15 +81,3 @@ func Example() {
 	// User asked: Exchange the Stormline Jacket (M)…
 	// succeeded
 }
-
-// The tools in the OpenAI chat-completions format.
-func ExampleToolkit_OpenAI() {
-	company, agent := exampleAgent()
-	defer company.Close()
-	k, _ := llmtools.New(agent, "local-user-42", nil)
-	defer k.Close()
-	tools := k.OpenAI()
-	fmt.Println(len(tools), tools[0].OfFunction.Function.Name)
-	// Output:
-	// 8 poppy_discover_company
-}

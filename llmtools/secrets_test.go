@@ -23,8 +23,8 @@ import (
 // Token, a Session Token, a proof, an assertion, a device or user code.
 func TestPA_4_8_08_NoSecretsInAnyTool(t *testing.T) {
 	e := newEnv(t, nil, nil)
-	e.signIn(t)
-	sess, _ := e.k.Session(domain)
+	e.SignIn(t)
+	sess, _ := e.K.Session(domain)
 	tok, err := sess.Token(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -57,7 +57,7 @@ func TestPA_4_8_08_NoSecretsInAnyTool(t *testing.T) {
 			}
 		}
 	}
-	for _, tool := range e.k.Tools() {
+	for _, tool := range e.K.Tools() {
 		outputs = append(outputs, tool.Name, tool.Description, string(tool.InputSchema))
 		a, ok := args[tool.Name]
 		if !ok {
@@ -72,12 +72,12 @@ func TestPA_4_8_08_NoSecretsInAnyTool(t *testing.T) {
 		"poppy_send_message":      `{"domain":"example.test","conversation_id":"` + convID + `","text":"Thanks."}`,
 		"poppy_read_conversation": `{"domain":"example.test","conversation_id":"` + convID + `"}`,
 	} {
-		tool, _ := e.k.Tool(name)
+		tool, _ := e.K.Tool(name)
 		run(tool, a)
 	}
 	for _, name := range []string{"poppy_get_operation", "poppy_request_approval"} {
-		tool, _ := e.k.Tool(name)
-		e.gate.answer(operations.Approve)
+		tool, _ := e.K.Tool(name)
+		e.Gate.Answer(operations.Approve)
 		run(tool, `{"domain":"example.test","operation_id":"`+opID+`"}`)
 	}
 	if !strings.Contains(strings.Join(outputs, ""), "[redacted]") {
@@ -122,11 +122,9 @@ func secretsOf(e *env) []string {
 	for _, info := range e.Srv.Sessions() {
 		add(info.AccountToken)
 	}
-	e.codeMu.Lock()
-	for _, c := range e.codes {
+	for _, c := range e.Codes() {
 		add(c)
 	}
-	e.codeMu.Unlock()
 	var out []string
 	for s := range seen {
 		out = append(out, s)
@@ -151,8 +149,8 @@ func TestMCPServer(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, &llmtools.Options{Approver: llmtools.ElicitationApprover}, nil)
-			e.signIn(t)
-			srv := llmtools.NewMCPServer(e.k, nil)
+			e.SignIn(t)
+			srv := llmtools.NewMCPServer(e.K, nil)
 			st, ct := mcp.NewInMemoryTransports()
 			ss, err := srv.Connect(ctx, st, nil)
 			if err != nil {
@@ -202,8 +200,8 @@ func TestMCPServer(t *testing.T) {
 			r := callTool(exchangeMCP, argsMCP)
 			id := r["operation"].(map[string]any)["operation_id"].(string)
 			r = callTool("poppy_request_approval", `{"domain":"example.test","operation_id":"`+id+`"}`)
-			if !strings.Contains(r["approval"].(string), tc.note) || e.performed() != tc.performed {
-				t.Fatalf("approval: %v, performed %d", r, e.performed())
+			if !strings.Contains(r["approval"].(string), tc.note) || e.Performed() != tc.performed {
+				t.Fatalf("approval: %v, performed %d", r, e.Performed())
 			}
 			if tc.answer != "" && (len(asked) != 1 || !strings.Contains(asked[0], "Approve this operation")) {
 				t.Errorf("elicitations: %q", asked)
@@ -276,12 +274,12 @@ func (h *echoTokens) count(kind string) {
 func TestAttackCutSecretsInErrors(t *testing.T) {
 	h := &echoTokens{seen: map[string]bool{}, hits: map[string]int{}}
 	e := newEnv(t, nil, func(base http.RoundTripper) http.RoundTripper { h.base = base; return h })
-	e.signIn(t)
+	e.SignIn(t)
 	// Before the attack: an operation proposed, a conversation started.
-	r := e.call(t, exchangeAPI, argsAPI)
+	r := e.Call(t, exchangeAPI, argsAPI)
 	op, _ := r["operation"].(map[string]any)
 	opID, _ := op["operation_id"].(string)
-	r = e.call(t, "poppy_start_conversation", `{"domain":"example.test","text":"Hello."}`)
+	r = e.Call(t, "poppy_start_conversation", `{"domain":"example.test","text":"Hello."}`)
 	convID, _ := r["conversation_id"].(string)
 	if opID == "" || convID == "" {
 		t.Fatalf("operation %q, conversation %q", opID, convID)
@@ -298,7 +296,7 @@ func TestAttackCutSecretsInErrors(t *testing.T) {
 		"poppy_send_message":       `{"domain":"example.test","conversation_id":"` + convID + `","text":"Thanks."}`,
 		"poppy_read_conversation":  `{"domain":"example.test","conversation_id":"` + convID + `"}`,
 	} {
-		out, err := e.k.Execute(ctx, name, json.RawMessage(args))
+		out, err := e.K.Execute(ctx, name, json.RawMessage(args))
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}

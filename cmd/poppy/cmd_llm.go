@@ -30,6 +30,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/poppyproto/poppy/llmtools"
+	llmopenai "github.com/poppyproto/poppy/llmtools/openai"
 	"github.com/poppyproto/poppy/operations"
 )
 
@@ -191,7 +192,7 @@ func runAsk(ctx context.Context, opts *askOptions) error {
 		ropts = append(ropts, option.WithAPIKey("none"))
 	}
 	client := openai.NewClient(ropts...)
-	answer, err := k.Ask(ctx, client, opts.Task, &llmtools.AskOptions{
+	answer, err := llmopenai.Ask(ctx, k, client, opts.Task, &llmopenai.AskOptions{
 		Model: opts.Model, MaxSteps: opts.MaxSteps, OnStep: a.printStep})
 	if err != nil {
 		return err
@@ -217,7 +218,7 @@ func (a *app) approveOnTerminal(ctx context.Context, req *operations.ApprovalReq
 }
 
 // printStep shows one step of ask as it happens.
-func (a *app) printStep(s llmtools.Step) {
+func (a *app) printStep(s llmopenai.Step) {
 	if a.out.json {
 		a.out.emit(s)
 		return

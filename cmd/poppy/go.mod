@@ -11,6 +11,7 @@ require (
 	github.com/poppyproto/poppy v0.0.0-00010101000000-000000000000
 	github.com/poppyproto/poppy/browser/headless v0.0.0-00010101000000-000000000000
 	github.com/poppyproto/poppy/keystore/keyring v0.0.0-00010101000000-000000000000
+	github.com/poppyproto/poppy/llmtools/openai v0.0.0-00010101000000-000000000000
 	github.com/rogpeppe/go-internal v1.16.0
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.1.0
@@ -77,3 +78,5 @@ replace (
 	github.com/poppyproto/poppy/browser/headless => ../../browser/headless
 	github.com/poppyproto/poppy/keystore/keyring => ../../keystore/keyring
 )
+
+replace github.com/poppyproto/poppy/llmtools/openai => ../../llmtools/openai

@@ -2,9 +2,9 @@
 // writes docs/performance.md from their output: each figure beside its floor
 // measured in the same run, the ratio, the goal, the machine and the date,
 // with the benchstat summary (golang.org/x/perf/cmd/benchstat, pinned as a
-// go tool in go.mod) of the raw output.
+// go tool in internal/tools/go.mod) of the raw output.
 //
-// Run it from the module root:
+// Run it from the root of the tree (a module of its own, in go.work):
 //
 //	go run ./internal/cmd/benchreport            # full run, rewrites docs/performance.md
 //	go run ./internal/cmd/benchreport -smoke     # a short run that checks ratios, writes nothing
