@@ -21,6 +21,7 @@ import (
 	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/conversation"
 	"github.com/poppyproto/poppy/internal/testenv"
+	"github.com/poppyproto/poppy/internal/testenv/convcrash"
 	"github.com/poppyproto/poppy/keystore"
 	"github.com/poppyproto/poppy/keystore/sqlitestore"
 	"github.com/poppyproto/poppy/poppytest"
@@ -177,7 +178,7 @@ func readChildMain() {
 
 func readChild() error {
 	ctx := context.Background()
-	dir := os.Getenv(childDir)
+	dir := os.Getenv(convcrash.EnvDir)
 	jwk, err := os.ReadFile(filepath.Join(dir, "key.jwk"))
 	if err != nil {
 		return err
@@ -212,7 +213,7 @@ func readChild() error {
 	if err != nil {
 		return err
 	}
-	c, err := conversation.Resume(ctx, sess, os.Getenv(childConv), nil)
+	c, err := conversation.Resume(ctx, sess, os.Getenv(convcrash.EnvConv), nil)
 	if err != nil {
 		return err
 	}
@@ -235,7 +236,7 @@ func readChild() error {
 			return err
 		}
 		if n++; n == crashAt {
-			os.Exit(crashCode) // in the loop body: this event is in flight
+			os.Exit(convcrash.Code) // in the loop body: this event is in flight
 		}
 	}
 	return out.Close()
@@ -285,7 +286,7 @@ func TestCheckpointCrash(t *testing.T) {
 			if err := os.WriteFile(filepath.Join(dir, "key.jwk"), jwk, 0o600); err != nil {
 				t.Fatal(err)
 			}
-			runChild(t, srv, dir, "start", "", "")
+			convcrash.RunChild(t, srv, dir, "start", "", "")
 			conv := srv.Conversations().All()[0].ID
 			for i := range 600 {
 				srv.Conversations().Append(conv, map[string]any{"type": "user_requested", "reason": strconv.Itoa(i)})
@@ -302,7 +303,7 @@ func TestCheckpointCrash(t *testing.T) {
 			const crashAt = 437
 			run := func(at int) int {
 				cmd := exec.Command(os.Args[0], "-test.run=^$")
-				cmd.Env = append(append(os.Environ(), srv.Env()...), readChildEnv+"="+tc.mode, childDir+"="+dir, childConv+"="+conv,
+				cmd.Env = append(append(os.Environ(), srv.Env()...), readChildEnv+"="+tc.mode, convcrash.EnvDir+"="+dir, convcrash.EnvConv+"="+conv,
 					readChildCrashAt+"="+strconv.Itoa(at), readChildEvery+"="+strconv.Itoa(tc.every))
 				out, err := cmd.CombinedOutput()
 				code := 0
@@ -311,12 +312,12 @@ func TestCheckpointCrash(t *testing.T) {
 				} else if err != nil {
 					t.Fatal(err)
 				}
-				if code != 0 && code != crashCode {
+				if code != 0 && code != convcrash.Code {
 					t.Fatalf("child: exit %d\n%s", code, out)
 				}
 				return code
 			}
-			if code := run(crashAt); code != crashCode {
+			if code := run(crashAt); code != convcrash.Code {
 				t.Fatalf("the child did not crash: %d", code)
 			}
 			first := readLines(t, filepath.Join(dir, "yielded-"+strconv.Itoa(crashAt)))

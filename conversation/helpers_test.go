@@ -11,14 +11,12 @@ import (
 	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/conversation"
 	"github.com/poppyproto/poppy/internal/testenv"
+	"github.com/poppyproto/poppy/internal/testenv/convcrash"
 	"github.com/poppyproto/poppy/poppytest"
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv(childEnv) != "" {
-		crashChildMain()
-		return
-	}
+	convcrash.ChildMain(openCrashStore)
 	if os.Getenv(readChildEnv) != "" {
 		readChildMain()
 		return

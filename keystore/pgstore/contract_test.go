@@ -10,6 +10,7 @@ import (
 
 	"github.com/poppyproto/poppy/internal/realtest"
 	"github.com/poppyproto/poppy/internal/testenv"
+	"github.com/poppyproto/poppy/internal/testenv/convcrash"
 	"github.com/poppyproto/poppy/keystore"
 	"github.com/poppyproto/poppy/keystore/pgstore"
 	"github.com/poppyproto/poppy/keystore/storetest"
@@ -24,6 +25,7 @@ const (
 
 func TestMain(m *testing.M) {
 	storetest.ChildMain(openChildStore)
+	convcrash.ChildMain(openConvCrashStore)
 	testenv.RotationChildMain(func(table string) (keystore.Store, error) {
 		return pgstore.Open(context.Background(), os.Getenv(urlEnv), &pgstore.Options{Table: table})
 	})
