@@ -76,7 +76,7 @@
 // chat-completions tool format (Tools, Run) and runs a bounded tool loop
 // against any OpenAI-compatible endpoint (Ask).
 // [NewMCPServer] serves the tools to an MCP host (go-sdk), asking the User
-// through MCP elicitation: set Options.Approver to [ElicitationApprover];
+// through MCP elicitation: set Options.Elicitation;
 // a host without elicitation gets a refusal, never an approval, and with
 // Options.ApproveElsewhere the model is told where the User approves it
 // themselves (the CLI's "poppy ops confirm DOMAIN ID"). Over MCP,

@@ -43,6 +43,15 @@ type Options struct {
 	// the operation awaits the User's approval, and nothing is confirmed
 	// unless a standing permission covers it.
 	Approver operations.Approver
+	// Elicitation, instead of an Approver, asks the User for each approval
+	// through MCP elicitation in the host's UI (a form with one boolean,
+	// "approve"), for the tool calls a server from NewMCPServer serves.
+	// Only an "accept" answer with approve true, to a question that server
+	// asked about that revision, approves; decline, cancel, an answer
+	// nobody asked for, a host without elicitation or a call not served
+	// over MCP never do (ErrNoElicitation). Setting both Elicitation and
+	// Approver is an error.
+	Elicitation bool
 	// ApproveElsewhere, when set, says where the User can approve an
 	// operation themselves when the Approver could not ask them (an MCP
 	// host without elicitation, a command without a terminal): a command
@@ -131,6 +140,12 @@ func New(agent *poppy.Agent, user string, opts *Options) (*Toolkit, error) {
 	var o Options
 	if opts != nil {
 		o = *opts
+	}
+	if o.Elicitation && o.Approver != nil {
+		return nil, errors.New("llmtools: Options.Elicitation and Options.Approver both set: the User is asked one way")
+	}
+	if o.Elicitation {
+		o.Approver = operations.ApproverFunc(elicit)
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)

@@ -1,7 +1,8 @@
 package llmtools
 
 // The Toolkit as an MCP server (go-sdk). The tool handler puts the call's
-// MCP state into the context, so that ElicitationApprover reaches the User
+// MCP state into the context, so that the approver of Options.Elicitation
+// (elicit) reaches the User
 // through the host's own UI: it adds an input request (SEP-2322) and the
 // call ends; the host asks the User and calls again with the answer, and
 // Client.Handle, run again, takes it. A host without elicitation gets a
@@ -20,8 +21,9 @@ import (
 	"github.com/poppyproto/poppy/operations"
 )
 
-// ErrNoElicitation is returned by ElicitationApprover when the MCP host
-// can't ask the User.
+// ErrNoElicitation is the error of an approval asked with
+// Options.Elicitation when the MCP host can't ask the User, or the call
+// was not served over MCP.
 var ErrNoElicitation = errors.New("llmtools: the MCP host does not support elicitation, so the User can't be asked")
 
 // errNeedInput ends a call whose approval is asked of the User as an
@@ -46,14 +48,16 @@ type serverState struct {
 	issued map[string]string // input request ID → operation ID and revision
 }
 
-// ElicitationApprover asks the User to approve an operation through MCP
-// elicitation, in the host's UI (a form with one boolean, "approve"), as an
-// input request of the tool call (go-sdk sends it as elicitation/create to
-// hosts of earlier protocol versions). Only an "accept" answer with approve
-// true, to a question this server asked about this revision, approves;
-// decline, cancel, an answer nobody asked for, or a host without
-// elicitation never do. Use it only with NewMCPServer.
-var ElicitationApprover operations.Approver = operations.ApproverFunc(func(ctx context.Context, req *operations.ApprovalRequest) (operations.Decision, error) {
+// elicit is the Approver of Options.Elicitation: it asks the User to
+// approve an operation through MCP elicitation, in the host's UI (a form
+// with one boolean, "approve"), as an input request of the tool call
+// (go-sdk sends it as elicitation/create to hosts of earlier protocol
+// versions). Only an "accept" answer with approve true, to a question this
+// server asked about this revision, approves; decline, cancel, an answer
+// nobody asked for, or a host without elicitation never do. It reaches the
+// call's MCP state through ctx, which the server's tool handler sets: the
+// one value carried that way, never exported.
+func elicit(ctx context.Context, req *operations.ApprovalRequest) (operations.Decision, error) {
 	call, _ := ctx.Value(callKey{}).(*mcpCall)
 	if call == nil {
 		return operations.Decline, ErrNoElicitation
@@ -92,7 +96,7 @@ var ElicitationApprover operations.Approver = operations.ApproverFunc(func(ctx c
 		"required": []string{"approve"},
 	}}
 	return operations.Decline, errNeedInput
-})
+}
 
 // MCPServerOptions configures NewMCPServer.
 type MCPServerOptions struct {
@@ -104,9 +108,7 @@ type MCPServerOptions struct {
 // NewMCPServer returns an MCP server offering the Toolkit's tools. Tools
 // of a Company discovered through poppy_discover_company are added as they
 // come (hosts get tools/list_changed). Build the Toolkit with
-// Options.Approver ElicitationApprover and Options.Prompter
-// ElicitationPrompter so that approvals and sign-ins reach the User in the
-// host's UI. Serve it with Server.Run over mcp.StdioTransport.
+// Options.Elicitation so that approvals reach the User in the host's UI. Serve it with Server.Run over mcp.StdioTransport.
 func NewMCPServer(k *Toolkit, opts *MCPServerOptions) *mcp.Server {
 	var o MCPServerOptions
 	if opts != nil {

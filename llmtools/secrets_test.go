@@ -148,7 +148,7 @@ func TestMCPServer(t *testing.T) {
 		{"no elicitation", "", 0, "NOT APPROVED"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newEnv(t, &llmtools.Options{Approver: llmtools.ElicitationApprover}, nil)
+			e := newEnv(t, &llmtools.Options{Elicitation: true}, nil)
 			e.SignIn(t)
 			srv := llmtools.NewMCPServer(e.K, nil)
 			st, ct := mcp.NewInMemoryTransports()
@@ -364,4 +364,14 @@ func fragmentLen(o, s string, i int) int {
 		n++
 	}
 	return n
+}
+
+// Options.Elicitation is one way of asking the User; with an Approver too
+// it is refused rather than one silently winning.
+func TestElicitationAndApproverRefused(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	_, err := llmtools.New(e.Agent, "alice", &llmtools.Options{Elicitation: true, Approver: e.Gate})
+	if err == nil {
+		t.Fatal("New took both Elicitation and an Approver")
+	}
 }

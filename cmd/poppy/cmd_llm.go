@@ -4,7 +4,7 @@ package main
 // llmtools) for a model. mcp-server serves them to an MCP host over stdio,
 // with the command's own keystore, so that "poppy signin" and the server
 // share sign-ins; approvals go to the host's UI as MCP elicitations
-// (llmtools.ElicitationApprover), refused when the host can't elicit.
+// (llmtools.Options.Elicitation), refused when the host can't elicit.
 // ask runs the tool loop against an OpenAI-compatible chat-completions
 // endpoint; approvals are asked on the terminal as "ops confirm" does, a
 // typed "yes", and never from a stdin that is not a terminal. The model
@@ -88,7 +88,7 @@ func runMCPServer(ctx context.Context, opts *mcpServerOptions) error {
 	if err != nil {
 		return err
 	}
-	k, err := llmtools.New(agent, a.profile, &llmtools.Options{Approver: llmtools.ElicitationApprover, ApproveElsewhere: a.approveElsewhere, Logger: a.log})
+	k, err := llmtools.New(agent, a.profile, &llmtools.Options{Elicitation: true, ApproveElsewhere: a.approveElsewhere, Logger: a.log})
 	if err != nil {
 		return err
 	}
