@@ -605,14 +605,7 @@ func (s *Server) serveOperations(w http.ResponseWriter, r *http.Request) {
 	if f := s.opts.Operations.Faults; f != nil {
 		fault = f(OperationRequest{OperationID: id, Kind: kind, Attempt: attempt})
 	}
-	switch fault {
-	case FaultCut:
-		x.errorCode = "connection_cut"
-		panic(http.ErrAbortHandler)
-	case Fault503:
-		x.errorCode = "server_error"
-		w.Header().Set("Retry-After", "1")
-		s.writeJSON(w, r, http.StatusServiceUnavailable, oauthError("server_error", "injected by poppytest"))
+	if s.injectFault(w, r, fault) {
 		return
 	}
 
@@ -866,14 +859,7 @@ func (s *Server) serveExchange(w http.ResponseWriter, r *http.Request, a *auth, 
 		s.ops.mu.Unlock()
 		fault = f(OperationRequest{Kind: "propose", Action: key, Attempt: attempt, IdempotencyKey: idem})
 	}
-	switch fault {
-	case FaultCut:
-		x.errorCode = "connection_cut"
-		panic(http.ErrAbortHandler)
-	case Fault503:
-		x.errorCode = "server_error"
-		w.Header().Set("Retry-After", "1")
-		s.writeJSON(w, r, http.StatusServiceUnavailable, oauthError("server_error", "injected by poppytest"))
+	if s.injectFault(w, r, fault) {
 		return
 	}
 	fingerprint, _ := json.Marshal(map[string]any{"order": order, "request": req}) // members sorted
@@ -1088,4 +1074,22 @@ func cloneTerms(m map[string]any) map[string]any {
 	var out map[string]any
 	_ = json.Unmarshal(b, &out)
 	return out
+}
+
+// injectFault carries out an injected fault of an operations request:
+// FaultCut cuts the connection, Fault503 answers 503 with Retry-After. It
+// reports whether the request was answered (or cut) that way.
+func (s *Server) injectFault(w http.ResponseWriter, r *http.Request, fault OperationFault) bool {
+	x := exchangeOf(r)
+	switch fault {
+	case FaultCut:
+		x.errorCode = "connection_cut"
+		panic(http.ErrAbortHandler)
+	case Fault503:
+		x.errorCode = "server_error"
+		w.Header().Set("Retry-After", "1")
+		s.writeJSON(w, r, http.StatusServiceUnavailable, oauthError("server_error", "injected by poppytest"))
+		return true
+	}
+	return false
 }
