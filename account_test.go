@@ -283,7 +283,7 @@ func TestPA_4_9_03_SessionsEndedOnSignOut(t *testing.T) {
 func TestPA_4_9_04_RevocationFails(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	s := signedIn(t, e, "")
-	e.srv.ForceError(poppytest.EndpointRevoke, poppytest.Fault{Status: 503, Code: "temporarily_unavailable"})
+	e.srv.Faults().ForceError(poppytest.EndpointRevoke, poppytest.Fault{Status: 503, Code: "temporarily_unavailable"})
 	err := s.SignOut(ctx, "")
 	// PA-4.9-04
 	if !errors.Is(err, poppy.ErrRevocationFailed) {
@@ -316,7 +316,7 @@ func TestPA_4_2_18_AccountMismatch(t *testing.T) {
 	e := newEnv(t, nil, &poppy.AgentOptions{OnSessionReplaced: func(o, n string) { replaced = append(replaced, o, n) }})
 	s := signedIn(t, e, "")
 	old := s.ID()
-	e.srv.ForceError(poppytest.EndpointToken, poppytest.Fault{Status: 400, Code: "account_mismatch"})
+	e.srv.Faults().ForceError(poppytest.EndpointToken, poppytest.Fault{Status: 400, Code: "account_mismatch"})
 	if _, err := s.Token(ctx, &poppy.TokenOptions{Renew: true}); err != nil {
 		t.Fatal(err)
 	}

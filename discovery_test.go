@@ -376,7 +376,7 @@ func TestPA_3_3_05_NoiseEverywhere(t *testing.T) {
 // A 429 on a discovery document is waited out too (spec 4.3: any endpoint).
 func TestDiscoveryRateLimited(t *testing.T) {
 	e := newEnv(t, nil, nil)
-	e.srv.RateLimit(poppytest.EndpointPoppyJSON, 1, "3")
+	e.srv.Faults().RateLimit(poppytest.EndpointPoppyJSON, 1, "3")
 	e.company("example.test")
 	docs := sdkRequests(e.srv, poppytest.EndpointPoppyJSON)
 	// PA-4.3-27

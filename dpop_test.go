@@ -245,7 +245,7 @@ func TestPA_4_3_14_NonceFromEveryResponse(t *testing.T) {
 func TestPA_4_3_15_NonceRetriedOnce(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	s := e.session("alice")
-	e.srv.ForceError(poppytest.EndpointAPI, poppytest.Fault{Status: 401, Code: "use_dpop_nonce", Times: 10})
+	e.srv.Faults().ForceError(poppytest.EndpointAPI, poppytest.Fault{Status: 401, Code: "use_dpop_nonce", Times: 10})
 	_, err := doGet(s, e.srv.APIURL()+"/products")
 	// PA-4.3-15
 	if !errors.Is(err, poppy.ErrDPoPNonce) {
@@ -258,7 +258,7 @@ func TestPA_4_3_15_NonceRetriedOnce(t *testing.T) {
 
 func TestPA_4_3_16_InvalidProofNoRetry(t *testing.T) {
 	e := newEnv(t, nil, nil)
-	e.srv.ForceError(poppytest.EndpointToken, poppytest.Fault{Status: 400, Code: "invalid_dpop_proof"})
+	e.srv.Faults().ForceError(poppytest.EndpointToken, poppytest.Fault{Status: 400, Code: "invalid_dpop_proof"})
 	if _, err := e.company("example.test").Session(ctx, "alice", nil); !errors.Is(err, poppy.ErrInvalidDPoPProof) {
 		t.Fatalf("token endpoint: err = %v", err)
 	}
@@ -267,7 +267,7 @@ func TestPA_4_3_16_InvalidProofNoRetry(t *testing.T) {
 		t.Fatalf("%d token requests", n)
 	}
 	s := e.session("alice")
-	e.srv.ForceError(poppytest.EndpointAPI, poppytest.Fault{Status: 401, Code: "invalid_dpop_proof"})
+	e.srv.Faults().ForceError(poppytest.EndpointAPI, poppytest.Fault{Status: 401, Code: "invalid_dpop_proof"})
 	_, err := doGet(s, e.srv.APIURL()+"/products")
 	if !errors.Is(err, poppy.ErrInvalidDPoPProof) {
 		t.Fatalf("API: err = %v", err)
@@ -416,7 +416,7 @@ func TestPA_4_3_25_NewTokenUsedFromThenOn(t *testing.T) {
 func TestPA_4_3_27_RetryAfterSeconds(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	s := e.session("alice")
-	e.srv.RateLimit(poppytest.EndpointAPI, 1, "5")
+	e.srv.Faults().RateLimit(poppytest.EndpointAPI, 1, "5")
 	if code, body := e.get(s, "/products"); code != 200 {
 		t.Fatalf("status %d %s", code, body)
 	}
@@ -430,7 +430,7 @@ func TestPA_4_3_27_RetryAfterSeconds(t *testing.T) {
 func TestPA_4_3_28_RetryAfterDate(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	s := e.session("alice")
-	e.srv.RateLimit(poppytest.EndpointAPI, 1, e.srv.Clock().Now().Add(10*time.Second).UTC().Format(http.TimeFormat))
+	e.srv.Faults().RateLimit(poppytest.EndpointAPI, 1, e.srv.Clock().Now().Add(10*time.Second).UTC().Format(http.TimeFormat))
 	if code, body := e.get(s, "/products"); code != 200 {
 		t.Fatalf("status %d %s", code, body)
 	}
@@ -444,7 +444,7 @@ func TestPA_4_3_28_RetryAfterDate(t *testing.T) {
 func TestPA_4_3_29_RateLimitWithoutRetryAfter(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	s := e.session("alice")
-	e.srv.RateLimit(poppytest.EndpointAPI, 10, "")
+	e.srv.Faults().RateLimit(poppytest.EndpointAPI, 10, "")
 	_, err := doGet(s, e.srv.APIURL()+"/products")
 	// PA-4.3-29: 1 s, 2 s, 4 s apart, then ErrRateLimited.
 	if !errors.Is(err, poppy.ErrRateLimited) {
@@ -465,7 +465,7 @@ func TestPA_4_3_29_RateLimitWithoutRetryAfter(t *testing.T) {
 func TestRetriedBodyIntact(t *testing.T) {
 	e := newEnv(t, &poppytest.Options{Tokens: poppytest.TokenOptions{RequireNonce: true}}, nil)
 	s := e.session("alice")
-	e.srv.RateLimit(poppytest.EndpointAPI, 1, "1")
+	e.srv.Faults().RateLimit(poppytest.EndpointAPI, 1, "1")
 	body := `{"hello":"world"}`
 	req, _ := http.NewRequest("POST", e.srv.APIURL()+"/echo", io.NopCloser(strings.NewReader(body)))
 	req.Header.Set("Content-Type", "application/json")

@@ -129,7 +129,7 @@ func TestAttackRetryAfterHuge(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	s := e.session("alice")
 	before := len(sdkRequests(e.srv, poppytest.EndpointAPI))
-	e.srv.RateLimit(poppytest.EndpointAPI, 1, "99999999999999999999")
+	e.srv.Faults().RateLimit(poppytest.EndpointAPI, 1, "99999999999999999999")
 	resp, err := s.HTTPClient().Get(e.srv.APIURL() + "/products")
 	if err != nil {
 		t.Fatal(err)
@@ -152,7 +152,7 @@ func TestAttackRetryAfterFarDate(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	s := e.session("alice")
 	before := len(sdkRequests(e.srv, poppytest.EndpointAPI))
-	e.srv.RateLimit(poppytest.EndpointAPI, 1, "Fri, 31 Dec 9999 23:59:59 GMT")
+	e.srv.Faults().RateLimit(poppytest.EndpointAPI, 1, "Fri, 31 Dec 9999 23:59:59 GMT")
 	resp, err := s.HTTPClient().Get(e.srv.APIURL() + "/products")
 	if err != nil {
 		t.Fatal(err)
@@ -602,8 +602,8 @@ func TestAttackKeepAliveEOF(t *testing.T) {
 	}
 	// Device polls 5 s apart, and 10 s after a slow_down; the User
 	// approves after 12 polls.
-	e.srv.HoldDevicePolls(10)
-	e.srv.ScriptDevicePolls(poppytest.PollSlowDown)
+	e.srv.SignIn().HoldDevicePolls(10)
+	e.srv.SignIn().ScriptDevicePolls(poppytest.PollSlowDown)
 	show := signin.PrompterFuncs{ShowCodeFunc: func(ctx context.Context, p *signin.CodePrompt) error {
 		_, err := e.srv.Browse(ctx, p.VerificationURIComplete)
 		return err

@@ -243,7 +243,7 @@ func TestPA_3_3_01_and_03_ExtensionNames(t *testing.T) {
 func TestPA_3_3_06_ExtensionRequired(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	s := e.session("alice")
-	e.srv.ForceError(poppytest.EndpointAPI, poppytest.Fault{Status: 403, Code: "extension_required"})
+	e.srv.Faults().ForceError(poppytest.EndpointAPI, poppytest.Fault{Status: 403, Code: "extension_required"})
 	_, err := doPost(s, e.srv.APIURL()+"/orders/ord_1/exchanges", `{}`)
 	// PA-3.3-06
 	var xr poppy.ExtensionRequiredError

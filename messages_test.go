@@ -84,7 +84,7 @@ func TestLogNamesTheEndpoint(t *testing.T) {
 func TestExtensionRequiredErrorForms(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	s := e.session("alice")
-	e.srv.ForceError(poppytest.EndpointAPI, poppytest.Fault{Status: 403, Code: "extension_required"})
+	e.srv.Faults().ForceError(poppytest.EndpointAPI, poppytest.Fault{Status: 403, Code: "extension_required"})
 	_, err := doPost(s, e.srv.APIURL()+"/orders/ord_1/exchanges", `{}`)
 	var xp *poppy.ExtensionRequiredError
 	var xv poppy.ExtensionRequiredError

@@ -208,7 +208,7 @@ func TestPA_4_2_16_EndedSessionIsReplaced(t *testing.T) {
 
 func TestPA_4_2_17_InvalidGrantNoLoop(t *testing.T) {
 	e := newEnv(t, nil, nil)
-	e.srv.ForceError(poppytest.EndpointToken, poppytest.Fault{Status: 400, Code: "invalid_grant", Times: 5})
+	e.srv.Faults().ForceError(poppytest.EndpointToken, poppytest.Fault{Status: 400, Code: "invalid_grant", Times: 5})
 	_, err := e.company("example.test").Session(ctx, "alice", nil)
 	if !errors.Is(err, poppy.ErrInvalidGrant) {
 		t.Fatalf("err = %v", err)
@@ -237,7 +237,7 @@ func TestPA_4_1_11_InvalidClient(t *testing.T) {
 
 func TestPA_4_2_19_TokenEndpointRateLimited(t *testing.T) {
 	e := newEnv(t, nil, nil)
-	e.srv.RateLimit(poppytest.EndpointToken, 1, "7")
+	e.srv.Faults().RateLimit(poppytest.EndpointToken, 1, "7")
 	e.session("alice")
 	toks := sdkRequests(e.srv, poppytest.EndpointToken)
 	if len(toks) != 2 || toks[0].Status != 429 || toks[1].Status != 200 {
@@ -463,13 +463,13 @@ func TestNoSecretsInLogsOrErrors(t *testing.T) {
 	s := e.session("alice")
 	mixedWorkload(t, e, s)
 	var errs []string
-	e.srv.ForceError(poppytest.EndpointAPI, poppytest.Fault{Status: 401, Code: "invalid_dpop_proof"})
+	e.srv.Faults().ForceError(poppytest.EndpointAPI, poppytest.Fault{Status: 401, Code: "invalid_dpop_proof"})
 	_, err := s.HTTPClient().Get(e.srv.APIURL() + "/products")
 	errs = append(errs, fmt.Sprint(err))
-	e.srv.RateLimit(poppytest.EndpointAPI, 10, "")
+	e.srv.Faults().RateLimit(poppytest.EndpointAPI, 10, "")
 	_, err = s.HTTPClient().Get(e.srv.APIURL() + "/products")
 	errs = append(errs, fmt.Sprint(err))
-	e.srv.ForceError(poppytest.EndpointToken, poppytest.Fault{Status: 400, Code: "invalid_grant"})
+	e.srv.Faults().ForceError(poppytest.EndpointToken, poppytest.Fault{Status: 400, Code: "invalid_grant"})
 	_, err = s.Token(ctx, &poppy.TokenOptions{Renew: true})
 	errs = append(errs, fmt.Sprint(err))
 	mu.Lock()

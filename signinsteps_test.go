@@ -108,16 +108,16 @@ func TestMediatedCodeStepOwnership(t *testing.T) {
 		t.Fatalf("step %+v, want code_required", step)
 	}
 	before := len(sdkRequests(e.srv, poppytest.EndpointSignIn))
-	if _, err := other.SendMediatedCode(ctx, step, e.srv.LastCode()); err == nil {
+	if _, err := other.SendMediatedCode(ctx, step, e.srv.SignIn().LastCode()); err == nil {
 		t.Fatal("another Session sent the code")
 	}
-	if _, err := s.SendMediatedCode(ctx, nil, e.srv.LastCode()); err == nil {
+	if _, err := s.SendMediatedCode(ctx, nil, e.srv.SignIn().LastCode()); err == nil {
 		t.Fatal("SendMediatedCode(nil) succeeded")
 	}
 	if n := len(sdkRequests(e.srv, poppytest.EndpointSignIn)) - before; n != 0 {
 		t.Fatalf("%d requests for refused codes", n)
 	}
-	done, err := s.SendMediatedCode(ctx, step, e.srv.LastCode())
+	done, err := s.SendMediatedCode(ctx, step, e.srv.SignIn().LastCode())
 	if err != nil || done.Status != "complete" || done.Result == nil || !s.SignedIn() {
 		t.Fatalf("SendMediatedCode = %+v, %v; signed in %v", done, err, s.SignedIn())
 	}

@@ -73,7 +73,7 @@ func TestTransportReturnsErrorResponses(t *testing.T) {
 	// A 429 whose Retry-After is beyond MaxRetryWait: one request, the 429
 	// comes back as a response.
 	before := len(sdkRequests(e.srv, poppytest.EndpointAPI))
-	e.srv.RateLimit(poppytest.EndpointAPI, 1, "600")
+	e.srv.Faults().RateLimit(poppytest.EndpointAPI, 1, "600")
 	status, _, hdr, err = c.get(e.srv.APIURL() + "/products")
 	if err != nil || status != http.StatusTooManyRequests || hdr.Get("Retry-After") != "600" {
 		t.Fatalf("429: status %d, err %v", status, err)
@@ -81,7 +81,7 @@ func TestTransportReturnsErrorResponses(t *testing.T) {
 	if n := len(sdkRequests(e.srv, poppytest.EndpointAPI)) - before; n != 1 {
 		t.Fatalf("%d requests for a 429 beyond MaxRetryWait, want 1", n)
 	}
-	e.srv.RateLimit(poppytest.EndpointAPI, 1, "600")
+	e.srv.Faults().RateLimit(poppytest.EndpointAPI, 1, "600")
 	resp, err = s.HTTPClient().Get(e.srv.APIURL() + "/products")
 	if err != nil {
 		t.Fatal(err)

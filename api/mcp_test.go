@@ -368,7 +368,7 @@ func TestPA_6_05_MCPSecondInvalidToken(t *testing.T) {
 	env, sess := setup(t, nil)
 	m := connectMCP(t, sess)
 	before := len(mcpCalls(env))
-	env.Srv.ForceError(poppytest.EndpointMCP, poppytest.Fault{Status: http.StatusUnauthorized, Code: "invalid_token", Times: 2})
+	env.Srv.Faults().ForceError(poppytest.EndpointMCP, poppytest.Fault{Status: http.StatusUnauthorized, Code: "invalid_token", Times: 2})
 	_, err := m.CallTool(context.Background(), "search_products", map[string]any{"query": "x"})
 	if !errors.Is(err, poppy.ErrInvalidToken) {
 		t.Fatalf("CallTool: %v, want invalid_token", err)
@@ -451,7 +451,7 @@ func TestMCPRateLimit(t *testing.T) {
 	env, sess := setup(t, nil)
 	m := connectMCP(t, sess)
 	before := len(mcpCalls(env))
-	env.Srv.RateLimit(poppytest.EndpointMCP, 1, "3")
+	env.Srv.Faults().RateLimit(poppytest.EndpointMCP, 1, "3")
 	if _, err := m.CallTool(context.Background(), "search_products", map[string]any{"query": "x"}); err != nil {
 		t.Fatal(err)
 	}

@@ -183,7 +183,7 @@ func TestPA_6_05_OpenAPIInvalidToken(t *testing.T) {
 	if n := len(env.Requests(poppytest.EndpointToken)) - before; n != 1 {
 		t.Errorf("%d renewals, want 1", n)
 	}
-	env.Srv.ForceError(poppytest.EndpointAPI, poppytest.Fault{Status: 0, Code: "invalid_token", Times: 2})
+	env.Srv.Faults().ForceError(poppytest.EndpointAPI, poppytest.Fault{Status: 0, Code: "invalid_token", Times: 2})
 	_, err := oa.Call(ctx, "listProducts", nil)
 	if !errors.Is(err, poppy.ErrInvalidToken) {
 		t.Fatalf("second 401: %v, want ErrInvalidToken", err)
@@ -241,7 +241,7 @@ func TestPA_6_07_OpenAPIInsufficientScope(t *testing.T) {
 		t.Fatalf("SignInFor: %+v %v %v", so, types, ok)
 	}
 	signIn(t, env, sess, so.Scopes...)
-	if c := env.Srv.Consents(); len(c) == 0 || strings.Join(c[len(c)-1].Scopes, " ") != "poppy:read poppy:write" {
+	if c := env.Srv.SignIn().Consents(); len(c) == 0 || strings.Join(c[len(c)-1].Scopes, " ") != "poppy:read poppy:write" {
 		t.Errorf("the sign-in asked for %+v", c)
 	}
 	resp, err := oa.Call(ctx, "exchangeItem", args)
@@ -254,7 +254,7 @@ func TestPA_6_07_OpenAPIInsufficientScope(t *testing.T) {
 func TestOpenAPIExtensionRequired(t *testing.T) {
 	env, sess := setup(t, nil)
 	oa := loadOpenAPI(t, sess)
-	env.Srv.ForceError(poppytest.EndpointAPI, poppytest.Fault{Status: 403, Code: "extension_required", Times: 1})
+	env.Srv.Faults().ForceError(poppytest.EndpointAPI, poppytest.Fault{Status: 403, Code: "extension_required", Times: 1})
 	_, err := oa.Call(context.Background(), "listProducts", nil)
 	var xe poppy.ExtensionRequiredError
 	if !errors.Is(err, poppy.ErrExtensionRequired) || !errors.As(err, &xe) || xe.Extension != "operations" {
@@ -266,7 +266,7 @@ func TestOpenAPIExtensionRequired(t *testing.T) {
 func TestOpenAPIRateLimit(t *testing.T) {
 	env, sess := setup(t, nil)
 	oa := loadOpenAPI(t, sess)
-	env.Srv.RateLimit(poppytest.EndpointAPI, 1, "5")
+	env.Srv.Faults().RateLimit(poppytest.EndpointAPI, 1, "5")
 	if _, err := oa.Call(context.Background(), "listProducts", nil); err != nil {
 		t.Fatal(err)
 	}

@@ -164,7 +164,7 @@ func TestOpenAPIProposalUnanswered(t *testing.T) {
 		t.Fatal(err)
 	}
 	args := &api.Args{Body: map[string]any{"item_id": "itm_4Qa", "replacement_sku": "stormline-insulated-m"}}
-	srv.ForceError(poppytest.EndpointAPI, poppytest.Fault{Status: 503})
+	srv.Faults().ForceError(poppytest.EndpointAPI, poppytest.Fault{Status: 503})
 	if _, err := oa.CallPath(ctx, "POST", "/orders/ord_7Hk2/exchanges", args); !errors.Is(err, operations.ErrProposalUnanswered) {
 		t.Fatalf("a 503: %v", err)
 	}

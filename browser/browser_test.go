@@ -492,7 +492,7 @@ func (u *userPrompter) Credentials(_ context.Context, p *signin.CredentialsPromp
 
 func (u *userPrompter) OneTimeCode(_ context.Context, p *signin.OneTimeCodePrompt) (string, error) {
 	u.shown = append(u.shown, fmt.Sprintf("%+v", *p))
-	return u.env.Srv.LastCode(), nil
+	return u.env.Srv.SignIn().LastCode(), nil
 }
 
 // PA-5-11: browser assertions are posted only from a browser the agent

@@ -57,10 +57,10 @@ func TestFaultInjection(t *testing.T) {
 			pending := 0
 			for i := 1; i < n; i++ {
 				if i%97 == 0 {
-					e.Srv.ForceError(poppytest.EndpointConversation, poppytest.Fault{Status: http.StatusBadGateway})
+					e.Srv.Faults().ForceError(poppytest.EndpointConversation, poppytest.Fault{Status: http.StatusBadGateway})
 				}
 				if i%89 == 0 {
-					e.Srv.RateLimit(poppytest.EndpointConversation, 4, "1")
+					e.Srv.Faults().RateLimit(poppytest.EndpointConversation, 4, "1")
 				}
 				_, err := c.Send(ctx, conversation.Text("Message "+itoa(i)), nil)
 				// A message whose retries ran out stays in the outbox,

@@ -352,7 +352,7 @@ func TestConversationErrors(t *testing.T) {
 	}
 	// PA-7.13-04: an unknown code is a *poppy.Error with status and code.
 	c = e.start(t, conversation.Text("Hello."), nil)
-	e.Srv.ForceError(poppytest.EndpointConversation, poppytest.Fault{Status: http.StatusConflict, Code: "future_code"})
+	e.Srv.Faults().ForceError(poppytest.EndpointConversation, poppytest.Fault{Status: http.StatusConflict, Code: "future_code"})
 	_, err = c.Send(ctx, conversation.Text("Hi."), nil)
 	if !errors.As(err, &pe) || pe.Status != http.StatusConflict || pe.Code != "future_code" {
 		t.Fatalf("err = %v", err)
@@ -360,8 +360,8 @@ func TestConversationErrors(t *testing.T) {
 	// 5xx and 429 are retried with the same bytes: two 5xx by the
 	// conversation, then three 429 by the Session transport (bounded:
 	// TestPostRetriesBounded).
-	e.Srv.ForceError(poppytest.EndpointConversation, poppytest.Fault{Status: http.StatusServiceUnavailable, Times: 2})
-	e.Srv.RateLimit(poppytest.EndpointConversation, 3, "1")
+	e.Srv.Faults().ForceError(poppytest.EndpointConversation, poppytest.Fault{Status: http.StatusServiceUnavailable, Times: 2})
+	e.Srv.Faults().RateLimit(poppytest.EndpointConversation, 3, "1")
 	if _, err := c.Send(ctx, conversation.Text("Hi again."), nil); err != nil {
 		t.Fatal(err)
 	}

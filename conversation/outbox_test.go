@@ -44,21 +44,21 @@ func TestPostRetriesBounded(t *testing.T) {
 		posts  int
 		gaps   []time.Duration
 	}{
-		{"429 without Retry-After", func(e *env) { e.Srv.RateLimit(poppytest.EndpointConversation, 4, "") },
+		{"429 without Retry-After", func(e *env) { e.Srv.Faults().RateLimit(poppytest.EndpointConversation, 4, "") },
 			http.StatusTooManyRequests, 4, []time.Duration{time.Second, 2 * time.Second, 4 * time.Second}},
-		{"429 with Retry-After", func(e *env) { e.Srv.RateLimit(poppytest.EndpointConversation, 4, "7") },
+		{"429 with Retry-After", func(e *env) { e.Srv.Faults().RateLimit(poppytest.EndpointConversation, 4, "7") },
 			http.StatusTooManyRequests, 4, []time.Duration{7 * time.Second, 7 * time.Second, 7 * time.Second}},
 		{"503", func(e *env) {
-			e.Srv.ForceError(poppytest.EndpointConversation, poppytest.Fault{Status: http.StatusServiceUnavailable, Times: 4})
+			e.Srv.Faults().ForceError(poppytest.EndpointConversation, poppytest.Fault{Status: http.StatusServiceUnavailable, Times: 4})
 		}, http.StatusServiceUnavailable, 4, []time.Duration{time.Second, 2 * time.Second, 4 * time.Second}},
 		{"502", func(e *env) {
-			e.Srv.ForceError(poppytest.EndpointConversation, poppytest.Fault{Status: http.StatusBadGateway, Times: 4})
+			e.Srv.Faults().ForceError(poppytest.EndpointConversation, poppytest.Fault{Status: http.StatusBadGateway, Times: 4})
 		}, http.StatusBadGateway, 4, []time.Duration{time.Second, 2 * time.Second, 4 * time.Second}},
 		{"503 with Retry-After", func(e *env) {
-			e.Srv.ForceError(poppytest.EndpointConversation, poppytest.Fault{Status: http.StatusServiceUnavailable, RetryAfter: "9", Times: 4})
+			e.Srv.Faults().ForceError(poppytest.EndpointConversation, poppytest.Fault{Status: http.StatusServiceUnavailable, RetryAfter: "9", Times: 4})
 		}, http.StatusServiceUnavailable, 4, []time.Duration{9 * time.Second, 9 * time.Second, 9 * time.Second}},
 		{"503 with a Retry-After beyond MaxRetryWait", func(e *env) {
-			e.Srv.ForceError(poppytest.EndpointConversation, poppytest.Fault{Status: http.StatusServiceUnavailable, RetryAfter: "3600", Times: 1})
+			e.Srv.Faults().ForceError(poppytest.EndpointConversation, poppytest.Fault{Status: http.StatusServiceUnavailable, RetryAfter: "3600", Times: 1})
 		}, http.StatusServiceUnavailable, 1, nil},
 	}
 	for _, tc := range cases {
@@ -126,7 +126,7 @@ func TestPostRetriesBounded(t *testing.T) {
 	e := newEnv(t, poppytest.ConversationOptions{})
 	c := e.start(t, conversation.Text("Hello."), nil)
 	before := len(e.convRequests())
-	e.Srv.RateLimit(poppytest.EndpointConversation, 1<<30, "")
+	e.Srv.Faults().RateLimit(poppytest.EndpointConversation, 1<<30, "")
 	tctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	_, err := c.Send(tctx, conversation.Text("Are you there?"), nil)
@@ -137,7 +137,7 @@ func TestPostRetriesBounded(t *testing.T) {
 	// A start whose 429s outlast the retries is pending; Recover sends it
 	// and gets the conversation.
 	e = newEnv(t, poppytest.ConversationOptions{})
-	e.Srv.RateLimit(poppytest.EndpointConversation, 4, "")
+	e.Srv.Faults().RateLimit(poppytest.EndpointConversation, 4, "")
 	_, err = conversation.Start(ctx, e.sess, conversation.Text("Hello."), nil)
 	var pe *poppy.Error
 	if !errors.As(err, &pe) || pe.Status != http.StatusTooManyRequests || !errors.Is(err, conversation.ErrMessagePending) {
@@ -167,7 +167,7 @@ func TestSentAndList(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 	// Pending: the answer never came.
-	e.Srv.ForceError(poppytest.EndpointConversation, poppytest.Fault{Status: http.StatusServiceUnavailable, Times: 4})
+	e.Srv.Faults().ForceError(poppytest.EndpointConversation, poppytest.Fault{Status: http.StatusServiceUnavailable, Times: 4})
 	if _, err := a.Send(ctx, conversation.Text("Still there?"), nil); !errors.Is(err, conversation.ErrMessagePending) {
 		t.Fatalf("err = %v", err)
 	}

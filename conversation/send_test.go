@@ -572,7 +572,7 @@ func TestTokenRefusalKeepsMessage(t *testing.T) {
 	e := newEnv(t, poppytest.ConversationOptions{})
 	c := e.start(t, conversation.Text("Hello."), nil)
 	e.Srv.Clock().Advance(2 * time.Hour) // the token expired
-	e.Srv.ForceError(poppytest.EndpointToken, poppytest.Fault{Code: "invalid_client", Times: 1})
+	e.Srv.Faults().ForceError(poppytest.EndpointToken, poppytest.Fault{Code: "invalid_client", Times: 1})
 	before := len(e.Requests(poppytest.EndpointToken))
 	_, err := c.Send(ctx, conversation.Text("Kept for later."), nil)
 	if !errors.Is(err, poppy.ErrInvalidClient) {

@@ -485,7 +485,7 @@ func TestConfirmAfterInsufficientScope(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	op := e.propose("itm_4Qa")
 	a, _ := e.c.Approve(ctx, op)
-	e.Srv.ForceError(poppytest.EndpointOperations, poppytest.Fault{Code: "insufficient_scope"})
+	e.Srv.Faults().ForceError(poppytest.EndpointOperations, poppytest.Fault{Code: "insufficient_scope"})
 	_, err := e.c.Confirm(ctx, a, nil)
 	var pe *poppy.Error
 	if !errors.Is(err, poppy.ErrInsufficientScope) || !errors.As(err, &pe) || len(pe.Scope) != 2 {
@@ -507,7 +507,7 @@ func TestUserApprovalRequiredAnswer(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	grantExchange(t, e, nil)
 	op := e.propose("itm_4Qa")
-	e.Srv.ForceError(poppytest.EndpointOperations, poppytest.Fault{Status: 403, Code: "user_approval_required"})
+	e.Srv.Faults().ForceError(poppytest.EndpointOperations, poppytest.Fault{Status: 403, Code: "user_approval_required"})
 	done, err := e.c.Handle(ctx, op, nil)
 	if err != nil || done.State != operations.StateSucceeded {
 		t.Fatalf("%v %v", done, err)

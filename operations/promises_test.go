@@ -136,7 +136,7 @@ func TestProposalUnansweredError(t *testing.T) {
 		t.Fatalf("cut: %v", err)
 	}
 	// A refusal (403 insufficient_scope) forgets the request: nothing is open.
-	e.Srv.ForceError(poppytest.EndpointAPI, poppytest.Fault{Code: "insufficient_scope"})
+	e.Srv.Faults().ForceError(poppytest.EndpointAPI, poppytest.Fault{Code: "insufficient_scope"})
 	if _, _, err := e.c.Propose(ctx, e.exchangeRequest("itm_5Qa"), exchangeAction, nil); err == nil || errors.Is(err, operations.ErrProposalUnanswered) {
 		t.Fatalf("refused: %v", err)
 	}

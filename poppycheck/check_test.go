@@ -45,7 +45,7 @@ func (p *person) Ask(_ context.Context, q poppycheck.Question) (string, error) {
 	case "password":
 		return "correct horse", nil
 	case "code":
-		return p.srv.LastCode(), nil
+		return p.srv.SignIn().LastCode(), nil
 	}
 	return "", nil
 }
@@ -267,7 +267,7 @@ var runtimeKnobs = []knob{
 	// CO-4.2-06: expires_in 0.
 	{name: "SetExpiresIn", rule: "CO-4.2-06", after: func(s *poppytest.Server) { s.SetExpiresIn(poppytest.ExpiresIn{Seconds: 0}) }},
 	// CO-4.3-21: a 429 without Retry-After.
-	{name: "RateLimit", rule: "CO-4.3-21", after: func(s *poppytest.Server) { s.RateLimit(poppytest.EndpointAPI, 1, "") }},
+	{name: "RateLimit", rule: "CO-4.3-21", after: func(s *poppytest.Server) { s.Faults().RateLimit(poppytest.EndpointAPI, 1, "") }},
 }
 
 // unseenKnobs are switches that break a rule the check can't see from

@@ -60,7 +60,7 @@ func noSecret(t *testing.T, srv *poppytest.Server, rep *poppycheck.Report, evide
 	for _, c := range srv.WebCookies() {
 		secrets = append(secrets, c.Value)
 	}
-	secrets = append(secrets, "correct horse", srv.LastCode())
+	secrets = append(secrets, "correct horse", srv.SignIn().LastCode())
 	n := 0
 	for _, s := range secrets {
 		if len(s) < 6 {

@@ -192,7 +192,7 @@ func TestCO_4_9_Revocation(t *testing.T) {
 		t.Fatalf("refresh after refused revocation = %d %s", r.Status, r.Raw)
 	}
 	// A forced failure (PA-4.9-04 setup) changes nothing.
-	srv.ForceError(poppytest.EndpointRevoke, poppytest.Fault{Status: 503})
+	srv.Faults().ForceError(poppytest.EndpointRevoke, poppytest.Fault{Status: 503})
 	if r := a.revoke(pat); r.Status != 503 {
 		t.Errorf("forced 503 = %d", r.Status)
 	}

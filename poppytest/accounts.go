@@ -42,10 +42,21 @@ type Consent struct {
 // decision takes effect only when Browse submits it.
 type User func(ConsentRequest) Consent
 
+// SignIn is the User's side of sign-in, from [Server.SignIn]: who answers
+// the consent pages (SetUser, ApproveAll, ApproveScopes, Deny,
+// NeverAnswer) and what they saw (Consents), how Device Sign-In polls are
+// answered (HoldDevicePolls, ScriptDevicePolls), and the one-time codes
+// Mediated Sign-In sent (Outbox, LastCode).
+type SignIn struct{ s *Server }
+
+// SignIn returns the sign-in knobs and records.
+func (s *Server) SignIn() *SignIn { return &s.areas.signIn }
+
 // SetUser programs the User who answers the consent pages of Direct and
 // Device Sign-In. nil restores the default: approve every requested scope
 // for the first of Options.SignIn.Accounts.
-func (s *Server) SetUser(u User) {
+func (k *SignIn) SetUser(u User) {
+	s := k.s
 	s.mu.Lock()
 	s.signin.user = u
 	s.mu.Unlock()
@@ -53,35 +64,36 @@ func (s *Server) SetUser(u User) {
 
 // ApproveAll programs the User to approve every requested scope for
 // account ("" means the first of Options.SignIn.Accounts).
-func (s *Server) ApproveAll(account string) {
-	s.SetUser(func(ConsentRequest) Consent { return Consent{Approve: true, Account: account} })
+func (k *SignIn) ApproveAll(account string) {
+	k.SetUser(func(ConsentRequest) Consent { return Consent{Approve: true, Account: account} })
 }
 
 // ApproveScopes programs the User to approve, for account, only those of
 // scopes that were requested (PA-4.4-11). If none of them was requested,
 // that declines.
-func (s *Server) ApproveScopes(account string, scopes ...string) {
+func (k *SignIn) ApproveScopes(account string, scopes ...string) {
 	scopes = slices.Clone(scopes)
 	if scopes == nil {
 		scopes = []string{}
 	}
-	s.SetUser(func(ConsentRequest) Consent { return Consent{Approve: true, Account: account, Scopes: scopes} })
+	k.SetUser(func(ConsentRequest) Consent { return Consent{Approve: true, Account: account, Scopes: scopes} })
 }
 
 // Deny programs the User to decline every consent page.
-func (s *Server) Deny() {
-	s.SetUser(func(ConsentRequest) Consent { return Consent{} })
+func (k *SignIn) Deny() {
+	k.SetUser(func(ConsentRequest) Consent { return Consent{} })
 }
 
 // NeverAnswer programs the User to leave every consent page without
 // deciding.
-func (s *Server) NeverAnswer() {
-	s.SetUser(func(ConsentRequest) Consent { return Consent{NoAnswer: true} })
+func (k *SignIn) NeverAnswer() {
+	k.SetUser(func(ConsentRequest) Consent { return Consent{NoAnswer: true} })
 }
 
 // Consents returns every consent page the User has seen through Browse,
 // in order.
-func (s *Server) Consents() []ConsentRequest {
+func (k *SignIn) Consents() []ConsentRequest {
+	s := k.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]ConsentRequest, len(s.signin.consents))

@@ -60,9 +60,9 @@ const (
 // answer authorization_pending, whatever the User decided (the User is
 // slow to finish), e.g. three pendings, then the approval (PA-4.6-06).
 // It adds to the queue of ScriptDevicePolls.
-func (s *Server) HoldDevicePolls(n int) {
+func (k *SignIn) HoldDevicePolls(n int) {
 	for range n {
-		s.ScriptDevicePolls(PollPending)
+		k.ScriptDevicePolls(PollPending)
 	}
 }
 
@@ -71,7 +71,8 @@ func (s *Server) HoldDevicePolls(n int) {
 // (which also adds 5 s to the polled request's interval, PA-4.6-07). An
 // expired request answers expired_token regardless. Any other answer
 // panics.
-func (s *Server) ScriptDevicePolls(answers ...string) {
+func (k *SignIn) ScriptDevicePolls(answers ...string) {
+	s := k.s
 	for _, a := range answers {
 		if a != PollPending && a != PollSlowDown {
 			panic("poppytest: ScriptDevicePolls: unknown answer " + a)

@@ -39,11 +39,11 @@ func TestCO_4_6_DeviceSignIn(t *testing.T) {
 		t.Fatalf("poll after opening the page = %d %s", r.Status, r.Raw)
 	}
 	// CO-4.6-01: the page names the agent and shows the scopes; the User approves some.
-	srv.ApproveScopes("", "poppy:read")
+	srv.SignIn().ApproveScopes("", "poppy:read")
 	if loc := browse(t, srv, d.str("verification_uri_complete")); loc != nil {
 		t.Errorf("device Browse redirected to %v", loc)
 	}
-	cs := srv.Consents()
+	cs := srv.SignIn().Consents()
 	if len(cs) != 1 || cs[0].Type != "device" || cs[0].ClientName != "Raw Agent" || cs[0].UserCode != d.str("user_code") ||
 		!slices.Equal(cs[0].Scopes, []string{"poppy:read", "poppy:write"}) {
 		t.Fatalf("consents = %+v", cs)
@@ -95,8 +95,8 @@ func TestCO_4_6_PollAnswers(t *testing.T) {
 	})
 	t.Run("CO-4.6-04 access_denied", func(t *testing.T) {
 		d := a.deviceStart("poppy:read")
-		srv.Deny()
-		defer srv.SetUser(nil)
+		srv.SignIn().Deny()
+		defer srv.SignIn().SetUser(nil)
 		browse(t, srv, d.str("verification_uri_complete"))
 		r := a.poll("usr_1", d.str("device_code"), sid)
 		// CO-4.6-04
@@ -143,8 +143,8 @@ func TestCO_4_6_PollAnswers(t *testing.T) {
 	t.Run("scripted answers", func(t *testing.T) {
 		s2 := a.start("usr_2").str("session_id")
 		d := a.deviceStart("poppy:read")
-		srv.HoldDevicePolls(2)
-		srv.ScriptDevicePolls(poppytest.PollSlowDown)
+		srv.SignIn().HoldDevicePolls(2)
+		srv.SignIn().ScriptDevicePolls(poppytest.PollSlowDown)
 		browse(t, srv, d.str("verification_uri_complete"))
 		var got []string
 		for range 4 {

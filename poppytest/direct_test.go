@@ -22,7 +22,7 @@ func TestCO_4_5_DirectSignIn(t *testing.T) {
 	u, state := a.authzURL("poppy:read poppy:write", p)
 	loc := browse(t, srv, u)
 	// CO-4.5-02: the consent page names the agent and shows the scopes.
-	cs := srv.Consents()
+	cs := srv.SignIn().Consents()
 	if len(cs) != 1 || cs[0].Type != "direct" || cs[0].ClientName != "Raw Agent" || cs[0].LogoURI != "https://agent.test/logo.png" ||
 		cs[0].ClientID != a.clientID || !slices.Equal(cs[0].Scopes, []string{"poppy:read", "poppy:write"}) || cs[0].RedirectURI != "https://agent.test/oauth/callback" {
 		t.Fatalf("consent request = %+v", cs)
@@ -97,7 +97,7 @@ func TestCO_4_5_01_RedirectURIExactMatch(t *testing.T) {
 	if r := asBrowser(t, srv, "GET", u, nil); r.Status != 400 || r.Header.Get("Location") != "" {
 		t.Errorf("unknown client: %d %v", r.Status, r.Header)
 	}
-	if len(srv.Consents()) != 0 {
+	if len(srv.SignIn().Consents()) != 0 {
 		t.Error("a consent page was shown")
 	}
 }
@@ -107,7 +107,7 @@ func TestCO_4_5_04_Decline(t *testing.T) {
 	a := newAgent(t, srv, "agent.test")
 	first := a.signedIn("usr_1", "poppy:read")
 	pat := first.str("refresh_token")
-	srv.Deny()
+	srv.SignIn().Deny()
 	u, state := a.authzURL("poppy:read poppy:write", newPKCE())
 	loc := browse(t, srv, u)
 	q := loc.Query()
@@ -120,13 +120,13 @@ func TestCO_4_5_04_Decline(t *testing.T) {
 		t.Errorf("refresh after a declined sign-in: %d %s", r.Status, r.Raw)
 	}
 	// The User leaves without answering: no redirect.
-	srv.NeverAnswer()
+	srv.SignIn().NeverAnswer()
 	u, _ = a.authzURL("poppy:read", newPKCE())
 	if loc, err := srv.Browse(context.Background(), u); loc != "" || err != nil {
 		t.Errorf("NeverAnswer: %q %v", loc, err)
 	}
 	// Approving none of the requested scopes declines.
-	srv.ApproveScopes("", "addresses")
+	srv.SignIn().ApproveScopes("", "addresses")
 	u, _ = a.authzURL("poppy:read", newPKCE())
 	if loc := browse(t, srv, u); loc.Query().Get("error") != "access_denied" {
 		t.Errorf("approving no requested scope: %v", loc)
@@ -141,7 +141,7 @@ func TestCO_4_4_06_GrantedScopes(t *testing.T) {
 		t.Errorf("approve all of poppy:read: %s", r.Raw)
 	}
 	// The User approves only some (PA-4.4-11 setup); extra approvals don't count.
-	srv.ApproveScopes("acct_1", "poppy:read", "addresses")
+	srv.SignIn().ApproveScopes("acct_1", "poppy:read", "addresses")
 	r := a.signedIn("usr_2", "poppy:read poppy:write")
 	// CO-4.4-06
 	if r.str("scope") != "poppy:read" {
@@ -156,7 +156,7 @@ func TestCO_4_4_06_GrantedScopes(t *testing.T) {
 		{ID: "business", Credentials: map[string]string{"email": "b@example.test", "password": "pw-business"}},
 	}}})
 	a = newAgent(t, srv, "agent.test")
-	srv.SetUser(func(req poppytest.ConsentRequest) poppytest.Consent {
+	srv.SignIn().SetUser(func(req poppytest.ConsentRequest) poppytest.Consent {
 		return poppytest.Consent{Approve: true, Account: "business", Scopes: []string{"poppy:write"}}
 	})
 	r = a.signedIn("usr_1", "poppy:read poppy:write addresses")
@@ -216,7 +216,7 @@ func TestCO_4_5_AuthorizationErrors(t *testing.T) {
 	browse(t, srv, u)
 	wantRules(t, srv, pa("4.5-01"), pa("4.5-01"), pa("4.5-01"))
 	// ForceError redirects with the error once redirect_uri checks out (PA-4.4-07 setup).
-	srv.ForceError(poppytest.EndpointAuthorize, poppytest.Fault{Code: "invalid_scope"})
+	srv.Faults().ForceError(poppytest.EndpointAuthorize, poppytest.Fault{Code: "invalid_scope"})
 	u, _ = a.authzURL("addresses", newPKCE())
 	if q := errorOf(t, u); q.Get("error") != "invalid_scope" {
 		t.Errorf("forced: %v", q)
@@ -228,7 +228,7 @@ func TestCO_4_5_AuthorizationErrors(t *testing.T) {
 	}
 	wantRules(t, srv, pa("4.4-02"))
 	// Opening the page decides nothing: no code exists until the form is posted.
-	if n := len(srv.Consents()); n != 2 {
+	if n := len(srv.SignIn().Consents()); n != 2 {
 		t.Errorf("Consents = %d, want 2 (the two browsed pages)", n)
 	}
 }
@@ -295,7 +295,7 @@ func TestCO_4_4_12_AccountMismatch(t *testing.T) {
 			t.Errorf("got %d %s, want 400 account_mismatch", r.Status, r.Raw)
 		}
 	}
-	srv.ApproveAll("acct_b")
+	srv.SignIn().ApproveAll("acct_b")
 	t.Run("direct", func(t *testing.T) {
 		// CO-4.4-12
 		wantMismatch(t, a.direct("usr_1", sidA, "poppy:read"))

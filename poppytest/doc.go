@@ -192,10 +192,10 @@
 // opening it decides nothing. A test plays the User's browser with
 // [Server.Browse], which opens the page, asks the programmable User, and
 // submits the decision. The User approves every requested scope for the
-// first account unless the test programs it with [Server.SetUser] (a
-// func(ConsentRequest) Consent), [Server.ApproveAll],
-// [Server.ApproveScopes], [Server.Deny] or [Server.NeverAnswer];
-// [Server.Consents] lists what it saw. In an SDK test:
+// first account unless the test programs it with [SignIn.SetUser] (a
+// func(ConsentRequest) Consent), [SignIn.ApproveAll],
+// [SignIn.ApproveScopes], [SignIn.Deny] or [SignIn.NeverAnswer];
+// [SignIn.Consents] lists what it saw. In an SDK test:
 //
 //   - Direct: the prompter gets the authorization URL; the test calls
 //     loc, err := srv.Browse(ctx, authURL) and hands loc, the agent's
@@ -206,12 +206,12 @@
 //     srv.Browse(ctx, verificationURIComplete), or Browse of
 //     verification_uri + "?user_code=" + code, which returns "" once the
 //     User decided; the agent's polls see the decision.
-//     [Server.HoldDevicePolls] and [Server.ScriptDevicePolls] make polls
+//     [SignIn.HoldDevicePolls] and [SignIn.ScriptDevicePolls] make polls
 //     answer authorization_pending or slow_down first.
 //   - Mediated: when the agent asks for the one-time code
 //     (code_required, with Options.SignIn.RequireCode, Account.RequireCode or
-//     UnusualOnNewKey), the test answers [Server.LastCode], the code the
-//     fake "texted" the User; [Server.Outbox] lists them all.
+//     UnusualOnNewKey), the test answers [SignIn.LastCode], the code the
+//     fake "texted" the User; [SignIn.Outbox] lists them all.
 //
 // [Server.AccountToken] shows the record behind an Account Token,
 // [Server.RevokeAccountToken] revokes one on the Company's side, and
@@ -274,7 +274,7 @@
 // it at run time. Options.Misconfig groups the negative-test switches,
 // each of which makes the Company break the rule it names so that a test
 // can show the client refuses it; everything else in Options keeps the
-// Company conformant. At run time: [Server.RateLimit] and [Server.ForceError]
+// Company conformant. At run time: [Faults.RateLimit] and [Faults.ForceError]
 // inject answers on any [Endpoint] (a failing revocation is
 // ForceError(EndpointRevoke, Fault{Status: 503})); [Server.SetTokenType] and
 // [Server.SetExpiresIn] bend token responses; Options.Tokens.SessionLifetime

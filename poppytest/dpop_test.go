@@ -413,7 +413,7 @@ func TestCO_4_3_21_RateLimits(t *testing.T) {
 	tok := a.start("usr_1").str("access_token")
 	date := srv.Clock().Now().Add(10 * time.Second).UTC().Format(http.TimeFormat)
 	for _, ep := range []poppytest.Endpoint{poppytest.EndpointAPI, poppytest.EndpointToken, poppytest.EndpointPoppyJSON, poppytest.EndpointMetadata, poppytest.EndpointRevoke} {
-		srv.RateLimit(ep, 1, "5")
+		srv.Faults().RateLimit(ep, 1, "5")
 	}
 	checks := []*response{
 		a.call("GET", "/products", tok, ""),
@@ -429,8 +429,8 @@ func TestCO_4_3_21_RateLimits(t *testing.T) {
 		}
 	}
 	// HTTP-date and no header.
-	srv.RateLimit(poppytest.EndpointAPI, 1, date)
-	srv.RateLimit(poppytest.EndpointAPI, 1, "")
+	srv.Faults().RateLimit(poppytest.EndpointAPI, 1, date)
+	srv.Faults().RateLimit(poppytest.EndpointAPI, 1, "")
 	if r := a.call("GET", "/products", tok, ""); r.Status != 429 || r.Header.Get("Retry-After") != date {
 		t.Errorf("HTTP-date: %d %q", r.Status, r.Header.Get("Retry-After"))
 	}

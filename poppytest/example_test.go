@@ -99,7 +99,7 @@ func ExampleServer_Browse() {
 	}))
 
 	// The User approves read access only.
-	srv.ApproveScopes("acct_1", "poppy:read")
+	srv.SignIn().ApproveScopes("acct_1", "poppy:read")
 
 	verifier := "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk"
 	sum := sha256.Sum256([]byte(verifier))
@@ -120,7 +120,7 @@ func ExampleServer_Browse() {
 	callback, _ := url.Parse(loc)
 	q := callback.Query()
 	fmt.Println(callback.Host+callback.Path, q.Get("state"), q.Get("iss"), q.Get("code") != "")
-	c := srv.Consents()[0]
+	c := srv.SignIn().Consents()[0]
 	fmt.Println(c.ClientName, c.Scopes)
 	// Output:
 	// agent.test/oauth/callback Xq81vR-a-fresh-random-state https://auth.example.test true

@@ -15,14 +15,23 @@ type fault struct {
 	n          int
 }
 
+// Faults are the errors the fake injects at an endpoint, from
+// [Server.Faults]: 429s (RateLimit) and any other error answer
+// (ForceError).
+type Faults struct{ s *Server }
+
+// Faults returns the fault knobs.
+func (s *Server) Faults() *Faults { return &s.areas.faults }
+
 // RateLimit answers the next n requests to ep with 429
 // {"error":"rate_limited"} and, unless retryAfter is "", that Retry-After
 // header value (delta-seconds or an HTTP-date) (CO-4.3-21, CO-4.2-11).
-func (s *Server) RateLimit(ep Endpoint, n int, retryAfter string) {
+func (k *Faults) RateLimit(ep Endpoint, n int, retryAfter string) {
+	s := k.s
 	s.queueFault(ep, &fault{status: http.StatusTooManyRequests, code: "rate_limited", retryAfter: retryAfter, rateLimit: true, n: n})
 }
 
-// Fault is an error answer that [Server.ForceError] injects.
+// Fault is an error answer that [Faults.ForceError] injects.
 type Fault struct {
 	// Status is the HTTP status; 0 picks the protocol status for Code.
 	Status int
@@ -46,7 +55,8 @@ type Fault struct {
 // use_dpop_nonce) and in a JSON body; other codes only in the body, with
 // "extension":"operations" added for extension_required. The
 // request is not processed.
-func (s *Server) ForceError(ep Endpoint, f Fault) {
+func (k *Faults) ForceError(ep Endpoint, f Fault) {
+	s := k.s
 	if f.Times == 0 {
 		f.Times = 1
 	}

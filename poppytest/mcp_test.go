@@ -347,7 +347,7 @@ func TestMCPOnAPIHostWrongTokens(t *testing.T) {
 // ForceError at the MCP server answers with a Bearer challenge.
 func TestMCPForcedErrorIsBearer(t *testing.T) {
 	srv := poppytest.NewServer(t, nil)
-	srv.ForceError(poppytest.EndpointMCP, poppytest.Fault{Status: 0, Code: "invalid_token", Times: 1})
+	srv.Faults().ForceError(poppytest.EndpointMCP, poppytest.Fault{Status: 0, Code: "invalid_token", Times: 1})
 	r := newMCP(t, srv, srv.MCPURL(), "x").post("initialize", map[string]any{})
 	if r.Status != 401 || !strings.HasPrefix(r.wwwAuth(), `Bearer error="invalid_token"`) || strings.Contains(r.wwwAuth(), "algs") {
 		t.Fatalf("%d %q", r.Status, r.wwwAuth())

@@ -62,7 +62,8 @@ type mediatedSignIn struct {
 }
 
 // Outbox returns every one-time code the fake has sent, oldest first.
-func (s *Server) Outbox() []SentCode {
+func (k *SignIn) Outbox() []SentCode {
+	s := k.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return slices.Clone(s.signin.outbox)
@@ -71,7 +72,8 @@ func (s *Server) Outbox() []SentCode {
 // LastCode returns the latest one-time code the fake sent, as the User
 // would read it from their phone, or "" if none. A test answering the
 // agent's request for the code (code_required) returns it.
-func (s *Server) LastCode() string {
+func (k *SignIn) LastCode() string {
+	s := k.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if n := len(s.signin.outbox); n > 0 {

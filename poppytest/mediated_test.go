@@ -88,15 +88,15 @@ func TestCO_4_7_OneTimeCode(t *testing.T) {
 	if !strings.HasPrefix(r.str("sign_in_id"), "sgn_") || sentTo != poppytest.SentTo || err != nil || !within(exp, srv.Clock().Now().Add(5*time.Minute), 2*time.Second) {
 		t.Fatalf("code_required = %s", r.Raw)
 	}
-	out := srv.Outbox()
-	if len(out) != 1 || out[0].SignInID != r.str("sign_in_id") || len(out[0].Code) != 6 || out[0].Code != srv.LastCode() || out[0].Account != "acct_1" {
+	out := srv.SignIn().Outbox()
+	if len(out) != 1 || out[0].SignInID != r.str("sign_in_id") || len(out[0].Code) != 6 || out[0].Code != srv.SignIn().LastCode() || out[0].Account != "acct_1" {
 		t.Fatalf("outbox = %+v", out)
 	}
 	codeURL := srv.MediatedEndpoint() + "/" + r.str("sign_in_id")
 
 	// CO-4.7-03: another Session can't finish it, and the sign-in survives.
 	other := a.start("usr_1").str("access_token")
-	if o := a.mediated(codeURL, other, map[string]any{"code": srv.LastCode()}); o.Status != 404 || o.str("error") != "sign_in_not_found" {
+	if o := a.mediated(codeURL, other, map[string]any{"code": srv.SignIn().LastCode()}); o.Status != 404 || o.str("error") != "sign_in_not_found" {
 		t.Errorf("code from another Session = %d %s", o.Status, o.Raw)
 	}
 	wantRules(t, srv, pa("4.7-09"))
@@ -104,13 +104,13 @@ func TestCO_4_7_OneTimeCode(t *testing.T) {
 	if w := a.mediated(codeURL, tok, map[string]any{"code": "000000x"}); w.str("status") != "code_required" || w.str("sign_in_id") != r.str("sign_in_id") {
 		t.Errorf("wrong code = %s", w.Raw)
 	}
-	done := a.mediated(codeURL, tok, map[string]any{"code": srv.LastCode()})
+	done := a.mediated(codeURL, tok, map[string]any{"code": srv.SignIn().LastCode()})
 	// CO-4.7-03: the original Session finishes; CO-4.7-01.
 	if done.Status != 200 || done.str("status") != "complete" || done.str("session_id") != sid || done.str("refresh_token") == "" {
 		t.Fatalf("right code = %d %s", done.Status, done.Raw)
 	}
 	noCredentials(t, r, done)
-	if again := a.mediated(codeURL, tok, map[string]any{"code": srv.LastCode()}); again.Status != 404 {
+	if again := a.mediated(codeURL, tok, map[string]any{"code": srv.SignIn().LastCode()}); again.Status != 404 {
 		t.Errorf("code after completion = %d %s", again.Status, again.Raw)
 	}
 
@@ -127,13 +127,13 @@ func TestCO_4_7_OneTimeCode(t *testing.T) {
 	// CO-4.7-05: past expires_at.
 	r = begin()
 	srv.Clock().Advance(5*time.Minute + time.Second)
-	if e := a.mediated(srv.MediatedEndpoint()+"/"+r.str("sign_in_id"), tok, map[string]any{"code": srv.LastCode()}); e.Status != 200 || e.str("status") != "expired" {
+	if e := a.mediated(srv.MediatedEndpoint()+"/"+r.str("sign_in_id"), tok, map[string]any{"code": srv.SignIn().LastCode()}); e.Status != 200 || e.str("status") != "expired" {
 		t.Errorf("late code = %d %s", e.Status, e.Raw)
 	}
 	// Sending the credentials again with the code is a violation, and so is
 	// any credential value outside the mediated endpoint's POST body.
 	r = begin()
-	a.mediated(srv.MediatedEndpoint()+"/"+r.str("sign_in_id"), tok, map[string]any{"code": srv.LastCode(), "credentials": creds()})
+	a.mediated(srv.MediatedEndpoint()+"/"+r.str("sign_in_id"), tok, map[string]any{"code": srv.SignIn().LastCode(), "credentials": creds()})
 	wantRules(t, srv, pa("4.7-09"), pa("4.7-05"), pa("4.7-06"))
 }
 
@@ -174,7 +174,7 @@ func TestCO_4_7_08_UnusualOnNewKey(t *testing.T) {
 	if r.str("status") != "code_required" {
 		t.Fatalf("first sign-in with a new key = %s", r.Raw)
 	}
-	a.mediated(srv.MediatedEndpoint()+"/"+r.str("sign_in_id"), tok, map[string]any{"code": srv.LastCode()})
+	a.mediated(srv.MediatedEndpoint()+"/"+r.str("sign_in_id"), tok, map[string]any{"code": srv.SignIn().LastCode()})
 	tok2 := a.start("usr_1").str("access_token") // same User, same key
 	if r := a.mediated("", tok2, body); r.str("status") != "complete" {
 		t.Errorf("known key = %s", r.Raw)

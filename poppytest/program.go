@@ -27,7 +27,7 @@ func New(opts *Options) (*Server, error) {
 // newServer configures and starts a Server.
 func newServer(opts *Options) (*Server, error) {
 	s := &Server{}
-	s.areas = areas{conversations: Conversations{s}, operations: Operations{s}}
+	s.areas = areas{signIn: SignIn{s}, faults: Faults{s}, conversations: Conversations{s}, operations: Operations{s}}
 	if opts != nil {
 		s.opts = *opts
 	}

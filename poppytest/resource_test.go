@@ -98,7 +98,7 @@ func TestForceErrorAtResources(t *testing.T) {
 	srv := poppytest.NewServer(t, nil)
 	a := newAgent(t, srv, "agent.test")
 	tok := a.start("usr_1").str("access_token")
-	srv.ForceError(poppytest.EndpointAPI, poppytest.Fault{Code: "use_dpop_nonce", Times: 2})
+	srv.Faults().ForceError(poppytest.EndpointAPI, poppytest.Fault{Code: "use_dpop_nonce", Times: 2})
 	for range 2 {
 		r := a.call("GET", "/products", tok, "")
 		wantDPoPError(t, r, "use_dpop_nonce")
@@ -106,15 +106,15 @@ func TestForceErrorAtResources(t *testing.T) {
 			t.Error("forced use_dpop_nonce without DPoP-Nonce")
 		}
 	}
-	srv.ForceError(poppytest.EndpointAPI, poppytest.Fault{Code: "insufficient_scope"})
+	srv.Faults().ForceError(poppytest.EndpointAPI, poppytest.Fault{Code: "insufficient_scope"})
 	if r := a.call("GET", "/products", tok, ""); r.Status != 403 || r.wwwAuth() != `DPoP error="insufficient_scope", scope="poppy:read poppy:write"` {
 		t.Errorf("forced insufficient_scope: %d %q", r.Status, r.wwwAuth())
 	}
-	srv.ForceError(poppytest.EndpointAPI, poppytest.Fault{Status: 503})
+	srv.Faults().ForceError(poppytest.EndpointAPI, poppytest.Fault{Status: 503})
 	if r := a.call("GET", "/products", tok, ""); r.Status != 503 {
 		t.Errorf("forced 503: %d", r.Status)
 	}
-	srv.ForceError(poppytest.EndpointToken, poppytest.Fault{Code: "invalid_dpop_proof"})
+	srv.Faults().ForceError(poppytest.EndpointToken, poppytest.Fault{Code: "invalid_dpop_proof"})
 	if r := a.token(a.startForm("usr_1")); r.Status != 400 || r.str("error") != "invalid_dpop_proof" || !strings.HasPrefix(r.wwwAuth(), "DPoP ") {
 		t.Errorf("forced token error: %d %s", r.Status, r.Raw)
 	}

@@ -387,6 +387,8 @@ type Server struct {
 // areas are the Server's run-time knobs, grouped by area; each points
 // back at the Server.
 type areas struct {
+	signIn        SignIn
+	faults        Faults
 	conversations Conversations
 	operations    Operations
 }

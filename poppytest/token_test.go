@@ -498,14 +498,14 @@ func TestCO_4_2_11_ErrorStatuses(t *testing.T) {
 	// invalid_session 400.
 	check(a.token(a.renewForm("usr_1", "ses_nope"), withNonce(nonce)), 400, "invalid_session")
 	// rate_limited 429 with Retry-After.
-	srv.RateLimit(poppytest.EndpointToken, 1, "7")
+	srv.Faults().RateLimit(poppytest.EndpointToken, 1, "7")
 	r = a.token(a.startForm("usr_1"), withNonce(nonce))
 	check(r, 429, "rate_limited")
 	if r.Header.Get("Retry-After") != "7" {
 		t.Errorf("Retry-After = %q", r.Header.Get("Retry-After"))
 	}
 	// account_mismatch 400 (forced: the Account Token grant comes later).
-	srv.ForceError(poppytest.EndpointToken, poppytest.Fault{Code: "account_mismatch"})
+	srv.Faults().ForceError(poppytest.EndpointToken, poppytest.Fault{Code: "account_mismatch"})
 	check(a.token(a.startForm("usr_1"), withNonce(nonce)), 400, "account_mismatch")
 	// And the success path with the nonce.
 	if r := a.token(a.startForm("usr_1"), withNonce(nonce)); r.Status != 200 {

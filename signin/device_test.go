@@ -25,7 +25,7 @@ func TestPA_4_6_DeviceSignIn(t *testing.T) {
 	e := newEnv(t, nil, &poppy.AgentOptions{Logger: logger})
 	sess := e.Session("alice")
 	b := e.browser()
-	e.Srv.HoldDevicePolls(3)
+	e.Srv.SignIn().HoldDevicePolls(3)
 	res, err := signin.Device(ctx, sess, scopes("poppy:read", "poppy:write"), b)
 	if err != nil {
 		t.Fatal(err)
@@ -76,7 +76,7 @@ func TestPA_4_6_DeviceSignIn(t *testing.T) {
 func TestPA_4_6_05_DefaultInterval(t *testing.T) {
 	e := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInOptions{OmitInterval: true}}, nil)
 	sess := e.Session("alice")
-	e.Srv.HoldDevicePolls(2)
+	e.Srv.SignIn().HoldDevicePolls(2)
 	if _, err := signin.Device(ctx, sess, scopes("poppy:read"), e.browser()); err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func TestPA_4_6_05_DefaultInterval(t *testing.T) {
 func TestPA_4_6_07_SlowDown(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	sess := e.Session("alice")
-	e.Srv.ScriptDevicePolls(poppytest.PollPending, poppytest.PollSlowDown, poppytest.PollPending, poppytest.PollPending)
+	e.Srv.SignIn().ScriptDevicePolls(poppytest.PollPending, poppytest.PollSlowDown, poppytest.PollPending, poppytest.PollPending)
 	if _, err := signin.Device(ctx, sess, scopes("poppy:read"), e.browser()); err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func TestPA_4_6_07_SlowDown(t *testing.T) {
 func TestPA_4_6_09_AccessDenied(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	sess := e.Session("alice")
-	e.Srv.Deny()
+	e.Srv.SignIn().Deny()
 	_, err := signin.Device(ctx, sess, scopes("poppy:read"), e.browser())
 	// PA-4.6-09
 	if !errors.Is(err, signin.ErrAccessDenied) {
@@ -130,7 +130,7 @@ func TestPA_4_6_09_AccessDenied(t *testing.T) {
 func TestPA_4_6_10_and_11_Expiry(t *testing.T) {
 	e := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInOptions{DeviceCodeTTL: time.Minute}}, nil)
 	sess := e.Session("alice")
-	e.Srv.NeverAnswer()
+	e.Srv.SignIn().NeverAnswer()
 	_, err := signin.Device(ctx, sess, scopes("poppy:read"), e.browser())
 	// PA-4.6-11: stops by itself at expires_in (PA-4.6-10 when the Company
 	// says expired_token first).
@@ -148,7 +148,7 @@ func TestPA_4_6_10_ExpiredToken(t *testing.T) {
 	sess := e.Session("alice")
 	b := e.browser()
 	b.noVisit = true
-	e.Srv.ForceError(poppytest.EndpointToken, poppytest.Fault{Status: 400, Code: "expired_token"})
+	e.Srv.Faults().ForceError(poppytest.EndpointToken, poppytest.Fault{Status: 400, Code: "expired_token"})
 	_, err := signin.Device(ctx, sess, scopes("poppy:read"), b)
 	// PA-4.6-10
 	if !errors.Is(err, signin.ErrDeviceCodeExpired) {

@@ -123,7 +123,7 @@ func TestPA_4_5_05_to_08_CallbackChecks(t *testing.T) {
 			e := newEnv(t, nil, nil)
 			sess := e.Session("alice")
 			if c.deny {
-				e.Srv.Deny()
+				e.Srv.SignIn().Deny()
 			}
 			st, err := e.direct.Start(ctx, sess, scopes("poppy:read"))
 			if err != nil {
@@ -228,7 +228,7 @@ func TestDirectAcrossReplicas(t *testing.T) {
 func TestPA_4_4_11_FewerScopesGranted(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	sess := e.Session("alice")
-	e.Srv.ApproveScopes("", "poppy:read")
+	e.Srv.SignIn().ApproveScopes("", "poppy:read")
 	res, err := e.direct.SignIn(ctx, sess, scopes("poppy:read", "poppy:write"), e.browser())
 	if err != nil {
 		t.Fatal(err)

@@ -26,7 +26,7 @@ func TestSignInAfterDisconnect(t *testing.T) {
 			t.Fatalf("GET /orders after the sign-in: %d %s", code, body)
 		}
 		e.Srv.Disconnect("acct_1")
-		consents := len(e.Srv.Consents())
+		consents := len(e.Srv.SignIn().Consents())
 		tokenRequests := len(e.Requests(poppytest.EndpointToken))
 		b := e.browser()
 		res, err := e.direct.SignIn(ctx, sess, opts, b)
@@ -47,7 +47,7 @@ func TestSignInAfterDisconnect(t *testing.T) {
 			}
 			continue
 		}
-		if res.Reused || len(b.urls) != 1 || len(e.Srv.Consents()) != consents+1 {
+		if res.Reused || len(b.urls) != 1 || len(e.Srv.SignIn().Consents()) != consents+1 {
 			t.Fatalf("with Verify: %+v, %d prompts: the User was not asked again", res, len(b.urls))
 		}
 		if code, body := e.Get(sess, "/orders"); code != 200 {

@@ -49,7 +49,7 @@ func endedEnv(t *testing.T, opts *poppytest.Options) (*env, *poppy.Session, *rep
 func TestPA_4_2_16_DeviceSignInOnEndedSession(t *testing.T) {
 	e, sess, r, old := endedEnv(t, nil)
 	b := e.browser()
-	e.Srv.HoldDevicePolls(1)
+	e.Srv.SignIn().HoldDevicePolls(1)
 	res, err := signin.Device(ctx, sess, scopes("poppy:read"), b)
 	if err != nil {
 		t.Fatal(err)
@@ -120,7 +120,7 @@ func TestMediatedSignInSessionEndedDuringCode(t *testing.T) {
 	old := sess.ID()
 	b.code = func() string {
 		e.Srv.EndSession(old)
-		return e.Srv.LastCode()
+		return e.Srv.SignIn().LastCode()
 	}
 	_, err := signin.Mediated(ctx, sess, scopes("poppy:read"), b)
 	if !errors.Is(err, signin.ErrSessionEnded) {
@@ -140,7 +140,7 @@ func TestDirectSignInEndedSessionCodeUsedUp(t *testing.T) {
 	var e *env
 	e = newEnv(t, nil, &poppy.AgentOptions{OnSessionReplaced: func(o, n string) {
 		r.record(o, n)
-		e.Srv.ForceError(poppytest.EndpointToken, poppytest.Fault{Code: "invalid_grant"})
+		e.Srv.Faults().ForceError(poppytest.EndpointToken, poppytest.Fault{Code: "invalid_grant"})
 	}})
 	sess := e.Session("alice")
 	old := sess.ID()

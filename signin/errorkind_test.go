@@ -33,7 +33,7 @@ func directCompanyError(t *testing.T, across bool) {
 		serveOnOtherReplica(t, e)
 	}
 	sess := e.Session("alice")
-	e.Srv.ForceError(poppytest.EndpointToken, poppytest.Fault{Status: 400, Code: "invalid_target"})
+	e.Srv.Faults().ForceError(poppytest.EndpointToken, poppytest.Fault{Status: 400, Code: "invalid_target"})
 	_, err := e.direct.SignIn(ctx, sess, scopes("poppy:read"), e.browser())
 	var pe *poppy.Error
 	if !errors.As(err, &pe) || pe.Code != "invalid_target" || pe.Status != 400 {

@@ -147,7 +147,7 @@ func (b *browser) OneTimeCode(ctx context.Context, p *signin.OneTimeCodePrompt) 
 	if b.code != nil {
 		return b.code(), nil
 	}
-	return b.e.Srv.LastCode(), nil
+	return b.e.Srv.SignIn().LastCode(), nil
 }
 
 func scopes(s ...string) *poppy.SignInOptions { return &poppy.SignInOptions{Scopes: s} }

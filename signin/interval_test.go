@@ -72,7 +72,7 @@ func TestPA_4_6_05_UnusableIntervalIsDefault(t *testing.T) {
 					m["interval"] = v
 				}
 			})
-			e.Srv.HoldDevicePolls(1)
+			e.Srv.SignIn().HoldDevicePolls(1)
 			if _, err := signin.Device(ctx, e.Session("alice"), scopes("poppy:read"), e.browser()); err != nil {
 				t.Fatal(err)
 			}

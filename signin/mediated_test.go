@@ -98,7 +98,7 @@ func TestPA_4_7_08_to_10_OneTimeCode(t *testing.T) {
 			wrong = false
 			return "000000"
 		}
-		return e.Srv.LastCode()
+		return e.Srv.SignIn().LastCode()
 	}
 	if _, err := signin.Mediated(ctx, sess, scopes("poppy:read"), b); err != nil {
 		t.Fatal(err)
@@ -162,7 +162,7 @@ func TestPA_4_7_12_Expired(t *testing.T) {
 	b := e.browser()
 	b.code = func() string {
 		e.Srv.Clock().Advance(10 * 60e9) // the User takes too long
-		return e.Srv.LastCode()
+		return e.Srv.SignIn().LastCode()
 	}
 	_, err := signin.Mediated(ctx, sess, scopes("poppy:read"), b)
 	// PA-4.7-12
@@ -194,7 +194,7 @@ func TestPA_4_4_07_InvalidScopeKeepsTokens(t *testing.T) {
 		t.Fatal(err)
 	}
 	s2, _ := e.Company("example.test").Session(ctx, "alice", &poppy.SessionOptions{Name: "t2"})
-	e.Srv.ForceError(poppytest.EndpointAuthorize, poppytest.Fault{Status: 400, Code: "invalid_scope"})
+	e.Srv.Faults().ForceError(poppytest.EndpointAuthorize, poppytest.Fault{Status: 400, Code: "invalid_scope"})
 	_, err := e.direct.SignIn(ctx, s2, scopes("addresses"), e.browser())
 	if !errors.Is(err, poppy.ErrInvalidScope) {
 		t.Fatalf("err = %v", err)

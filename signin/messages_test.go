@@ -14,7 +14,7 @@ import (
 func TestAccessDeniedSaidOnce(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	sess := e.Session("alice")
-	e.Srv.Deny()
+	e.Srv.SignIn().Deny()
 	_, err := signin.Device(ctx, sess, scopes("poppy:read"), e.browser())
 	var pe *poppy.Error
 	if !errors.Is(err, signin.ErrAccessDenied) || !errors.As(err, &pe) || pe.Code != "access_denied" {

@@ -90,7 +90,7 @@ func TestDirectSignInFailureSaysWhy(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The Company's token endpoint fails in a way that has no outcome code.
-	srv.ForceError(poppytest.EndpointToken, poppytest.Fault{Status: 503, Code: "temporarily_unavailable"})
+	srv.Faults().ForceError(poppytest.EndpointToken, poppytest.Fault{Status: 503, Code: "temporarily_unavailable"})
 	resp, err := srv.Client().Get(loc)
 	if err != nil {
 		t.Fatal(err)

@@ -96,7 +96,7 @@ func TestNoSecretInLogsOrFormattedValues(t *testing.T) {
 	}
 	add(password)
 	add("wrong password value")
-	for _, sc := range e.Srv.Outbox() {
+	for _, sc := range e.Srv.SignIn().Outbox() {
 		add(sc.Code)
 	}
 	for _, r := range e.Srv.Requests() {

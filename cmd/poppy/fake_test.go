@@ -170,14 +170,14 @@ func controlHandler(srv *poppytest.Server) http.Handler {
 		switch q.Get("decision") {
 		case "approve":
 			if s := q.Get("scopes"); s != "" {
-				srv.ApproveScopes("", strings.Split(s, ",")...)
+				srv.SignIn().ApproveScopes("", strings.Split(s, ",")...)
 			} else {
-				srv.ApproveAll("")
+				srv.SignIn().ApproveAll("")
 			}
 		case "deny":
-			srv.Deny()
+			srv.SignIn().Deny()
 		case "never":
-			srv.NeverAnswer()
+			srv.SignIn().NeverAnswer()
 		default:
 			http.Error(w, "decision must be approve, deny or never", http.StatusBadRequest)
 		}
@@ -190,7 +190,7 @@ func controlHandler(srv *poppytest.Server) http.Handler {
 		_ = json.NewEncoder(w).Encode(out)
 	})
 	mux.HandleFunc("GET /code", func(w http.ResponseWriter, _ *http.Request) {
-		fmt.Fprint(w, srv.LastCode())
+		fmt.Fprint(w, srv.SignIn().LastCode())
 	})
 	return mux
 }

@@ -153,7 +153,7 @@ func TestPTYMediatedPromptsWithoutEcho(t *testing.T) {
 	screen.waitFor(t, regexp.MustCompile(`Password: $`), 10*time.Second)
 	_, _ = ptmx.WriteString("correct horse\r")
 	screen.waitFor(t, regexp.MustCompile(`Code: $`), 10*time.Second)
-	code := e.srv.LastCode()
+	code := e.srv.SignIn().LastCode()
 	if code == "" {
 		t.Fatal("the fake sent no one-time code")
 	}

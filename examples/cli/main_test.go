@@ -79,14 +79,14 @@ func TestRunTwice(t *testing.T) {
 	if first.links != 1 || first.err != nil || !strings.Contains(first.buf.String(), "GET /orders: 200") {
 		t.Fatalf("first run: %d prompts, %v:\n%s", first.links, first.err, first.buf.String())
 	}
-	consents := len(srv.Consents())
+	consents := len(srv.SignIn().Consents())
 
 	second := &screen{srv: srv}
 	if err := run(ctx, cfg, second, strings.NewReader("")); err != nil {
 		t.Fatalf("second run: %v\n%s", err, second.buf.String())
 	}
 	out := second.buf.String()
-	if second.links != 0 || strings.Contains(out, "enter the code") || len(srv.Consents()) != consents {
+	if second.links != 0 || strings.Contains(out, "enter the code") || len(srv.SignIn().Consents()) != consents {
 		t.Fatalf("the second run prompted the User:\n%s", out)
 	}
 	if !strings.Contains(out, "already") || !strings.Contains(out, "GET /orders: 200") {

@@ -36,7 +36,7 @@ func TestNewReadyAgent(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := srv.Clock().Now()
-	srv.HoldDevicePolls(3)
+	srv.SignIn().HoldDevicePolls(3)
 	p := signin.PrompterFuncs{ShowCodeFunc: func(ctx context.Context, p *signin.CodePrompt) error {
 		_, err := srv.Browse(ctx, p.VerificationURIComplete)
 		return err
