@@ -14,9 +14,7 @@ import (
 	"time"
 
 	"github.com/poppyproto/poppy"
-	"github.com/poppyproto/poppy/internal/testenv"
 	"github.com/poppyproto/poppy/keystore"
-	"github.com/poppyproto/poppy/keystore/sqlitestore"
 	"github.com/poppyproto/poppy/poppytest"
 	"github.com/poppyproto/poppy/signin"
 )
@@ -508,18 +506,6 @@ func TestPA_4_8_07_10_11_AccountTokenSecret(t *testing.T) {
 	if !keystore.KindAccountToken.Secret() {
 		t.Fatal("Account Tokens are not a secret kind")
 	}
-}
-
-// Two OS processes sharing one SQLite keystore renew with one Account Token
-// that the Company rotates on every use: none is lost (PA-4.8-04, PA-4.8-05).
-func TestPA_4_8_05_TwoProcessesRotation(t *testing.T) {
-	path := t.TempDir() + "/keystore.db"
-	store, err := sqlitestore.Open(path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	testenv.RotationRace(t, store, path, 200)
 }
 
 // nestingStore fails the test when an Update starts while another one's fn

@@ -11,7 +11,6 @@ package poppy_test
 // transport in front of it that rewrites what it answers.
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -21,7 +20,6 @@ import (
 	"fmt"
 	"io"
 	"log"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -38,7 +36,6 @@ import (
 	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/internal/testenv"
 	"github.com/poppyproto/poppy/keystore"
-	"github.com/poppyproto/poppy/keystore/sqlitestore"
 	"github.com/poppyproto/poppy/poppytest"
 	"github.com/poppyproto/poppy/signin"
 )
@@ -425,60 +422,10 @@ func TestAttackSilentServerHeaderTimeout(t *testing.T) {
 
 // Item 7: %+v, %s or slog of keystore.Memory, and %s of the *Agent holding
 // it, printed the DPoP private key, the tokens and the PKCE verifier.
+// keystore/sqlitestore's TestAttackSecretsInFormatting runs the same on a
+// sealed SQLite store.
 func TestAttackSecretsInFormatting(t *testing.T) {
-	mem := keystore.NewMemory()
-	dir := t.TempDir()
-	sealer, err := keystore.NewAESGCMSealer(bytes.Repeat([]byte{7}, 32))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sq, err := sqlitestore.Open(dir+"/k.db", &sqlitestore.Options{Sealer: sealer})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sq.Close()
-	for _, store := range []keystore.Store{mem, sq} {
-		e := newEnv(t, nil, &poppy.AgentOptions{Store: store})
-		s := signedIn(t, e, "default")
-		tok, err := s.Token(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		secrets := []string{tok.Value()}
-		keys, _ := store.List(ctx, keystore.KindDPoPKey, "alice", e.srv.Issuer())
-		for _, k := range keys {
-			b, _ := store.Get(ctx, k)
-			var sk struct{ D string }
-			_ = json.Unmarshal(b, &sk)
-			secrets = append(secrets, sk.D)
-		}
-		if len(secrets) < 2 || secrets[1] == "" {
-			t.Fatal("no DPoP key found to look for")
-		}
-		// A pending Direct Sign-In holds the PKCE verifier.
-		verifier := "pkce-verifier-" + strings.Repeat("V", 43)
-		pk := keystore.Key{Kind: keystore.KindPendingSignIn, User: "poppy:signin", Issuer: "poppy:state", ID: "st"}
-		if err := store.Update(ctx, pk, func([]byte) ([]byte, error) { return []byte(`{"code_verifier":"` + verifier + `"}`), nil }); err != nil {
-			t.Fatal(err)
-		}
-		secrets = append(secrets, verifier)
-		var buf bytes.Buffer
-		for _, v := range []any{store, e.agent, e.id, s} {
-			for _, verb := range []string{"%v", "%+v", "%#v", "%s", "%q", "%x"} {
-				fmt.Fprintf(&buf, verb+"\n", v)
-			}
-			slog.New(slog.NewTextHandler(&buf, nil)).Info("x", "v", v)
-			slog.New(slog.NewJSONHandler(&buf, nil)).Info("x", "v", v)
-		}
-		out := buf.String()
-		for _, sec := range secrets {
-			for _, form := range []string{sec, fmt.Sprintf("%x", sec), strings.Trim(fmt.Sprint([]byte(sec)), "[]")} {
-				if strings.Contains(out, form) {
-					t.Fatalf("%T: a secret appears in formatted output:\n%.400s", store, out)
-				}
-			}
-		}
-	}
+	testenv.SecretsInFormatting(t, keystore.NewMemory())
 }
 
 // Item 11: DPoP proof jti was 96 bits; an independent Company demands 128

@@ -13,15 +13,11 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/poppyproto/poppy"
-	"github.com/poppyproto/poppy/internal/testenv"
 	"github.com/poppyproto/poppy/keystore"
-	"github.com/poppyproto/poppy/keystore/sqlitestore"
 	"github.com/poppyproto/poppy/poppytest"
 )
 
 func TestMain(m *testing.M) {
-	testenv.RotationChildMain(func(path string) (keystore.Store, error) { return sqlitestore.Open(path, nil) })
-	testenv.ReplicaChildMain(func(path string) (keystore.Store, error) { return sqlitestore.Open(path, nil) })
 	goleak.VerifyTestMain(m,
 		// net/http keeps idle connections' goroutines until the transport
 		// is closed; poppytest closes its own at Close.

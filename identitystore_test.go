@@ -1,90 +1,15 @@
 package poppy_test
 
 import (
-	"bytes"
 	"context"
-	"database/sql"
-	"path/filepath"
 	"strings"
 	"testing"
 
-	_ "modernc.org/sqlite"
-
 	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/keystore"
-	"github.com/poppyproto/poppy/keystore/sqlitestore"
 	"github.com/poppyproto/poppy/poppytest"
 	"github.com/poppyproto/poppy/signin"
 )
-
-// The agent's signing keys are created once and loaded again by a later
-// process; rotation keeps the previous key published (spec 4.1).
-func TestSigningKeysInKeystore(t *testing.T) {
-	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "ks.db")
-	sealer, err := keystore.NewAESGCMSealer(bytes.Repeat([]byte{7}, 32))
-	if err != nil {
-		t.Fatal(err)
-	}
-	open := func() *sqlitestore.Store {
-		s, err := sqlitestore.Open(path, &sqlitestore.Options{Sealer: sealer})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
-	s1 := open()
-	first, err := poppy.LoadSigningKeys(ctx, s1, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s1.Close()
-	// A second process (a second open of the file) loads the same key.
-	s2 := open()
-	defer s2.Close()
-	again, err := poppy.LoadSigningKeys(ctx, s2, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(first) != 1 || len(again) != 1 || first[0].KeyID() != again[0].KeyID() {
-		t.Fatalf("keys not reused: %v then %v", first, again)
-	}
-	// The private key is a secret record, sealed on disk.
-	if !keystore.KindAgentKey.Secret() {
-		t.Fatal("KindAgentKey is not a secret kind")
-	}
-	db, err := sql.Open("sqlite", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	var raw []byte
-	if err := db.QueryRow(`SELECT value FROM records WHERE kind = ?`, string(keystore.KindAgentKey)).Scan(&raw); err != nil {
-		t.Fatalf("reading the raw record: %v", err)
-	}
-	if bytes.Contains(raw, []byte(`"d"`)) || bytes.Contains(raw, []byte(first[0].KeyID())) {
-		t.Fatal("the signing key is stored in clear")
-	}
-
-	rot, err := poppy.RotateSigningKeys(ctx, s2, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(rot) != 2 || rot[1].KeyID() != first[0].KeyID() || rot[0].KeyID() == first[0].KeyID() {
-		t.Fatalf("rotation: %v, want a new key then %s", rot, first[0].KeyID())
-	}
-	rot2, err := poppy.RotateSigningKeys(ctx, s2, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(rot2) != 2 || rot2[1].KeyID() != rot[0].KeyID() {
-		t.Fatalf("second rotation: %v, want a new key then %s", rot2, rot[0].KeyID())
-	}
-	loaded, _ := poppy.LoadSigningKeys(ctx, s2, "")
-	if loaded[0].KeyID() != rot2[0].KeyID() {
-		t.Fatal("LoadSigningKeys does not return the rotated set")
-	}
-}
 
 // After a rotation the new key signs and a Company that cached the old JWKS
 // still verifies: the previous key stays published.

@@ -14,9 +14,7 @@ import (
 	"time"
 
 	"github.com/poppyproto/poppy"
-	"github.com/poppyproto/poppy/internal/testenv"
 	"github.com/poppyproto/poppy/keystore"
-	"github.com/poppyproto/poppy/keystore/sqlitestore"
 	"github.com/poppyproto/poppy/poppytest"
 )
 
@@ -238,26 +236,6 @@ func TestPA_4_8_05_OneRefreshAcrossReplicas(t *testing.T) {
 			}
 		}
 	}
-}
-
-// Three OS processes on one SQLite keystore serve 20 signed-in Users whose
-// Account Tokens rotate on every use, with Session Tokens of 2 s; one
-// replica crashes between the Company rotating a token and the store
-// saving it, another is killed at random. No User ends stuck, the lost
-// rotation ends in sign_in_required and a working signed-out Session, and
-// before the kills the replicas refresh once per lifetime (PA-4.8-04,
-// PA-4.8-05, PA-4.8-06).
-func TestReplicasSQLite(t *testing.T) {
-	if testing.Short() {
-		t.Skip("a multi-process run of about 10 s")
-	}
-	path := t.TempDir() + "/keystore.db"
-	store, err := sqlitestore.Open(path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	testenv.ReplicaRun(t, store, path, &testenv.ReplicaOptions{Kills: true})
 }
 
 // A replica dies after the Company signed a Session in with the stored

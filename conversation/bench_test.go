@@ -11,9 +11,7 @@ package conversation_test
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"net/http"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -23,8 +21,7 @@ import (
 	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/conversation"
 	"github.com/poppyproto/poppy/internal/testenv"
-	"github.com/poppyproto/poppy/keystore"
-	"github.com/poppyproto/poppy/keystore/sqlitestore"
+	"github.com/poppyproto/poppy/internal/testenv/convbench"
 	"github.com/poppyproto/poppy/poppytest"
 )
 
@@ -43,124 +40,18 @@ func produce(e *env, id string, n int) {
 	}
 }
 
-func benchThroughput(b *testing.B, longPoll bool) {
-	e, c := benchEnv(b)
-	b.ReportAllocs()
-	b.ResetTimer()
-	start := time.Now()
-	go produce(e, c.ID(), b.N)
-	got := 0
-	for _, err := range c.Events(ctx, &conversation.EventsOptions{LongPoll: longPoll}) {
-		if err != nil {
-			b.Fatal(err)
-		}
-		got++
-		if got == b.N {
-			break
-		}
-	}
-	el := time.Since(start)
-	b.StopTimer()
-	rate := float64(b.N) / el.Seconds()
-	b.ReportMetric(rate, "events/s")
-	if b.N >= 1000 && rate < 100 {
-		b.Fatalf("implausible: %.0f events/s", rate)
-	}
-}
+// The throughput benchmarks and their floor are internal/testenv/convbench's,
+// which keystore/sqlitestore also runs, beside the same benchmarks with the
+// cursor in SQLite on disk (BenchmarkEventsSSESQLite,
+// BenchmarkEventsSSESQLiteEachEvent, BenchmarkUnknownEventsSQLite):
+// docs/performance.md takes all of them from that run.
 
-func BenchmarkEventsSSE(b *testing.B) { benchThroughput(b, false) }
+func BenchmarkEventsSSE(b *testing.B)      { convbench.Throughput(b, false) }
+func BenchmarkEventsLongPoll(b *testing.B) { convbench.Throughput(b, true) }
 
-// BenchmarkEventsSSESQLite reads the stream with the cursor saved in an
-// SQLite keystore on disk, by the default checkpoint policy (after each
-// burst, at most 256 events or 1 s apart).
-func BenchmarkEventsSSESQLite(b *testing.B) { benchSQLite(b, nil) }
-
-// BenchmarkEventsSSESQLiteEachEvent saves the cursor after every event
-// (Checkpoint.Events 1): one SQLite commit per event.
-func BenchmarkEventsSSESQLiteEachEvent(b *testing.B) {
-	benchSQLite(b, &conversation.EventsOptions{Checkpoint: conversation.Checkpoint{Events: 1}})
-}
-
-func benchSQLite(b *testing.B, opts *conversation.EventsOptions) {
-	store, err := sqlitestore.Open(filepath.Join(b.TempDir(), "keystore.db"), nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer store.Close()
-	e := &env{Env: testenv.New(b, &poppytest.Options{Conversations: poppytest.ConversationOptions{Agent: quiet, Streaming: true}}, &poppy.AgentOptions{Store: store})}
-	e.sess = e.Session("alice")
-	c := e.start(b, conversation.Text("Hello."), nil)
-	collect(b, c, nil, isIdle)
-	b.ReportAllocs()
-	b.ResetTimer()
-	start := time.Now()
-	go produce(e, c.ID(), b.N)
-	got := 0
-	var last string
-	for ev, err := range c.Events(ctx, opts) {
-		if err != nil {
-			b.Fatal(err)
-		}
-		last = ev.ID
-		if got++; got == b.N {
-			break
-		}
-	}
-	rate := float64(b.N) / time.Since(start).Seconds()
-	b.StopTimer()
-	b.ReportMetric(rate, "events/s")
-	if b.N >= 100 && rate < 10 {
-		b.Fatalf("implausible: %.0f events/s", rate)
-	}
-	// The loop returned: the last event handled is on disk.
-	if got := savedCursorIn(b, store, e, c.ID()); got != last {
-		b.Fatalf("saved cursor %q, want %q", got, last)
-	}
-}
-
-func savedCursorIn(b *testing.B, store keystore.Store, e *env, id string) string {
-	raw, err := store.Get(ctx, keystore.Key{Kind: keystore.KindCursor, User: "alice", Issuer: e.Srv.Issuer(), ID: id})
-	if err != nil {
-		b.Fatal(err)
-	}
-	var rec struct{ Cursor string }
-	json.Unmarshal(raw, &rec)
-	return rec.Cursor
-}
-
-// BenchmarkUnknownEventsSQLite reads pages of 100 events of an unknown
-// type (skipped, spec 7.5) by long poll, with the cursor in SQLite: the
-// cost of skipping, per event.
-func BenchmarkUnknownEventsSQLite(b *testing.B) {
-	store, err := sqlitestore.Open(filepath.Join(b.TempDir(), "keystore.db"), nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer store.Close()
-	e := &env{Env: testenv.New(b, &poppytest.Options{Conversations: poppytest.ConversationOptions{Agent: quiet, PageSize: 100}}, &poppy.AgentOptions{Store: store})}
-	e.sess = e.Session("alice")
-	c := e.start(b, conversation.Text("Hello."), nil)
-	collect(b, c, &conversation.EventsOptions{UntilIdle: true}, nil)
-	for range b.N {
-		e.Srv.Conversations().Append(c.ID(), map[string]any{"type": "poll"})
-	}
-	e.Srv.Conversations().Say(c.ID(), poppytest.Reply{Text: "After the polls."})
-	b.ReportAllocs()
-	b.ResetTimer()
-	start := time.Now()
-	for ev, err := range c.Events(ctx, &conversation.EventsOptions{LongPoll: true}) {
-		if err != nil {
-			b.Fatal(err)
-		}
-		if ev.Type == conversation.EventMessage {
-			break
-		}
-	}
-	el := time.Since(start)
-	b.StopTimer()
-	b.ReportMetric(float64(b.N)/el.Seconds(), "events/s")
-	b.ReportMetric(float64(el.Microseconds())/float64(b.N), "µs/event")
-}
+// BenchmarkFloorBareSSE reads the same stream with net/http and
+// bufio.Scanner alone.
+func BenchmarkFloorBareSSE(b *testing.B) { convbench.FloorBareSSE(b) }
 
 // realClock sleeps for real: the benchmarks of reads per second need the
 // SDK's pauses to take time.
@@ -236,45 +127,6 @@ func BenchmarkStuckCursorReads(b *testing.B) {
 	b.ReportMetric(float64(n)/el.Seconds(), "reads/s")
 	b.ReportMetric(float64(n), "reads")
 	b.Logf("%d reads in %v, ending with %v", n, el, last)
-}
-
-func BenchmarkEventsLongPoll(b *testing.B) { benchThroughput(b, true) }
-
-// BenchmarkFloorBareSSE reads the same stream with net/http and
-// bufio.Scanner alone.
-func BenchmarkFloorBareSSE(b *testing.B) {
-	e, c := benchEnv(b)
-	b.ReportAllocs()
-	b.ResetTimer()
-	start := time.Now()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, e.Srv.APIURL()+"/poppy/conversations/"+c.ID()+"/events", nil)
-	req.Header.Set("Accept", "text/event-stream")
-	req.Header.Set("Last-Event-ID", c.Cursor())
-	resp, err := e.sess.HTTPClient().Do(req)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer resp.Body.Close()
-	go produce(e, c.ID(), b.N)
-	sc := bufio.NewScanner(resp.Body)
-	got := 0
-	for got < b.N && sc.Scan() {
-		if strings.HasPrefix(sc.Text(), "id:") {
-			got++
-		}
-	}
-	el := time.Since(start)
-	b.StopTimer()
-	if got != b.N {
-		b.Fatalf("read %d of %d events: %v", got, b.N, sc.Err())
-	}
-	rate := float64(b.N) / el.Seconds()
-	b.ReportMetric(rate, "events/s")
-	if b.N >= 1000 && rate < 100 {
-		b.Fatalf("implausible: %.0f events/s", rate)
-	}
 }
 
 // benchLatency measures from the fake appending an event to the caller

@@ -73,8 +73,9 @@
 // send it. Sent keeps the last 64 answered messages of a conversation and
 // the count of all of them. While the process lives, Send's error says the
 // same: a *PendingError (ErrMessagePending) means the message is in the
-// outbox; any other error means it is not. TestCrashSDKChosenIDs kills
-// such an app with SIGKILL 100 times (CONVERSATION_CRASH_KILLS=1000 for a
+// outbox; any other error means it is not. keystore/sqlitestore's
+// TestCrashSDKChosenIDs (and keystore/pgstore's
+// TestConversationCrashSDKChosenIDs, on PostgreSQL) kills such an app with SIGKILL 100 times (CONVERSATION_CRASH_KILLS=1000 for a
 // longer run) and finds no message lost or held twice. An app that chooses
 // its own IDs (Message.ID, unique for the User) can also simply send
 // again with the same ID: the Company holds it once.

@@ -3,7 +3,6 @@ package conversation_test
 import (
 	"context"
 	"encoding/json"
-	"os"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -11,16 +10,10 @@ import (
 	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/conversation"
 	"github.com/poppyproto/poppy/internal/testenv"
-	"github.com/poppyproto/poppy/internal/testenv/convcrash"
 	"github.com/poppyproto/poppy/poppytest"
 )
 
 func TestMain(m *testing.M) {
-	convcrash.ChildMain(openCrashStore)
-	if os.Getenv(readChildEnv) != "" {
-		readChildMain()
-		return
-	}
 	goleak.VerifyTestMain(m)
 }
 

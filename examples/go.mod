@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/poppyproto/poppy v0.0.0-00010101000000-000000000000
 	github.com/poppyproto/poppy/browser/headless v0.0.0-00010101000000-000000000000
+	github.com/poppyproto/poppy/keystore/sqlitestore v0.0.0-00010101000000-000000000000
 	go.uber.org/goleak v1.3.0
 )
 
@@ -56,3 +57,5 @@ require (
 replace github.com/poppyproto/poppy => ..
 
 replace github.com/poppyproto/poppy/browser/headless => ../browser/headless
+
+replace github.com/poppyproto/poppy/keystore/sqlitestore => ../keystore/sqlitestore

@@ -11,6 +11,7 @@ require (
 	github.com/poppyproto/poppy v0.0.0-00010101000000-000000000000
 	github.com/poppyproto/poppy/browser/headless v0.0.0-00010101000000-000000000000
 	github.com/poppyproto/poppy/keystore/keyring v0.0.0-00010101000000-000000000000
+	github.com/poppyproto/poppy/keystore/sqlitestore v0.0.0-00010101000000-000000000000
 	github.com/poppyproto/poppy/llmtools/openai v0.0.0-00010101000000-000000000000
 	github.com/rogpeppe/go-internal v1.16.0
 	github.com/spf13/cobra v1.10.2
@@ -80,3 +81,5 @@ replace (
 )
 
 replace github.com/poppyproto/poppy/llmtools/openai => ../../llmtools/openai
+
+replace github.com/poppyproto/poppy/keystore/sqlitestore => ../../keystore/sqlitestore

@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/poppyproto/poppy v0.0.0-00010101000000-000000000000
+	github.com/poppyproto/poppy/keystore/sqlitestore v0.0.0-00010101000000-000000000000
 	github.com/zalando/go-keyring v0.2.8
 	go.uber.org/goleak v1.3.0
 )
@@ -35,3 +36,5 @@ require (
 // Development is one tree (go.work at the root); outside it, the module
 // builds against the root module beside it.
 replace github.com/poppyproto/poppy => ../..
+
+replace github.com/poppyproto/poppy/keystore/sqlitestore => ../sqlitestore

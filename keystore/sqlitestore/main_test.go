@@ -6,6 +6,9 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/poppyproto/poppy/internal/testenv"
+	"github.com/poppyproto/poppy/internal/testenv/convcrash"
+	"github.com/poppyproto/poppy/internal/testenv/opcrash"
 	"github.com/poppyproto/poppy/keystore"
 	"github.com/poppyproto/poppy/keystore/sqlitestore"
 	"github.com/poppyproto/poppy/keystore/storetest"
@@ -21,6 +24,12 @@ func TestMain(m *testing.M) {
 		return sqlitestore.Open(os.Getenv(envTestDB), nil)
 	})
 	sqliteChildMain()
+	// The children of package conversation's, package operations' and the
+	// root package's tests that run here.
+	convcrash.ChildMain(openCrashStore)
+	opcrash.ChildMain(openOpCrashStore)
+	testenv.RotationChildMain(func(path string) (keystore.Store, error) { return sqlitestore.Open(path, nil) })
+	testenv.ReplicaChildMain(func(path string) (keystore.Store, error) { return sqlitestore.Open(path, nil) })
 	benchChildMain()
 
 	goleak.VerifyTestMain(m)

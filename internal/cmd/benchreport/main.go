@@ -47,7 +47,9 @@ type row struct {
 	diff bool
 	// abs: the goal is an absolute bound on the figure in unit (no floor).
 	abs float64
-	// pkg is the package of the benchmark, "." when empty.
+	// pkg is the package of the benchmark, "." when empty: a directory,
+	// or "once:dir" (one iteration), or "label:dir" for a run of its own
+	// with benchtimes[pkg].
 	pkg string
 	// floorUnit, when set, is the floor's unit: with floor == figure, a
 	// figure and its floor timed side by side in one benchmark.
@@ -61,12 +63,18 @@ type row struct {
 }
 
 // benchtimes are the -benchtime of packages other than the root, full and
-// -smoke; the sqlitestore default counts updates per iteration.
+// -smoke; the sqlitestore default counts updates per iteration. A row's
+// pkg may name a run of its own in a package, "label:dir": its benchmarks
+// run in one go test of dir, with the label's benchtime.
 var benchtimes = map[string][2]string{
 	// Events per iteration: enough in -smoke for a rate (the benchmarks
 	// call a figure from fewer than 1,000 events implausible); the reads
 	// per second are watched for 2 s whatever the count.
 	"./conversation": {"1s", "2000x"},
+	// The event throughput, in memory and with the cursor in SQLite,
+	// beside its floor, in one run of the sqlitestore module's benchmarks
+	// (internal/testenv/convbench): events per iteration, as above.
+	"events:./keystore/sqlitestore": {"1s", "2000x"},
 }
 
 var rows = []row{
@@ -90,13 +98,13 @@ var rows = []row{
 		what: "Session start (JWT bearer grant, first token) vs the token request alone (one POST + two signatures), timed alternately in one benchmark", goal: "≤ 1.1×", goalRatio: 1.1, smokeRatio: 5},
 	{figure: "SessionStart", floor: "FloorRenewOne", unit: "ns/op",
 		what: "Session start (JWT bearer grant, first token) vs the token request alone (one POST + two signatures)", goal: "≤ 1.1×", goalRatio: 1.1, smokeRatio: 5},
-	{figure: "EventsSSE", floor: "FloorBareSSE", unit: "events/s", rate: true, pkg: "./conversation",
+	{figure: "EventsSSE", floor: "FloorBareSSE", unit: "events/s", rate: true, pkg: "events:./keystore/sqlitestore",
 		what: "conversation events read through Events from an SSE stream, in-memory keystore, vs a bare net/http read of the same stream (lines split, no JSON, no de-duplication, no cursor)", goal: "report events/s", smokeRatio: 50},
-	{figure: "EventsSSESQLite", floor: "FloorBareSSE", unit: "events/s", rate: true, atLeast: 20000, pkg: "./conversation",
+	{figure: "EventsSSESQLite", floor: "FloorBareSSE", unit: "events/s", rate: true, atLeast: 20000, pkg: "events:./keystore/sqlitestore",
 		what: "the same, durable: the cursor saved in SQLite on disk by the default checkpoint policy (each burst, at most 256 events or 1 s apart)", goal: "≥ 20,000 events/s", smokeRatio: 200},
-	{figure: "EventsSSESQLiteEachEvent", floor: "FloorBareSSE", unit: "events/s", rate: true, pkg: "./conversation",
+	{figure: "EventsSSESQLiteEachEvent", floor: "FloorBareSSE", unit: "events/s", rate: true, pkg: "events:./keystore/sqlitestore",
 		what: "the same, with a checkpoint (one SQLite commit) after every event (`Checkpoint{Events: 1}`)", goal: "report events/s", smokeRatio: 5000},
-	{figure: "UnknownEventsSQLite", unit: "events/s", rate: true, pkg: "./conversation",
+	{figure: "UnknownEventsSQLite", unit: "events/s", rate: true, pkg: "events:./keystore/sqlitestore",
 		what: "pages of 100 events of an unknown type, skipped (PA-7.5-04), cursor in SQLite, by long poll", goal: "one commit per page, not per event", smokeRatio: 1},
 	{figure: "IdleReads", unit: "reads/s", abs: 5, pkg: "./conversation",
 		what: "reads per second of an idle Events loop against a Company that answers each long poll after 1 ms (MaxWait), over 2 s", goal: "≤ 5 reads/s", smokeRatio: 20},
@@ -141,6 +149,9 @@ func main() {
 			// One iteration of many Sessions: the heap figure is steady.
 			bt, n, dir = "1x", 1, strings.TrimPrefix(pkg, "once:")
 		case benchtimes[pkg] != [2]string{}:
+			if _, d, ok := strings.Cut(pkg, ":"); ok {
+				dir = d
+			}
 			bt = benchtimes[pkg][0]
 			if *smoke {
 				bt = benchtimes[pkg][1]
@@ -265,7 +276,7 @@ func main() {
 		}
 		fmt.Fprintf(&b, "| %s | %s %s (`%s`) | %s | %s | %s |\n", r.what, num(fig), r.unit, r.figure, floor, ratio, r.goal)
 	}
-	b.WriteString("\nThe benchmarks are in the root package (`bench_test.go`, `bench_renew_test.go`), in `conversation` (`bench_test.go`) and in `keystore/sqlitestore` (`multiproc_bench_test.go`). Run them yourself with\n`go test -run '^$' -bench . -benchmem -count 6 .` (or `./conversation`) and compare with `go tool benchstat`. For rates (events/s), the ratio is the figure over its floor: higher is better.\n\n")
+	b.WriteString("\nThe benchmarks are in the root package (`bench_test.go`, `bench_renew_test.go`), in `conversation` (`bench_test.go`) and in `keystore/sqlitestore` (`events_bench_test.go`, which runs conversation's event throughput in memory, with the cursor in SQLite and the floor in one run, and `multiproc_bench_test.go`), a module of its own. Run them yourself with\n`go test -run '^$' -bench . -benchmem -count 6 .` (or `./conversation`, `./keystore/sqlitestore`) and compare with `go tool benchstat`. For rates (events/s), the ratio is the figure over its floor: higher is better.\n\n")
 	b.WriteString("## benchstat\n\n```\n")
 	b.Write(stat)
 	b.WriteString("```\n")

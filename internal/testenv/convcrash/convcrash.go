@@ -1,6 +1,6 @@
 // Package convcrash is the conversation crash tests' harness, shared by
-// package conversation's tests (SQLite) and keystore/pgstore's (PostgreSQL,
-// a module of its own): child processes of the test binary that a test
+// keystore/sqlitestore's tests (SQLite) and keystore/pgstore's (PostgreSQL),
+// each a module of its own: child processes of the test binary that a test
 // kills, or that die on purpose, mid-send, and a check of what the Company
 // holds afterwards.
 package convcrash
@@ -75,6 +75,9 @@ func (t crashTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // test's processes share, from the test's directory (and any environment
 // the test passed with its storeEnv).
 func ChildMain(open func(dir string) (Store, error)) {
+	if os.Getenv(readChildEnv) != "" {
+		readChildMain(open) // CheckpointCrash's child
+	}
 	if os.Getenv(childEnv) == "" {
 		return
 	}
