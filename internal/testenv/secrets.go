@@ -62,7 +62,10 @@ func SecretsInFormatting(t *testing.T, store keystore.Store) {
 	}
 	out := buf.String()
 	for _, sec := range secrets {
-		for _, form := range []string{sec, fmt.Sprintf("%x", sec), strings.Trim(fmt.Sprint([]byte(sec)), "[]")} {
+		// The secret as it is, in hex, as decimal bytes (%v of a []byte)
+		// and as Go hex bytes (%#v of a []byte holding it anywhere).
+		goBytes := strings.TrimSuffix(strings.TrimPrefix(fmt.Sprintf("%#v", []byte(sec)), "[]byte{"), "}")
+		for _, form := range []string{sec, fmt.Sprintf("%x", sec), strings.Trim(fmt.Sprint([]byte(sec)), "[]"), goBytes} {
 			if strings.Contains(out, form) {
 				t.Fatalf("%T: a secret appears in formatted output:\n%.400s", store, out)
 			}
