@@ -37,8 +37,8 @@ import (
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	"go.yaml.in/yaml/v3"
 	"golang.org/x/text/unicode/norm"
-	"gopkg.in/yaml.v3"
 
 	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/internal/bounded"
