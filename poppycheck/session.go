@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/poppyproto/poppy/internal/jose"
+	"github.com/poppyproto/poppy/internal/retry"
 )
 
 // session is a Session the run holds.
@@ -174,12 +175,14 @@ func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 	if v == "" {
 		return 0, false
 	}
-	var n int
-	if _, err := fmt.Sscanf(v, "%d", &n); err == nil && fmt.Sprint(n) == v && n >= 0 {
-		return time.Duration(n) * time.Second, true
+	// Delta-seconds (any run of digits) or an HTTP-date (RFC 9110 section
+	// 10.2.3), its wait read by the SDK's one reader, which bounds it: a
+	// Company's "8000000000000" is a long wait, never a negative one.
+	if strings.Trim(v, "0123456789") == "" {
+		return retry.After(v, now), true
 	}
-	if t, err := http.ParseTime(v); err == nil {
-		return max(0, t.Sub(now)), true
+	if _, err := http.ParseTime(v); err == nil && len(v) <= 64 {
+		return retry.After(v, now), true
 	}
 	return 0, false
 }

@@ -397,7 +397,7 @@ func cacheTTL(h http.Header) time.Duration {
 			if err != nil || n <= 0 {
 				return 0
 			}
-			ttl = time.Duration(n) * time.Second
+			ttl = time.Duration(min(n, int(maxClientCache/time.Second))) * time.Second // no overflow
 		}
 	}
 	return min(ttl, maxClientCache)
