@@ -47,7 +47,7 @@ var unobservable, conditional = func() (map[string]string, map[string]string) {
 		"CO-7.11-01", "CO-7.11-02", "CO-7.11-03", "CO-7.11-04", "CO-7.11-05", "CO-7.11-06", "CO-7.4-05", "CO-7.12-04", "CO-7.5-08")
 	set("needs an operation proposed and confirmed; the check never proposes one, since confirming acts on the person's account",
 		"CO-OPS2-03", "CO-OPS2-04", "CO-OPS3-01", "CO-OPS3-03", "CO-OPS3-04", "CO-OPS3-05", "CO-OPS3-06", "CO-OPS3-07",
-		"CO-OPS3-08", "CO-OPS3-09", "CO-OPS3-10", "CO-OPS3-11", "CO-OPS3-13", "CO-OPS3-14", "CO-OPS3-17", "CO-OPS4-01",
+		"CO-OPS3-08", "CO-OPS3-09", "CO-OPS3-10", "CO-OPS3-11", "CO-OPS3-13", "CO-OPS3-14", "CO-OPS3-17",
 		"CO-OPS4-02", "CO-OPS4-03", "CO-OPS4-04", "CO-OPS4-05", "CO-OPS4-06", "CO-OPS5-02", "CO-OPS5-03", "CO-OPS5-04",
 		"CO-OPS5-05", "CO-OPS5-06", "CO-OPS5-07", "CO-OPS6-02", "CO-OPS6-03", "CO-OPS6-04", "CO-OPS6-05",
 		"CO-OPS7-01", "CO-OPS7-02", "CO-OPS7-03", "CO-3.3-04")
@@ -65,6 +65,7 @@ var unobservable, conditional = func() (map[string]string, map[string]string) {
 	when("seen only when the Company asks for a one-time code", "CO-4.7-02", "CO-4.7-08")
 	when("needs failed Mediated Sign-Ins in a row: run with --failed-sign-ins (Options.FailedSignIns), which makes up to 6 attempts with made-up credentials", "CO-4.7-06")
 	when("needs an operation proposed and confirmed: in an interactive run, Options.Propose names an action the check proposes and, once the person approves it, confirms; the check never proposes one by itself, since confirming acts on the person's account", "CO-OPS6-01")
+	when("needs an operation proposed twice: in an interactive run, Options.Propose names an action the check proposes, then asks for again while it is open, wanting the same operation back", "CO-OPS4-01")
 	when("needs a signed-in Session: run with --interactive",
 		"CO-4.4-06", "CO-4.4-11", "CO-4.4-13", "CO-4.5-03", "CO-4.5-05", "CO-4.7-01", "CO-4.7-07",
 		"CO-4.8-01", "CO-4.8-02", "CO-4.8-07", "CO-4.8-09", "CO-4.8-10",

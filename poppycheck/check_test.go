@@ -257,6 +257,12 @@ var misconfigurations = []knob{
 	// CO-OPS6-01: in_progress without Retry-After, seen by the opt-in
 	// operation probe (Options.Propose, interactive).
 	{name: "Operations.OmitRetryAfter", opts: slowOps(true), rule: "CO-OPS6-01", check: proposeExchange},
+	// CO-OPS4-01: a new operation for an action already open, seen by the
+	// same opt-in probe, which asks for the action twice.
+	{name: "Operations.ProposeAgain", opts: poppytest.Options{
+		SignIn:     poppytest.SignInOptions{Disable: []string{"device", "mediated"}},
+		Operations: poppytest.OperationsOptions{ProposeAgain: true},
+	}, rule: "CO-OPS4-01", check: proposeExchange},
 }
 
 // runtimeKnobs are the Server's methods that bend one answer against a
@@ -273,10 +279,7 @@ var runtimeKnobs = []knob{
 // unseenKnobs are switches that break a rule the check can't see from
 // outside, with the rule: the check reports it not observed, with the
 // catalog's reason.
-var unseenKnobs = []knob{
-	// CO-OPS4-01: a new operation for an action already open; seeing it takes proposing one twice.
-	{name: "Operations.ProposeAgain", opts: poppytest.Options{Operations: poppytest.OperationsOptions{ProposeAgain: true}}, rule: "CO-OPS4-01"},
-}
+var unseenKnobs = []knob{} // none today: Operations.ProposeAgain (CO-OPS4-01) is seen by the operation probe
 
 // conformantKnobs are the other fields of poppytest.Options: each keeps
 // the Company conformant (the check must fail nothing for them: the

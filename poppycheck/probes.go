@@ -161,7 +161,8 @@ const (
 )
 
 // operation proposes Options.Propose with the signed-in Session of in,
-// asks the person to approve it, confirms it and reads it while it is
+// sends the same request again and wants the same operation back
+// (CO-OPS4-01; another one is cancelled), asks the person to approve it, confirms it and reads it while it is
 // in_progress (at most opsReads times, after Retry-After or, without one,
 // after 1 s then 2 s), checking Retry-After on every in_progress answer
 // (CO-OPS6-01). A declined operation is cancelled (operations section 7).
@@ -210,6 +211,30 @@ func (p *prober) operation(ctx context.Context, in signedIn) {
 		p.notObserved("the request of Options.Propose proposed no operation", rule)
 		return
 	}
+	// CO-OPS4-01 (OPS 4): the same action asked again while its operation
+	// is open is that operation, not a second one. The request goes again
+	// as it was, with no Idempotency-Key, as a person asking twice would.
+	again, err := p.resourceRequest(ctx, in.s, strings.ToUpper(pr.Method), pr.URL, pr.Body, hdr, "", proofOK)
+	if err != nil {
+		return
+	}
+	var second struct {
+		Operation struct {
+			ID string `json:"operation_id"`
+		} `json:"operation"`
+	}
+	_ = json.Unmarshal(again.body, &second)
+	dup := ""
+	switch id := second.Operation.ID; {
+	case again.status == http.StatusAccepted && id == op.ID:
+		p.check("CO-OPS4-01", true, again.ex, "the same action asked again answered the open operation %s", op.ID)
+	case again.status == http.StatusAccepted && idRE.MatchString(id):
+		p.check("CO-OPS4-01", false, again.ex, "the same action asked again while %s was open proposed another operation, %s", op.ID, id)
+		dup = id
+	default:
+		p.note("the same action asked again answered %d, operation %q", again.status, second.Operation.ID)
+		p.notObserved("the request of Options.Propose, sent again, proposed nothing", "CO-OPS4-01")
+	}
 	token := in.s.token
 	if res, _ := m["resource"].(string); res != "" {
 		t, ok := p.resourceToken(ctx, in.s, res, "CO-OPS2-02")
@@ -218,10 +243,13 @@ func (p *prober) operation(ctx context.Context, in signedIn) {
 		}
 		token = t
 	}
+	jsonHdr := http.Header{"Accept": {"application/json"}, "Content-Type": {"application/json"}}
+	if dup != "" { // the second operation is the check's doing: cancel it (operations section 7)
+		_, _ = p.resourceRequest(ctx, in.s, http.MethodPost, strings.TrimSuffix(ep, "/")+"/"+dup+"/cancel", []byte("{}"), jsonHdr, token, proofOK)
+	}
 	org, _ := p.c.doc["organization"].(map[string]any)
 	name, _ := org["name"].(string)
 	opURL := strings.TrimSuffix(ep, "/") + "/" + op.ID
-	jsonHdr := http.Header{"Accept": {"application/json"}, "Content-Type": {"application/json"}}
 	yes, err := ap.Approve(ctx, Approval{Company: name, OperationID: op.ID, Revision: int(op.Revision), Summary: op.Summary})
 	if err != nil || !yes {
 		_, _ = p.resourceRequest(ctx, in.s, http.MethodPost, opURL+"/cancel", []byte("{}"), jsonHdr, token, proofOK)
