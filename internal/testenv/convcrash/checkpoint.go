@@ -17,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/conversation"
 	"github.com/poppyproto/poppy/internal/testenv"
 	"github.com/poppyproto/poppy/keystore"
@@ -52,25 +51,12 @@ func readChild(open func(dir string) (Store, error)) error {
 	if err != nil {
 		return err
 	}
-	key, err := poppy.ParseSigningKey(jwk)
-	if err != nil {
-		return err
-	}
-	id, err := poppy.NewIdentity(poppy.IdentityConfig{ClientID: testenv.ClientID, ClientName: "Example Agent",
-		JWKSURI: testenv.JWKS, RedirectURIs: []string{testenv.Redirect}, Keys: []*poppy.SigningKey{key}})
-	if err != nil {
-		return err
-	}
-	hc, err := poppytest.ClientFromEnv()
-	if err != nil {
-		return err
-	}
 	store, err := open(dir)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
-	agent, err := poppy.NewAgent(id, &poppy.AgentOptions{Store: store, HTTPClient: hc, Clock: poppytest.ClockFromEnv()})
+	agent, err := testenv.ChildAgent(jwk, nil, store, nil)
 	if err != nil {
 		return err
 	}

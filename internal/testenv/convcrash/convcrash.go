@@ -95,26 +95,14 @@ func crashChild(open func(dir string) (Store, error)) error {
 	if err != nil {
 		return err
 	}
-	key, err := poppy.ParseSigningKey(jwk)
-	if err != nil {
-		return err
-	}
-	id, err := poppy.NewIdentity(poppy.IdentityConfig{ClientID: testenv.ClientID, ClientName: "Example Agent",
-		JWKSURI: testenv.JWKS, RedirectURIs: []string{testenv.Redirect}, Keys: []*poppy.SigningKey{key}})
-	if err != nil {
-		return err
-	}
-	hc, err := poppytest.ClientFromEnv()
-	if err != nil {
-		return err
-	}
-	hc.Transport = crashTransport{base: hc.Transport, at: os.Getenv(childCrashAt)}
 	store, err := open(dir)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
-	agent, err := poppy.NewAgent(id, &poppy.AgentOptions{Store: store, HTTPClient: hc, Clock: poppytest.ClockFromEnv()})
+	agent, err := testenv.ChildAgent(jwk, nil, store, func(rt http.RoundTripper) http.RoundTripper {
+		return crashTransport{base: rt, at: os.Getenv(childCrashAt)}
+	})
 	if err != nil {
 		return err
 	}

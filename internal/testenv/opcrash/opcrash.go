@@ -124,28 +124,16 @@ func ChildMain(open func(dir string) (Store, error)) {
 }
 
 func runChild(ctx context.Context, step string, open func(string) (Store, error)) error {
-	key, err := poppy.ParseSigningKey([]byte(os.Getenv(childKey)))
-	if err != nil {
-		return err
-	}
-	id, err := poppy.NewIdentity(poppy.IdentityConfig{ClientID: testenv.ClientID, ClientName: "Example Agent", JWKSURI: testenv.JWKS,
-		RedirectURIs: []string{testenv.Redirect}, Keys: []*poppy.SigningKey{key}, Extensions: map[string]string{"operations": "1"}})
-	if err != nil {
-		return err
-	}
-	hc, err := poppytest.ClientFromEnv()
-	if err != nil {
-		return err
-	}
-	if os.Getenv(childCrash) == "after-202" {
-		hc.Transport = exitAfter202{hc.Transport}
-	}
 	st, err := open(os.Getenv(childStore))
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	agent, err := poppy.NewAgent(id, &poppy.AgentOptions{Store: st, HTTPClient: hc, Clock: poppytest.ClockFromEnv()})
+	var wrap func(http.RoundTripper) http.RoundTripper
+	if os.Getenv(childCrash) == "after-202" {
+		wrap = func(rt http.RoundTripper) http.RoundTripper { return exitAfter202{rt} }
+	}
+	agent, err := testenv.ChildAgent([]byte(os.Getenv(childKey)), map[string]string{"operations": "1"}, st, wrap)
 	if err != nil {
 		return err
 	}
