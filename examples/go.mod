@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/poppyproto/poppy v0.0.0-00010101000000-000000000000
+	github.com/poppyproto/poppy/api v0.0.0-00010101000000-000000000000
 	github.com/poppyproto/poppy/browser/headless v0.0.0-00010101000000-000000000000
 	github.com/poppyproto/poppy/keystore/sqlitestore v0.0.0-00010101000000-000000000000
 	go.uber.org/goleak v1.3.0
@@ -38,13 +39,13 @@ require (
 	github.com/tmaxmax/go-sse v0.12.0 // indirect
 	github.com/valyala/fastjson v1.6.10 // indirect
 	github.com/yosida95/uritemplate/v3 v3.0.2 // indirect
-	go.yaml.in/yaml/v3 v3.0.5 // indirect
+	go.yaml.in/yaml/v3 v3.0.6 // indirect
 	go.yaml.in/yaml/v4 v4.0.0 // indirect
 	golang.org/x/oauth2 v0.37.0 // indirect
-	golang.org/x/sync v0.24.0 // indirect
+	golang.org/x/sync v0.25.0 // indirect
 	golang.org/x/sys v0.50.0 // indirect
 	golang.org/x/term v0.48.0 // indirect
-	golang.org/x/text v0.43.0 // indirect
+	golang.org/x/text v0.44.0 // indirect
 	golang.org/x/time v0.15.0 // indirect
 	modernc.org/libc v1.80.1 // indirect
 	modernc.org/mathutil v1.7.1 // indirect
@@ -59,3 +60,5 @@ replace github.com/poppyproto/poppy => ..
 replace github.com/poppyproto/poppy/browser/headless => ../browser/headless
 
 replace github.com/poppyproto/poppy/keystore/sqlitestore => ../keystore/sqlitestore
+
+replace github.com/poppyproto/poppy/api => ../api

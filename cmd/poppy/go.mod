@@ -9,10 +9,13 @@ require (
 	github.com/modelcontextprotocol/go-sdk v1.8.0
 	github.com/openai/openai-go/v3 v3.98.0
 	github.com/poppyproto/poppy v0.0.0-00010101000000-000000000000
+	github.com/poppyproto/poppy/api v0.0.0-00010101000000-000000000000
 	github.com/poppyproto/poppy/browser/headless v0.0.0-00010101000000-000000000000
 	github.com/poppyproto/poppy/keystore/keyring v0.0.0-00010101000000-000000000000
 	github.com/poppyproto/poppy/keystore/sqlitestore v0.0.0-00010101000000-000000000000
+	github.com/poppyproto/poppy/llmtools v0.0.0-00010101000000-000000000000
 	github.com/poppyproto/poppy/llmtools/openai v0.0.0-00010101000000-000000000000
+	github.com/poppyproto/poppy/poppycheck v0.0.0-00010101000000-000000000000
 	github.com/rogpeppe/go-internal v1.16.0
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.1.0
@@ -58,11 +61,11 @@ require (
 	github.com/valyala/fastjson v1.6.10 // indirect
 	github.com/yosida95/uritemplate/v3 v3.0.2 // indirect
 	github.com/zalando/go-keyring v0.2.8 // indirect
-	go.yaml.in/yaml/v3 v3.0.5 // indirect
+	go.yaml.in/yaml/v3 v3.0.6 // indirect
 	go.yaml.in/yaml/v4 v4.0.0 // indirect
 	golang.org/x/oauth2 v0.37.0 // indirect
-	golang.org/x/sync v0.24.0 // indirect
-	golang.org/x/text v0.43.0 // indirect
+	golang.org/x/sync v0.25.0 // indirect
+	golang.org/x/text v0.44.0 // indirect
 	golang.org/x/time v0.15.0 // indirect
 	golang.org/x/tools v0.52.0 // indirect
 	modernc.org/libc v1.80.1 // indirect
@@ -83,3 +86,9 @@ replace (
 replace github.com/poppyproto/poppy/llmtools/openai => ../../llmtools/openai
 
 replace github.com/poppyproto/poppy/keystore/sqlitestore => ../../keystore/sqlitestore
+
+replace github.com/poppyproto/poppy/api => ../../api
+
+replace github.com/poppyproto/poppy/llmtools => ../../llmtools
+
+replace github.com/poppyproto/poppy/poppycheck => ../../poppycheck

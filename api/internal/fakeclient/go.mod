@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/oapi-codegen/runtime v1.9.0
 	github.com/poppyproto/poppy v0.0.0-00010101000000-000000000000
+	github.com/poppyproto/poppy/api v0.0.0-00010101000000-000000000000
 )
 
 require (
@@ -29,16 +30,18 @@ require (
 	github.com/segmentio/encoding v0.5.4 // indirect
 	github.com/valyala/fastjson v1.6.10 // indirect
 	github.com/yosida95/uritemplate/v3 v3.0.2 // indirect
-	go.yaml.in/yaml/v3 v3.0.5 // indirect
+	go.yaml.in/yaml/v3 v3.0.6 // indirect
 	go.yaml.in/yaml/v4 v4.0.0 // indirect
 	golang.org/x/oauth2 v0.37.0 // indirect
-	golang.org/x/sync v0.24.0 // indirect
+	golang.org/x/sync v0.25.0 // indirect
 	golang.org/x/sys v0.50.0 // indirect
 	golang.org/x/term v0.48.0 // indirect
-	golang.org/x/text v0.43.0 // indirect
+	golang.org/x/text v0.44.0 // indirect
 	golang.org/x/time v0.15.0 // indirect
 )
 
 // Development is one tree (go.work at the root); outside it, the module
 // builds against the root module beside it.
 replace github.com/poppyproto/poppy => ../../..
+
+replace github.com/poppyproto/poppy/api => ../..
