@@ -131,8 +131,8 @@ func measure(f func() any) (cpu time.Duration, peak, retained uint64, res any) {
 // BenchmarkAttackOpenAPIFanOut measures the attack of issue 20 §2 (see
 // TestAttackOpenAPIFanOut): loading the issue's description of 23,894
 // operations, and loading 2,000 operations of the same shape and building
-// their tools, each once per iteration with the parsed-description cache
-// emptied. It reports the CPU seconds (the process's, so run it alone),
+// their input schemas (what package llmtools builds a tool on), each once
+// per iteration with the parsed-description cache emptied. It reports the CPU seconds (the process's, so run it alone),
 // the peak live heap above the start and the heap still held after (the
 // cache's entry included), beside a floor measured in the same run:
 // decoding the same bytes as JSON into any. Before the fix (cd6a6e5) the
@@ -143,10 +143,10 @@ func BenchmarkAttackOpenAPIFanOut(b *testing.B) {
 	ctx := context.Background()
 	e := entry(b, sess.Company(), api.TypeOpenAPI)
 	for _, bc := range []struct {
-		name  string
-		ops   int
-		tools bool
-	}{{"issue-23894-ops", fanOutOps, false}, {"shared-2000-ops-tools", 2000, true}} {
+		name    string
+		ops     int
+		schemas bool
+	}{{"issue-23894-ops", fanOutOps, false}, {"shared-2000-ops-schemas", 2000, true}} {
 		desc := fanOutDescription(bc.ops)
 		b.Run(bc.name, func(b *testing.B) {
 			fcpu, fpeak, _, _ := measure(func() any {
@@ -165,14 +165,21 @@ func BenchmarkAttackOpenAPIFanOut(b *testing.B) {
 				api.ResetParsedCache()
 				c, p, r, _ := measure(func() any {
 					oa, err := api.NewOpenAPIFromBytes(ctx, sess, e, desc)
-					if err != nil || !bc.tools {
+					if err != nil || !bc.schemas {
 						return oa
 					}
-					ts, err := api.ToolsetOf(ctx, sess, oa)
-					if err != nil || len(ts.Tools()) != bc.ops {
-						b.Fatalf("tools: %d, %v", len(ts.Tools()), err)
+					schemas := make([]json.RawMessage, 0, bc.ops)
+					for _, ep := range oa.Endpoints() {
+						s, err := oa.InputSchema(ep, 0)
+						if err != nil {
+							b.Fatalf("input schema %d: %v", len(schemas), err)
+						}
+						schemas = append(schemas, s)
 					}
-					return []any{oa, ts}
+					if len(schemas) != bc.ops {
+						b.Fatalf("%d input schemas, want %d", len(schemas), bc.ops)
+					}
+					return []any{oa, schemas}
 				})
 				cpu += c
 				peak, retained = max(peak, p), max(retained, r)

@@ -1,7 +1,7 @@
 // Package api calls a Company's APIs (spec 6) in a Poppy Session: OpenAPI
 // endpoints with the Session's DPoP Session Token, MCP tools with a Bearer
-// Session Token issued for exactly that MCP server, and both as tools for an
-// LLM tool runtime.
+// Session Token issued for exactly that MCP server; package llmtools makes
+// both tools for an LLM tool runtime.
 //
 //	for _, e := range api.List(company) { fmt.Println(e.Type, e.URL, e.Description) }
 //	oa, _ := api.LoadOpenAPI(ctx, sess, entry, nil)    // kin-openapi, 3.0 and 3.1
@@ -9,7 +9,7 @@
 //	client, _ := gen.NewClientWithResponses(oa.ServerURL(), gen.WithHTTPClient(oa.HTTPClient()))
 //	m, _ := api.ConnectMCP(ctx, sess, mcpEntry, nil)    // go-sdk, Streamable HTTP
 //	res, _ := m.CallTool(ctx, "search_products", map[string]any{"query": "jacket"})
-//	ts, _ := api.NewToolset(ctx, sess, nil)             // tools for a model
+//	schema, _ := oa.InputSchema(ep, 0)                  // an endpoint's arguments as one object
 //
 // # OpenAPI
 //
@@ -40,7 +40,7 @@
 // kin-openapi resolves it, the nodes its references make it resolve are
 // counted and a description over the bound is refused; schemas are kept as
 // the description gives them (Parameter.Schema, one shared copy each) and
-// inlined only when a tool is built or ResolveSchema is called, all of it
+// inlined only when InputSchema or ResolveSchema is called, all of it
 // drawing on one budget per description (ErrSchemaTooLarge when spent).
 // A path parameter that a server or proxy would read as a "." or ".."
 // segment, in any encoding, is refused before anything is sent
@@ -64,22 +64,17 @@
 // repeated cursor ends it too), past which Tools ends with ErrTooManyTools
 // after the tools within the bound.
 //
-// # Tools for a model
+// # Arguments as one object
 //
-// NewToolset turns every OpenAPI operation and MCP tool of the Company into
-// a Tool: a name that is stable for the same poppy.json and unique in the
-// set (letters, digits, "_" and "-", at most 64), the Company's description
-// cleaned of control characters, and an input JSON Schema with every $ref
-// resolved, bounded in size and checked by
-// github.com/santhosh-tekuri/jsonschema/v6. Tool.Execute validates the
-// model's arguments against it, calls the API and returns JSON for the
-// model. A proposed operation comes back as "not done until the User
-// approves it", never confirmed: the toolset leaves out every operation of
-// the operations endpoint. No Session Token, Account Token or DPoP proof is
-// ever put in a description or a result (PA-4.8-08); a token value the
-// Company echoes back is replaced, and so is what a cut left of one: text
-// is scrubbed before it is cut to a bound, and any 8-byte stretch of a
-// token (a 4-byte prefix where a "…" marks a cut) is replaced too.
+// OpenAPI.InputSchema gives an endpoint's arguments as one JSON Schema
+// object, the shape a model or a form fills in: a property per parameter
+// and "body" for the request body, every $ref inlined and the whole
+// bounded in size (as MCP.InputSchema does for an MCP tool's schema);
+// Endpoint.ArgsOf splits such an object into Args and
+// OpenAPI.CallEndpoint calls the endpoint with them. Package llmtools
+// builds its tools for a model on these: it owns the one tool type, its
+// names and descriptions, the validation of a model's arguments, and what
+// a model is shown of a result, a proposed operation or a refusal.
 //
 // # Decisions on the specification's open points
 //

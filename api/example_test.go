@@ -100,42 +100,31 @@ func ExampleOpenAPI_HTTPClient() {
 	// 403 sign_in_required [direct device mediated]
 }
 
-// Tools for an LLM runtime: a name, a description and an input schema per
-// operation and MCP tool, and Execute for the model's calls.
-func ExampleNewToolset() {
+// An endpoint's arguments as one JSON Schema object, the shape a model or
+// a form fills in (package llmtools builds its tools on it), and a call
+// with such an object.
+func ExampleOpenAPI_InputSchema() {
 	ctx := context.Background()
 	company, sess := exampleSession(ctx)
 	defer company.Close()
-	ts, err := api.NewToolset(ctx, sess, nil)
+	oa, err := api.LoadOpenAPI(ctx, sess, api.List(sess.Company())[0], nil)
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer ts.Close()
-	for _, t := range ts.Tools() {
-		fmt.Println(t.Name)
-	}
-	tool, _ := ts.Tool("mcp_search_products")
-	out, err := tool.Execute(ctx, json.RawMessage(`{"query":"fleece"}`))
+	ep, _ := oa.Endpoint("listProducts")
+	schema, err := oa.InputSchema(ep, 0)
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println(string(out))
-	out, _ = ts.Tools()[2].Execute(ctx, json.RawMessage(`{}`)) // api_listOrders, signed out
-	fmt.Println(string(out))
+	fmt.Println(string(schema))
+	resp, err := oa.CallEndpoint(ctx, ep, ep.ArgsOf(map[string]any{"q": "insulated"}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(resp.Status, string(resp.Body))
 	// Output:
-	// api_listAddresses
-	// api_echo
-	// api_listOrders
-	// api_deleteOrder
-	// api_exchangeItem
-	// api_listProducts
-	// mcp_list_orders
-	// mcp_request_exchange
-	// mcp_save_size_profile
-	// mcp_search_products
-	// mcp_size_advice
-	// {"structured":{"products":[{"name":"Trailhead Fleece","price":80,"sku":"trailhead-fleece-m"}]}}
-	// {"error":"sign_in_required","hint":"The User must sign in to this Company in the agent's own interface (sign_in_types); the model can't do it.","message":"this request needs a signed-in Session Token","sign_in_types":["direct","device","mediated"],"status":403}
+	// {"additionalProperties":false,"properties":{"limit":{"description":"At most this many products","maximum":100,"minimum":1,"type":"integer"},"q":{"description":"Words to look for in product names","type":"string"}},"type":"object"}
+	// 200 {"products":[{"name":"Stormline Insulated Jacket","price":190,"sku":"stormline-insulated-m"}]}
 }
 
 // The operations of an OpenAPI description, with their parameters.

@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"net/url"
 
@@ -20,16 +19,6 @@ func BearerTransport(sess *poppy.Session, mcpURL string) http.RoundTripper {
 	u, _ := url.Parse(mcpURL)
 	return newBearerTransport(sess, u, nil)
 }
-
-// ToolsetOf makes a Toolset of one loaded OpenAPI, for descriptions the
-// fake doesn't serve.
-func ToolsetOf(ctx context.Context, sess *poppy.Session, oa *OpenAPI) (*Toolset, error) {
-	ts := &Toolset{sess: sess, byName: map[string]*Tool{}, maxResult: 64 << 10}
-	return ts, errors.Join(ts.addOpenAPIAll(ctx, oa, "api", 16<<10, operationsEndpoint(sess.Company()))...)
-}
-
-// ScrubString is scrubString.
-var ScrubString = scrubString
 
 // IndexDescription parses, validates and indexes a description, bypassing
 // the parsed-description cache.

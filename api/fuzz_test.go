@@ -9,7 +9,7 @@ import (
 )
 
 // The schema bounding takes any JSON a Company sends: it never panics, and
-// what it returns fits the bound and compiles.
+// what it returns fits the bound.
 func FuzzBoundSchema(f *testing.F) {
 	f.Add(`{"type":"object","properties":{"a":{"$ref":"#/$defs/A"}},"$defs":{"A":{"type":"array","items":{"$ref":"#/$defs/A"}}}}`)
 	f.Add(`{"$ref":"#"}`)
@@ -27,7 +27,6 @@ func FuzzBoundSchema(f *testing.F) {
 		if len(b) > 2048 {
 			t.Fatalf("%d bytes over the bound", len(b))
 		}
-		_, _ = compileSchema("fuzz", b)
 	})
 }
 

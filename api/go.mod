@@ -10,7 +10,6 @@ require (
 	github.com/getkin/kin-openapi v0.153.0
 	github.com/modelcontextprotocol/go-sdk v1.8.0
 	github.com/poppyproto/poppy v0.0.0-00010101000000-000000000000
-	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3
 	go.uber.org/goleak v1.3.0
 	go.yaml.in/yaml/v3 v3.0.6
 	golang.org/x/text v0.44.0
@@ -29,6 +28,7 @@ require (
 	github.com/lestrrat-go/httprc/v3 v3.0.6 // indirect
 	github.com/lestrrat-go/jwx/v3 v3.4.0 // indirect
 	github.com/lestrrat-go/option/v2 v2.0.0 // indirect
+	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3 // indirect
 	github.com/segmentio/asm v1.2.1 // indirect
 	github.com/segmentio/encoding v0.5.4 // indirect
 	github.com/valyala/fastjson v1.6.10 // indirect

@@ -158,8 +158,8 @@ func endlessSession(t testing.TB, h *endlessTools, opts *api.MCPOptions) (*api.M
 // 122,000 tools in 8 s, no end without a deadline) is read up to the
 // bound, MaxTools tools in MaxToolPages pages (1,000 and 100 by default),
 // and then ends with ErrTooManyTools, the tools within the bound yielded;
-// a cursor given twice ends it at once. NewToolset keeps those tools and
-// reports the error.
+// a cursor given twice ends it at once. (That package llmtools keeps those
+// tools and reports the error is its TestAttackEndlessToolListTools.)
 func TestAttackEndlessToolList(t *testing.T) {
 	for _, tc := range []struct {
 		name         string
@@ -173,7 +173,7 @@ func TestAttackEndlessToolList(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := &endlessTools{repeat: tc.repeat}
-			m, sess := endlessSession(t, h, tc.opts)
+			m := connectEndless(t, h, tc.opts)
 			n := 0
 			var last error
 			for tool, err := range m.Tools(context.Background()) {
@@ -192,17 +192,6 @@ func TestAttackEndlessToolList(t *testing.T) {
 			}
 			if n != tc.tools || h.pages > tc.pages+1 {
 				t.Errorf("%d tools in %d pages, want %d tools, at most %d pages", n, h.pages, tc.tools, tc.pages+1)
-			}
-			if tc.opts != nil {
-				return
-			}
-			ts, err := api.NewToolset(context.Background(), sess, &api.ToolsOptions{MCP: tc.opts})
-			if ts == nil || !errors.Is(err, api.ErrTooManyTools) {
-				t.Fatalf("NewToolset: %v", err)
-			}
-			defer ts.Close()
-			if got := len(ts.Tools()); got != 6+tc.tools {
-				t.Errorf("NewToolset kept %d tools, want the 6 OpenAPI ones and %d", got, tc.tools)
 			}
 		})
 	}
@@ -276,21 +265,20 @@ func TestAttackOpenAPIFanOut(t *testing.T) {
 	if s, err := oa.ResolveSchema(first); err != nil || !strings.Contains(string(s), `"m9":{"type":"string"}`) || strings.Contains(string(s), "$ref") {
 		t.Errorf("ResolveSchema: %.200s, %v", s, err)
 	}
-	ts, err := api.ToolsetOf(ctx, sess, oa)
+	in, err := oa.InputSchema(ops[0], 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tools := ts.Tools()
-	if len(tools) != 500 {
-		t.Fatalf("%d tools", len(tools))
-	}
-	in := tools[0].InputSchema
 	if len(in) == 0 || len(in) > 16<<10 {
 		t.Fatalf("input schema of %d bytes", len(in))
 	}
-	for _, tool := range tools[1:] {
-		if &tool.InputSchema[0] != &in[0] {
-			t.Fatalf("%s: an input schema of its own", tool.Name)
+	for _, op := range ops[1:] {
+		s, err := oa.InputSchema(op, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if &s[0] != &in[0] {
+			t.Fatalf("%s: an input schema of its own", op.ID)
 		}
 	}
 
@@ -301,16 +289,24 @@ func TestAttackOpenAPIFanOut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts, err = api.ToolsetOf(ctx, sess, oa)
-	built := len(ts.Tools())
-	t.Logf("%d of 100 tools built; %.200v", built, err)
-	if !errors.Is(err, api.ErrSchemaTooLarge) || built == 0 || built >= 100 {
-		t.Fatalf("%d of 100 tools built, then %v; want the budget spent before the last", built, err)
+	built := func() (n int, last error) {
+		for _, op := range oa.Endpoints() {
+			if _, err := oa.InputSchema(op, 0); err != nil {
+				last = err
+				continue
+			}
+			n++
+		}
+		return n, last
 	}
-	// The budget is the description's: another Toolset builds nothing new.
-	ts2, _ := api.ToolsetOf(ctx, sess, oa)
-	if n := len(ts2.Tools()); n != built {
-		t.Errorf("a second Toolset of the description has %d tools, the first %d", n, built)
+	n, err := built()
+	t.Logf("%d of 100 input schemas built; %.200v", n, err)
+	if !errors.Is(err, api.ErrSchemaTooLarge) || n == 0 || n >= 100 {
+		t.Fatalf("%d of 100 input schemas built, then %v; want the budget spent before the last", n, err)
+	}
+	// The budget is the description's: asking again builds nothing new.
+	if again, _ := built(); again != n {
+		t.Errorf("asked again, %d input schemas, the first time %d", again, n)
 	}
 
 	// The issue's description: its references fan out past the bound

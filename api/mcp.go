@@ -86,6 +86,9 @@ type MCP struct {
 	opsc  *operations.Client // MCPOptions.Operations
 
 	maxTools, maxPages int
+
+	schemaMu sync.Mutex
+	budget   budget // left of the connection's budget for resolving tool schemas
 }
 
 // ConnectMCP connects to entry, one of the Company's APIs of type "mcp",
@@ -151,7 +154,38 @@ func ConnectMCP(ctx context.Context, sess *poppy.Session, entry poppy.API, opts 
 	if o.MaxToolPages <= 0 {
 		o.MaxToolPages = defaultMaxToolPages
 	}
-	return &MCP{sess: sess, entry: entry, cs: cs, tr: tr, opsc: o.Operations, maxTools: o.MaxTools, maxPages: o.MaxToolPages}, nil
+	return &MCP{sess: sess, entry: entry, cs: cs, tr: tr, opsc: o.Operations, maxTools: o.MaxTools, maxPages: o.MaxToolPages,
+		budget: budget{nodes: maxDescriptionNodes, bytes: maxDescriptionBytes}}, nil
+}
+
+// InputSchema returns t's input schema (t as Tools yields it) as JSON
+// Schema fit for a model: every local $ref inlined, and fitting in
+// maxBytes (zero means 16 KiB) as OpenAPI.InputSchema's does. A tool
+// without one gets {"type":"object"}. The schemas of one connection draw
+// on one budget, as a description's do: past it the error wraps
+// ErrSchemaTooLarge.
+func (m *MCP) InputSchema(t *mcp.Tool, maxBytes int) (json.RawMessage, error) {
+	if t == nil || t.InputSchema == nil {
+		return json.RawMessage(`{"type":"object"}`), nil
+	}
+	if maxBytes <= 0 {
+		maxBytes = defaultMaxInputSchema
+	}
+	b, err := json.Marshal(t.InputSchema)
+	if err != nil {
+		return nil, apiError("MCP tool %s: input schema: %w", cleanText(t.Name, 64), err)
+	}
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		return nil, apiError("MCP tool %s: input schema: %w", cleanText(t.Name, 64), err)
+	}
+	m.schemaMu.Lock()
+	out, err := boundSchema(v, v, maxBytes, &m.budget, false)
+	m.schemaMu.Unlock()
+	if err != nil {
+		return nil, apiError("MCP tool %s: input schema: %w", cleanText(t.Name, 64), err)
+	}
+	return out, nil
 }
 
 // Entry returns the poppy.json entry.

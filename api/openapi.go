@@ -36,7 +36,6 @@ import (
 	"sync"
 
 	"github.com/getkin/kin-openapi/openapi3"
-	"github.com/santhosh-tekuri/jsonschema/v6"
 	"go.yaml.in/yaml/v3"
 	"golang.org/x/text/unicode/norm"
 
@@ -172,21 +171,23 @@ type indexed struct {
 	interned map[string]json.RawMessage              // while indexing
 
 	mu      sync.Mutex
-	budget  budget                // left of the description's budget for resolving
-	schemas map[string]toolSchema // tool input schemas built, by bound and form before inlining
+	budget  budget                 // left of the description's budget for resolving
+	schemas map[string]inputSchema // input schemas built, by bound and form before inlining
 }
 
-// toolSchema is a tool input schema built from the description: inlined,
-// bounded and compiled, or the error that stopped it.
-type toolSchema struct {
+// inputSchema is an input schema built from the description (see
+// OpenAPI.InputSchema): inlined and bounded, or the error that stopped it.
+type inputSchema struct {
 	b   json.RawMessage
-	s   *jsonschema.Schema
 	err error
 }
 
-// maxToolSchemas bounds the tool schemas kept per description; past it,
+// maxInputSchemas bounds the input schemas kept per description; past it,
 // they are built again (drawing on the budget).
-const maxToolSchemas = 4096
+const maxInputSchemas = 4096
+
+// defaultMaxInputSchema is InputSchema's bound when maxBytes is zero.
+const defaultMaxInputSchema = 16 << 10
 
 // parsedCache keeps the last indexed description per URL, keyed by the
 // SHA-256 of its bytes: a description the document cache still holds is
@@ -268,7 +269,7 @@ func index(ctx context.Context, entry poppy.API, body []byte) (*indexed, error) 
 		return nil, err
 	}
 	ix := &indexed{doc: doc, root: root, v30: doc.IsOpenAPI30(), server: server, byID: map[string]*Endpoint{},
-		raw: map[*openapi3.SchemaRef]json.RawMessage{}, interned: map[string]json.RawMessage{}, schemas: map[string]toolSchema{},
+		raw: map[*openapi3.SchemaRef]json.RawMessage{}, interned: map[string]json.RawMessage{}, schemas: map[string]inputSchema{},
 		budget: budget{nodes: maxDescriptionNodes, bytes: maxDescriptionBytes}}
 	if err := ix.index(); err != nil {
 		return nil, err
@@ -593,32 +594,112 @@ func (oa *OpenAPI) ResolveSchema(schema json.RawMessage) (json.RawMessage, error
 	return json.Marshal(out)
 }
 
-// toolSchema returns the tool input schema of form (a JSON Schema whose
-// $refs point into the description), inlined and bounded to maxBytes and
-// compiled: built once per form and bound, drawing on the description's
-// budget, and then shared.
-func (ix *indexed) toolSchema(form []byte, maxBytes int) toolSchema {
+// InputSchema returns ep's arguments as one JSON Schema (draft 2020-12)
+// of an object, the shape a model or a form fills in: a property per
+// parameter, and "body" for the request body ("request_body" when a
+// parameter is called body; ArgsOf splits such an object back). Every $ref
+// is inlined, an OpenAPI 3.0 schema is converted, and the result fits in
+// maxBytes (zero means 16 KiB): as it is, or with fewer levels of
+// references expanded, or with descriptions dropped, or at last with
+// nested subschemas cut to {} (any value). Endpoints whose arguments have
+// the same form share one result, built once; building draws on the
+// description's budget for resolving schemas, and past it the error wraps
+// ErrSchemaTooLarge. Callers must not modify the result.
+func (oa *OpenAPI) InputSchema(ep *Endpoint, maxBytes int) (json.RawMessage, error) {
+	if !slices.Contains(oa.ops, ep) {
+		return nil, fmt.Errorf("%w: not an endpoint of this description", ErrUnknownEndpoint)
+	}
+	if maxBytes <= 0 {
+		maxBytes = defaultMaxInputSchema
+	}
+	// The form before inlining: the parameters' and the body's schemas as
+	// the description gives them, shared with every endpoint that has the
+	// same ones.
+	props := map[string]any{}
+	var required []string
+	for _, p := range ep.Parameters {
+		var s any = p.Schema
+		if p.Description != "" {
+			m := map[string]any{"description": p.Description}
+			if json.Unmarshal(p.Schema, &m) != nil {
+				m = map[string]any{"description": p.Description}
+			}
+			m["description"] = p.Description
+			s = m
+		}
+		props[p.Name] = s
+		if p.Required {
+			required = append(required, p.Name)
+		}
+	}
+	if ep.Body != nil {
+		props[ep.bodyArg()] = ep.Body.Schema
+		if ep.Body.Required {
+			required = append(required, ep.bodyArg())
+		}
+	}
+	schema := map[string]any{"type": "object", "properties": props, "additionalProperties": false}
+	if len(required) > 0 {
+		schema["required"] = required
+	}
+	form, err := json.Marshal(schema)
+	if err != nil {
+		return nil, apiError("%s %s: input schema: %w", ep.Method, cleanText(ep.Path, 200), err)
+	}
+	built := oa.ix.inputSchema(form, maxBytes)
+	if built.err != nil {
+		return nil, apiError("%s %s: input schema: %w", ep.Method, cleanText(ep.Path, 200), built.err)
+	}
+	return built.b, nil
+}
+
+// bodyArg is the name of the request body among the arguments of
+// InputSchema: "body", unless a parameter has that name.
+func (ep *Endpoint) bodyArg() string {
+	for _, p := range ep.Parameters {
+		if p.Name == "body" {
+			return "request_body"
+		}
+	}
+	return "body"
+}
+
+// ArgsOf splits obj, an object shaped by InputSchema, into the Args of a
+// call of ep: the body's property becomes Body, every other one a Param.
+func (ep *Endpoint) ArgsOf(obj map[string]any) *Args {
+	a := &Args{Params: map[string]any{}}
+	body := ep.bodyArg()
+	for k, v := range obj {
+		if k == body && ep.Body != nil {
+			a.Body = v
+			continue
+		}
+		a.Params[k] = v
+	}
+	return a
+}
+
+// inputSchema returns the input schema of form (a JSON Schema whose $refs
+// point into the description), inlined and bounded to maxBytes: built once
+// per form and bound, drawing on the description's budget, and then
+// shared.
+func (ix *indexed) inputSchema(form []byte, maxBytes int) inputSchema {
 	key := strconv.Itoa(maxBytes) + " " + string(form)
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	if ts, ok := ix.schemas[key]; ok {
-		return ts
+	if is, ok := ix.schemas[key]; ok {
+		return is
 	}
-	var ts toolSchema
+	var is inputSchema
 	var v any
-	if ts.err = json.Unmarshal(form, &v); ts.err == nil {
-		ts.b, ts.err = boundSchema(v, ix.root, maxBytes, &ix.budget, ix.v30)
+	if is.err = json.Unmarshal(form, &v); is.err == nil {
+		is.b, is.err = boundSchema(v, ix.root, maxBytes, &ix.budget, ix.v30)
 	}
-	if ts.err == nil {
-		if ts.s, ts.err = compileSchema("input", ts.b); ts.err != nil {
-			ts.err = fmt.Errorf("invalid input schema: %s", cleanText(ts.err.Error(), 200))
-		}
-	}
-	if len(ix.schemas) >= maxToolSchemas {
+	if len(ix.schemas) >= maxInputSchemas {
 		clear(ix.schemas)
 	}
-	ix.schemas[key] = ts
-	return ts
+	ix.schemas[key] = is
+	return is
 }
 
 // Entry returns the poppy.json entry.
@@ -734,6 +815,14 @@ func (oa *OpenAPI) Call(ctx context.Context, id string, args *Args) (*Response, 
 		return nil, fmt.Errorf("%w: %q", ErrUnknownEndpoint, cleanText(id, 64))
 	}
 	return oa.call(ctx, o, args)
+}
+
+// CallEndpoint calls ep, one of oa's Endpoints.
+func (oa *OpenAPI) CallEndpoint(ctx context.Context, ep *Endpoint, args *Args) (*Response, error) {
+	if !slices.Contains(oa.ops, ep) {
+		return nil, fmt.Errorf("%w: not an endpoint of this description", ErrUnknownEndpoint)
+	}
+	return oa.call(ctx, ep, args)
 }
 
 // CallPath calls the endpoint for method and path (see Find). Path

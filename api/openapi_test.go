@@ -335,20 +335,6 @@ func TestOpenAPIProposedOperation(t *testing.T) {
 	if _, err := oa.CallPath(context.Background(), "POST", "/orders/ord_broken/exchanges", &api.Args{Body: map[string]any{"item_id": "itm_4Qa"}}); !errors.Is(err, operations.ErrProtocol) {
 		t.Fatalf("a broken operation: %v", err)
 	}
-	ts, err := api.ToolsetOf(context.Background(), sess, oa)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tool, _ := ts.Tool("api_exchangeItem")
-	out, err := tool.Execute(context.Background(), json.RawMessage(`{"id":"ord_7Hk2","body":{"item_id":"itm_4Qa"}}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var res map[string]any
-	json.Unmarshal(out, &res)
-	if res["operation"] == nil || !strings.Contains(res["approval"].(string), "NOT DONE") {
-		t.Fatalf("tool result %s", out)
-	}
 }
 
 // The committed description is what the fake serves: go generate is up to

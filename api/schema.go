@@ -24,8 +24,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-
-	"github.com/santhosh-tekuri/jsonschema/v6"
 )
 
 const (
@@ -299,30 +297,6 @@ func stripDescriptions(v any, keepTop bool) {
 			stripDescriptions(sv, false)
 		}
 	}
-}
-
-// compileSchema checks that schema is a valid JSON Schema (draft 2020-12)
-// and returns it compiled, for validating a model's arguments.
-func compileSchema(name string, schema json.RawMessage) (*jsonschema.Schema, error) {
-	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(string(schema)))
-	if err != nil {
-		return nil, err
-	}
-	c := jsonschema.NewCompiler()
-	c.DefaultDraft(jsonschema.Draft2020)
-	// No reference may be loaded from anywhere: the schema is self-contained.
-	c.UseLoader(noLoader{})
-	loc := "urn:poppy:tool:" + url.PathEscape(name)
-	if err := c.AddResource(loc, doc); err != nil {
-		return nil, err
-	}
-	return c.Compile(loc)
-}
-
-type noLoader struct{}
-
-func (noLoader) Load(u string) (any, error) {
-	return nil, fmt.Errorf("api: schema reference %q is not loaded", cleanText(u, 100))
 }
 
 // from30 rewrites, in place, the OpenAPI 3.0 schema keywords whose meaning

@@ -22,10 +22,21 @@
 // events and 60 s per call; an operation a message carries is observed
 // like a tool result's, so it comes back proposed, never approved.
 //
-// A Company's tools are named "{company}__{tool}", where company is the
-// domain with every character outside [A-Za-z0-9] turned into "_" and tool
-// the name package api gives; a name over 64 characters is cut and ends
-// with 8 hex digits of its SHA-256. Every description is at most
+// A Company's tools are one per OpenAPI endpoint and MCP tool, built on
+// package api (api.OpenAPI.InputSchema, api.MCP.InputSchema); [Tool] is
+// the one tool type of the SDK, and [Tool.Domain], [Tool.API] and
+// [Tool.Action] say what a Company's tool calls. They are named
+// "{company}__{label}_{name}", where company is the domain with every
+// character outside [A-Za-z0-9] turned into "_", label the first DNS
+// label of the API's host (made unique among the Company's APIs by a
+// numeric suffix, in the order of poppy.json) and name the operationId
+// (or method and path) or the MCP tool's name, with every character
+// outside [A-Za-z0-9_-] turned into "_"; a name over 64 characters is cut
+// and ends with 8 hex digits of its SHA-256, and a name already taken gets
+// "_2", "_3", …. The same poppy.json and descriptions give the same
+// names. The endpoints of the operations extension (confirm, cancel) are
+// never tools. A Company tool's result is at most APIOptions.MaxResultBytes
+// (64 KiB); a longer one is cut and marked truncated. Every description is at most
 // [MaxDescription] bytes; every input schema is a JSON object without
 // $ref that compiles as JSON Schema 2020-12 with
 // github.com/santhosh-tekuri/jsonschema/v6.

@@ -66,8 +66,8 @@ type Options struct {
 	// means poppy_sign_in answers that the User must sign in in the
 	// agent's own interface.
 	Prompter signin.UserPrompter
-	// Tools is passed to api.NewToolset.
-	Tools *api.ToolsOptions
+	// APIs configures the tools made of each Company's APIs.
+	APIs *APIOptions
 	// Operations is passed to operations.New; its Approver is replaced by
 	// Approver.
 	Operations *operations.Options
@@ -82,13 +82,22 @@ type Tool struct {
 	// Description is for the model, at most MaxDescription bytes.
 	Description string
 	// InputSchema is a JSON Schema (draft 2020-12) of the arguments, a
-	// JSON object.
+	// JSON object, without $ref.
 	InputSchema json.RawMessage
+	// Domain is the domain of the Company whose API the tool calls, ""
+	// for the agent's own tools.
+	Domain string
+	// API is the poppy.json entry a Company tool calls (zero for the
+	// agent's own), and Action what it does, as a standing permission
+	// names it: operations.OpenAPIAction of an endpoint or
+	// operations.ToolAction of an MCP tool.
+	API    poppy.API
+	Action operations.Action
 
-	k      *Toolkit
-	schema *jsonschema.Schema
-	run    func(ctx context.Context, args json.RawMessage) (any, error)
-	domain string // "" for the agent's own tools
+	k         *Toolkit
+	schema    *jsonschema.Schema
+	run       func(ctx context.Context, args json.RawMessage) (any, error)
+	maxResult int // bounds a Company tool's result; 0: not bounded
 }
 
 // Toolkit is the set of tools a runtime hands its model for one User:
@@ -109,14 +118,19 @@ type Toolkit struct {
 	order  []string
 	byName map[string]*Tool
 	convs  map[string]*conversation.Conversation // by company key and ID, bounded
+	// compiled holds the compiled input schemas by their bytes, at most
+	// maxCompiled.
+	compiled map[string]*jsonschema.Schema
 }
+
+const maxCompiled = 4096
 
 // company is one Company added to the Toolkit.
 type company struct {
 	domain string
 	key    string
 	sess   *poppy.Session
-	ts     *api.Toolset
+	mcps   []*api.MCP         // the MCP connections its tools use
 	ops    *operations.Client // nil when the Company doesn't offer the extension
 	tools  []*Tool
 	opIDs  []string
@@ -152,7 +166,7 @@ func New(agent *poppy.Agent, user string, opts *Options) (*Toolkit, error) {
 	}
 	bg, stop := context.WithCancel(context.Background())
 	k := &Toolkit{agent: agent, user: user, opts: o, log: o.Logger, bg: bg, stop: stop,
-		comps: map[string]*company{}, byName: map[string]*Tool{}}
+		comps: map[string]*company{}, byName: map[string]*Tool{}, compiled: map[string]*jsonschema.Schema{}}
 	for _, t := range append(k.ownTools(), k.conversationTools()...) {
 		if err := k.add(t); err != nil {
 			stop()
@@ -187,7 +201,7 @@ func (k *Toolkit) Tool(name string) (*Tool, bool) {
 func (k *Toolkit) Execute(ctx context.Context, name string, args json.RawMessage) (json.RawMessage, error) {
 	t, ok := k.Tool(name)
 	if !ok {
-		return k.result(ctx, "", map[string]any{"error": "unknown_tool", "message": "no tool is called " + k.text(ctx, name, 64)})
+		return k.result(ctx, map[string]any{"error": "unknown_tool", "message": "no tool is called " + k.text(ctx, name, 64)}, 0)
 	}
 	return t.Execute(ctx, args)
 }
@@ -223,8 +237,8 @@ func (k *Toolkit) Close() error {
 	defer k.mu.Unlock()
 	var errs []error
 	for _, c := range k.comps {
-		if c.ts != nil {
-			errs = append(errs, c.ts.Close())
+		for _, m := range c.mcps {
+			errs = append(errs, m.Close())
 		}
 	}
 	return errors.Join(errs...)
@@ -264,43 +278,22 @@ func (k *Toolkit) AddCompany(ctx context.Context, domain string) ([]string, erro
 	// The Company's OpenAPI and MCP calls go through the operations client, so a
 	// model calling a tool again while the operation it proposed is open
 	// proposes nothing (OPS 6, PA-OPS6-04): it gets the open one back.
-	var to api.ToolsOptions
-	if k.opts.Tools != nil {
-		to = *k.opts.Tools
-	}
-	var oa api.OpenAPIOptions
-	if to.OpenAPI != nil {
-		oa = *to.OpenAPI
-	}
-	if oa.Operations == nil && c.ops != nil {
-		oa.Operations = c.ops
-	}
-	to.OpenAPI = &oa
-	var mo api.MCPOptions
-	if to.MCP != nil {
-		mo = *to.MCP
-	}
-	if mo.Operations == nil && c.ops != nil {
-		mo.Operations = c.ops
-	}
-	to.MCP = &mo
-	ts, loadErr := api.NewToolset(ctx, sess, &to)
-	if ts == nil {
+	tools, loadErr := k.apiTools(ctx, c)
+	if tools == nil && ctx.Err() != nil {
+		c.close()
 		return nil, loadErr
 	}
-	c.ts = ts
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if prev, ok := k.comps[domain]; ok { // added meanwhile
-		ts.Close()
+		c.close()
 		return toolNames(prev.tools), loadErr
 	}
 	var errs []error
 	if loadErr != nil {
 		errs = append(errs, loadErr)
 	}
-	for _, at := range ts.Tools() {
-		t := k.companyTool(c, at)
+	for _, t := range tools {
 		if err := k.add(t); err != nil {
 			errs = append(errs, err)
 			continue
@@ -346,9 +339,18 @@ func (k *Toolkit) add(t *Tool) error {
 	}
 	t.k = k
 	t.Description = plain(t.Description, MaxDescription)
-	s, err := compileSchema(t.Name, t.InputSchema)
-	if err != nil {
-		return fmt.Errorf("llmtools: tool %s: invalid input schema: %s", t.Name, plain(err.Error(), 200))
+	// Endpoints of the same form share one input schema (package api
+	// builds it once), and so one compiled schema here.
+	s, ok := k.compiled[string(t.InputSchema)]
+	if !ok {
+		var err error
+		if s, err = compileSchema(t.Name, t.InputSchema); err != nil {
+			return fmt.Errorf("llmtools: tool %s: invalid input schema: %s", t.Name, plain(err.Error(), 200))
+		}
+		if len(k.compiled) >= maxCompiled {
+			clear(k.compiled)
+		}
+		k.compiled[string(t.InputSchema)] = s
 	}
 	t.schema = s
 	k.byName[t.Name] = t
@@ -390,38 +392,72 @@ func (t *Tool) Execute(ctx context.Context, args json.RawMessage) (json.RawMessa
 	}
 	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(args))
 	if err != nil {
-		return t.k.result(ctx, t.domain, errResult("invalid_arguments", "the arguments are not JSON"))
+		return t.k.result(ctx, errResult("invalid_arguments", "the arguments are not JSON"), t.maxResult)
 	}
 	if err := t.schema.Validate(inst); err != nil {
-		return t.k.result(ctx, t.domain, errResult("invalid_arguments", t.k.text(ctx, err.Error(), 500)))
+		return t.k.result(ctx, errResult("invalid_arguments", t.k.text(ctx, err.Error(), 500)), t.maxResult)
 	}
 	out, err := t.run(ctx, args)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return t.k.result(ctx, t.domain, t.k.errorOf(ctx, err))
+		return t.k.result(ctx, t.k.errorOf(ctx, t, err), t.maxResult)
 	}
-	return t.k.result(ctx, t.domain, out)
+	return t.k.result(ctx, out, t.maxResult)
 }
 
 func errResult(code, msg string) map[string]any {
 	return map[string]any{"error": code, "message": msg}
 }
 
-// errorOf turns an error into a result for the model, its text scrubbed
-// before it is cut.
-func (k *Toolkit) errorOf(ctx context.Context, err error) map[string]any {
+// errorOf turns t's error into a result for the model, its text
+// scrubbed before it is cut.
+func (k *Toolkit) errorOf(ctx context.Context, t *Tool, err error) map[string]any {
+	var pend *operations.PendingError
+	if errors.As(err, &pend) && pend.Operation != nil {
+		// OPS 6: not proposed again; the model sees the open one.
+		out := map[string]any{"error": "operation_pending",
+			"message": "An operation this same request proposed is still open, so it was not proposed again. " +
+				"It takes effect only if the User approves it; nothing else has happened."}
+		if c := k.companyOf(t); c != nil {
+			k.proposedInto(ctx, c, out, pend.Operation)
+		}
+		return out
+	}
 	var pe *poppy.Error
 	if errors.As(err, &pe) {
 		out := map[string]any{"error": pe.Code, "message": k.text(ctx, pe.Description, 500), "status": pe.Status}
+		if out["error"] == "" {
+			out["error"] = "error"
+		}
+		if len(pe.Scope) > 0 {
+			out["scope"] = pe.Scope
+		}
+		if pe.Extension != "" {
+			out["extension"] = pe.Extension
+		}
 		if len(pe.SignInTypes) > 0 {
 			out["sign_in_types"] = pe.SignInTypes
 			out["hint"] = "The User must sign in: call poppy_sign_in with this Company's domain."
 		}
 		return out
 	}
+	if errors.Is(err, api.ErrInvalidArguments) {
+		return errResult("invalid_arguments", k.text(ctx, err.Error(), 500))
+	}
 	return errResult("failed", k.text(ctx, err.Error(), 500))
+}
+
+// companyOf is the Company whose API t calls, nil for the agent's own
+// tools.
+func (k *Toolkit) companyOf(t *Tool) *company {
+	if t == nil || t.Domain == "" {
+		return nil
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.comps[t.Domain]
 }
 
 // jwsRE matches anything shaped like a JWS or JWT: Account Tokens, DPoP
@@ -434,13 +470,23 @@ var (
 )
 
 // result marshals v for the model with every secret the Sessions hold and
-// every JWS-shaped string replaced (PA-4.8-08).
-func (k *Toolkit) result(ctx context.Context, domain string, v any) (json.RawMessage, error) {
+// every JWS-shaped string replaced (PA-4.8-08): scrubbed before it is cut
+// to max bytes (0: not cut), so that no cut leaves part of a secret. A cut
+// result is {"truncated": true, "partial": …}.
+func (k *Toolkit) result(ctx context.Context, v any, max int) (json.RawMessage, error) {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return nil, fmt.Errorf("llmtools: encoding result: %w", err)
 	}
-	return json.RawMessage(k.scrub(ctx, string(b))), nil
+	s := k.scrub(ctx, string(b))
+	if max > 0 && len(s) > max {
+		short, err := json.Marshal(map[string]any{"truncated": true, "partial": strings.ToValidUTF8(s[:max/2], "")})
+		if err != nil {
+			return nil, fmt.Errorf("llmtools: encoding result: %w", err)
+		}
+		s = string(short)
+	}
+	return json.RawMessage(s), nil
 }
 
 // scrub replaces in s every secret the Sessions hold, whole or the part a
@@ -452,9 +498,23 @@ func (k *Toolkit) scrub(ctx context.Context, s string) string {
 		sessions = append(sessions, c.sess)
 	}
 	k.mu.Unlock()
+	return scrubJWS(redactAll(ctx, s, sessions...))
+}
+
+// scrubWith is scrub with sess among the Sessions, for a Company's text
+// read before the Company is added.
+func (k *Toolkit) scrubWith(ctx context.Context, sess *poppy.Session, s string) string {
+	return k.scrub(ctx, redactAll(ctx, s, sess))
+}
+
+func redactAll(ctx context.Context, s string, sessions ...*poppy.Session) string {
 	for _, sess := range sessions {
 		s = sess.Redact(ctx, s)
 	}
+	return s
+}
+
+func scrubJWS(s string) string {
 	s = jwsRE.ReplaceAllString(s, redact.Mark)
 	return cutJWSRE.ReplaceAllString(s, redact.Mark+redact.Ellipsis)
 }

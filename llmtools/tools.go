@@ -12,7 +12,6 @@ import (
 	"strings"
 
 	"github.com/poppyproto/poppy"
-	"github.com/poppyproto/poppy/api"
 	"github.com/poppyproto/poppy/operations"
 	"github.com/poppyproto/poppy/signin"
 )
@@ -329,60 +328,6 @@ func (k *Toolkit) approveElsewhere(domain, id string) string {
 		return ""
 	}
 	return plain(k.opts.ApproveElsewhere(domain, id), 500)
-}
-
-// companyTool wraps an API tool of c.
-func (k *Toolkit) companyTool(c *company, at *api.Tool) *Tool {
-	action := operations.ToolAction(at.MCPName)
-	if at.MCPName == "" {
-		action = operations.OpenAPIAction(at.Method, at.Path)
-	}
-	desc := at.Description
-	if c.key != "" {
-		desc = "[" + c.domain + "] " + desc
-	}
-	return &Tool{
-		Name: fitName(c.key + "__" + at.Name), Description: desc, InputSchema: at.InputSchema, domain: c.domain,
-		run: func(ctx context.Context, args json.RawMessage) (any, error) {
-			raw, err := at.Execute(ctx, args)
-			if err != nil {
-				return nil, err
-			}
-			return k.observe(ctx, c, raw, action), nil
-		},
-	}
-}
-
-// observe hands an operation in a Company tool's result to the
-// operations client (OPS 4): the model sees the client's view of it,
-// marked proposed, with what to call next.
-func (k *Toolkit) observe(ctx context.Context, c *company, raw json.RawMessage, action operations.Action) any {
-	var m map[string]any
-	if json.Unmarshal(raw, &m) != nil || m["operation"] == nil || c.ops == nil {
-		return raw
-	}
-	var env struct {
-		Operation json.RawMessage `json:"operation"`
-	}
-	_ = json.Unmarshal(raw, &env)
-	op, err := operations.Parse(env.Operation)
-	if err != nil {
-		delete(m, "operation")
-		m["approval"] = "The Company's answer held an unusable operation; nothing was done."
-		return m
-	}
-	view, err := c.ops.Observe(op, action)
-	if err != nil {
-		delete(m, "operation")
-		m["approval"] = "The Company's operation was refused: " + k.text(ctx, err.Error(), 200) + ". Nothing was done."
-		return m
-	}
-	m["operation"], m["approval"] = k.proposed(ctx, c, view)
-	m["domain"] = c.domain
-	if m["approval"] == nil {
-		delete(m, "approval")
-	}
-	return m
 }
 
 // proposed records an operation of c's operations Client, its view, for

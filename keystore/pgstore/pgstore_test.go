@@ -327,7 +327,11 @@ func TestUpdateLocksAKeyWithNoRecordYet(t *testing.T) {
 			return []byte("first"), nil
 		})
 	}()
-	<-entered
+	select {
+	case <-entered:
+	case err := <-firstDone: // it never took the lock (no database, say)
+		t.Fatalf("the first Update: %v", err)
+	}
 	secondCalled := make(chan struct{})
 	var sawCurrent []byte
 	secondDone := make(chan error, 1)
@@ -368,7 +372,11 @@ func TestUpdateStopsWaitingWhenCtxIsDone(t *testing.T) {
 			return []byte("first"), nil
 		})
 	}()
-	<-entered
+	select {
+	case <-entered:
+	case err := <-firstDone: // it never took the lock (no database, say)
+		t.Fatalf("the first Update: %v", err)
+	}
 	wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
 	err := s.Update(wctx, testKey, func([]byte) ([]byte, error) {

@@ -82,7 +82,13 @@ type Env struct {
 // Approver or none. rt, when set, wraps the fake's transport.
 func New(t *testing.T, opts *llmtools.Options, rt func(http.RoundTripper) http.RoundTripper) *Env {
 	t.Helper()
-	srv := poppytest.NewServer(t, nil)
+	return NewWith(t, nil, opts, rt)
+}
+
+// NewWith is New with the fake started with srvOpts.
+func NewWith(t *testing.T, srvOpts *poppytest.Options, opts *llmtools.Options, rt func(http.RoundTripper) http.RoundTripper) *Env {
+	t.Helper()
+	srv := poppytest.NewServer(t, srvOpts)
 	id, key := testenv.NewIdentity(t, map[string]string{"operations": "1"})
 	te := &testenv.Env{T: t, Srv: srv, ID: id, Key: key}
 	te.Serve(nil)
