@@ -14,6 +14,14 @@ func NewOpenAPIFromBytes(ctx context.Context, sess *poppy.Session, entry poppy.A
 	return newOpenAPI(ctx, sess, entry, body, OpenAPIOptions{MaxResponseBytes: defaultMaxBytes})
 }
 
+// NewOpenAPIFromBytesWith is NewOpenAPIFromBytes with opts.
+func NewOpenAPIFromBytesWith(ctx context.Context, sess *poppy.Session, entry poppy.API, body []byte, opts OpenAPIOptions) (*OpenAPI, error) {
+	if opts.MaxResponseBytes == 0 {
+		opts.MaxResponseBytes = defaultMaxBytes
+	}
+	return newOpenAPI(ctx, sess, entry, body, opts)
+}
+
 // BearerTransport returns the Bearer transport for the MCP server at mcpURL.
 func BearerTransport(sess *poppy.Session, mcpURL string) http.RoundTripper {
 	u, _ := url.Parse(mcpURL)

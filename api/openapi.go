@@ -1087,6 +1087,13 @@ func (oa *OpenAPI) call(ctx context.Context, o *Endpoint, args *Args) (*Response
 			if out.Operation, err = operations.Parse(raw); err != nil {
 				return nil, fmt.Errorf("api: %s %s: the 202's operation: %w", o.Method, endpointOf(req.URL), err)
 			}
+			// A safe method went around Propose: the Client still sees
+			// every operation read with it (OPS 4), as Propose's are.
+			if oa.opsc != nil {
+				if out.Operation, err = oa.opsc.Observe(out.Operation, operations.OpenAPIAction(o.Method, o.Path)); err != nil {
+					return nil, fmt.Errorf("api: %s %s: the 202's operation: %w", o.Method, endpointOf(req.URL), err)
+				}
+			}
 		}
 	}
 	return out, nil

@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net/http"
+	"sync/atomic"
 	"testing"
 
 	"github.com/poppyproto/poppy"
@@ -180,5 +183,37 @@ func TestOpenAPIProposalUnanswered(t *testing.T) {
 	}
 	if len(keys) != 2 || keys[0] == "" || keys[0] != keys[1] {
 		t.Errorf("Idempotency-Keys %q", keys)
+	}
+}
+
+// OPS 4: with OpenAPIOptions.Operations, an operation that a safe method's
+// 202 carries (a GET goes around Propose) is still handed to the Client:
+// the same revision with other terms is a protocol error, not a new view.
+func TestOpenAPISafeMethodOperationObserved(t *testing.T) {
+	ctx := context.Background()
+	env, sess := setupOperations(t)
+	var calls atomic.Int32
+	env.Srv.HandleAgent("shop.example.test", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusAccepted)
+		amount := 10 + calls.Add(1) // other terms under the same revision each time
+		fmt.Fprintf(w, `{"operation":{"operation_id":"exc_7Yp3","revision":1,"state":"proposed","summary":"Refund","terms":{"amount":%d},"confirmation":null,"result":null}}`, amount)
+	}))
+	desc := `{"openapi":"3.1.0","info":{"title":"t","version":"1"},"servers":[{"url":"https://shop.example.test"}],
+	 "paths":{"/refunds/pending":{"get":{"operationId":"pendingRefund","responses":{"202":{"description":"proposed"}}}}}}`
+	oc, err := operations.New(sess, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oa, err := api.NewOpenAPIFromBytesWith(ctx, sess, entry(t, sess.Company(), api.TypeOpenAPI), []byte(desc), api.OpenAPIOptions{Operations: oc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := oa.Call(ctx, "pendingRefund", nil)
+	if err != nil || first.Operation == nil || first.Operation.ID != "exc_7Yp3" {
+		t.Fatalf("first: %v %+v", err, first)
+	}
+	if _, err := oa.Call(ctx, "pendingRefund", nil); !errors.Is(err, operations.ErrProtocol) {
+		t.Fatalf("the same revision with other terms: %v, want operations.ErrProtocol", err)
 	}
 }

@@ -205,7 +205,7 @@ func (b *apiToolBuilder) endpoint(ctx context.Context, oa *api.OpenAPI, ep *api.
 		}
 		out := map[string]any{"status": resp.Status}
 		if resp.Operation != nil {
-			k.proposedInto(ctx, c, out, resp.Operation)
+			k.proposedInto(ctx, c, out, resp.Operation, t.Action)
 			return out, nil
 		}
 		out["body"] = bodyValue(resp.Body)
@@ -256,7 +256,7 @@ func (b *apiToolBuilder) mcpTool(ctx context.Context, m *api.MCP, mt *mcp.Tool, 
 			out["is_error"] = true
 		}
 		if res.Operation != nil {
-			k.proposedInto(ctx, c, out, res.Operation)
+			k.proposedInto(ctx, c, out, res.Operation, t.Action)
 			return out, nil
 		}
 		if res.StructuredContent != nil {
@@ -283,13 +283,22 @@ func argsObject(args json.RawMessage) (map[string]any, error) {
 }
 
 // proposedInto puts the operation a Company tool's call proposed into out:
-// with the Company's operations Client, its view (the call went through
-// it), recorded for poppy_list_operations and marked proposed; without
-// one, the operation as the Company sent it, marked proposed too.
-func (k *Toolkit) proposedInto(ctx context.Context, c *company, out map[string]any, op *operations.Operation) {
+// with the Company's operations Client, its view, recorded for
+// poppy_list_operations and marked proposed; without one, the operation as
+// the Company sent it, marked proposed too. The call went through a Client
+// (APIOptions), by default the Company's; the operation is handed to the
+// Company's all the same (Observe keeps one view per operation, so seeing
+// it twice changes nothing), so that poppy_request_approval knows it
+// whichever Client the call used.
+func (k *Toolkit) proposedInto(ctx context.Context, c *company, out map[string]any, op *operations.Operation, action operations.Action) {
 	out["domain"] = c.domain
 	if c.ops == nil {
 		out["operation"], out["approval"] = opView(op), proposedNoExtension
+		return
+	}
+	op, err := c.ops.Observe(op, action)
+	if err != nil {
+		out["approval"] = "The Company's operation was refused: " + k.text(ctx, err.Error(), 200) + ". Nothing was done."
 		return
 	}
 	view, approval := k.proposed(ctx, c, op)
