@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/poppyproto/poppy/api"
+	"github.com/poppyproto/poppy/internal/testenv"
 )
 
 // fanOutDescription is the attack of issue 20, §2: a description of about
@@ -201,15 +202,13 @@ func BenchmarkAttackOpenAPIFanOut(b *testing.B) {
 // pages read, the tools yielded, CPU seconds and peak heap per listing,
 // now that the list stops at MaxTools (1,000).
 func BenchmarkAttackEndlessToolList(b *testing.B) {
-	h := &endlessTools{}
+	h := &testenv.EndlessTools{}
 	m := connectEndless(b, h, nil)
 	var cpu time.Duration
 	var peak uint64
 	tools := 0
 	for b.Loop() {
-		h.mu.Lock()
-		h.pages = 0
-		h.mu.Unlock()
+		h.ResetPages()
 		c, p, _, _ := measure(func() any {
 			tools = 0
 			for _, err := range m.Tools(context.Background()) {
@@ -223,10 +222,10 @@ func BenchmarkAttackEndlessToolList(b *testing.B) {
 		cpu += c
 		peak = max(peak, p)
 	}
-	if tools != 1000 || h.pages > 21 {
-		b.Fatalf("%d tools in %d pages", tools, h.pages)
+	if tools != 1000 || h.Pages() > 21 {
+		b.Fatalf("%d tools in %d pages", tools, h.Pages())
 	}
-	b.ReportMetric(float64(h.pages), "pages")
+	b.ReportMetric(float64(h.Pages()), "pages")
 	b.ReportMetric(float64(tools), "tools")
 	b.ReportMetric(cpu.Seconds()/float64(b.N), "cpu-s/op")
 	b.ReportMetric(float64(peak)/(1<<20), "peak-MiB")

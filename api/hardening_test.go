@@ -4,17 +4,12 @@ package api_test
 // attack, each shown failing on the code before its fix.
 
 import (
-	"bytes"
-	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/poppyproto/poppy"
@@ -84,66 +79,14 @@ func TestAttackPathParameterDotSegment(t *testing.T) {
 	}
 }
 
-// endlessTools answers the MCP server's tools/list with pages of 50 tools
-// and a nextCursor that always leads on (a new one each page, or the same
-// one when repeat), until 5,000 pages: far past any bound, so that a
-// client without one is seen to read them all, not to hang.
-type endlessTools struct {
-	base    http.RoundTripper
-	path    string
-	repeat  bool
-	padding int // bytes of description per tool
-	last    int // the last page; 0 means 5,000
-	mu      sync.Mutex
-	pages   int
-}
-
-func (h *endlessTools) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.URL.Path != h.path || req.Method != http.MethodPost {
-		return h.base.RoundTrip(req)
-	}
-	b, _ := io.ReadAll(req.Body)
-	req.Body.Close()
-	var msg struct {
-		ID     json.RawMessage `json:"id"`
-		Method string          `json:"method"`
-	}
-	if json.Unmarshal(b, &msg) != nil || msg.Method != "tools/list" {
-		req.Body = io.NopCloser(bytes.NewReader(b))
-		return h.base.RoundTrip(req)
-	}
-	h.mu.Lock()
-	h.pages++
-	page := h.pages
-	h.mu.Unlock()
-	tools := make([]any, 50)
-	for i := range tools {
-		tools[i] = map[string]any{"name": fmt.Sprintf("t%d_%d", page, i), "description": strings.Repeat("x", h.padding),
-			"inputSchema": map[string]any{"type": "object"}}
-	}
-	result := map[string]any{"tools": tools}
-	if last := cmp.Or(h.last, 5000); page < last {
-		result["nextCursor"] = fmt.Sprintf("page-%d", page+1)
-		if h.repeat {
-			result["nextCursor"] = "again"
-		}
-	}
-	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": msg.ID, "result": result})
-	return testenv.Answer(req, http.StatusOK, http.Header{"Content-Type": {"application/json"}}, string(body)), nil
-}
-
-func connectEndless(t testing.TB, h *endlessTools, opts *api.MCPOptions) *api.MCP {
-	t.Helper()
-	m, _ := endlessSession(t, h, opts)
-	return m
-}
-
-func endlessSession(t testing.TB, h *endlessTools, opts *api.MCPOptions) (*api.MCP, *poppy.Session) {
+// connectEndless connects to the fake's MCP server through h
+// (testenv.EndlessTools), whose tools/list never ends.
+func connectEndless(t testing.TB, h *testenv.EndlessTools, opts *api.MCPOptions) *api.MCP {
 	t.Helper()
 	srv := poppytest.NewServer(t, nil)
-	h.base = srv.Client().Transport
+	h.Base = srv.Client().Transport
 	u, _ := url.Parse(srv.MCPURL())
-	h.path = u.Path
+	h.SetPath(u.Path)
 	env := testenv.NewOn(t, srv, &poppy.AgentOptions{HTTPClient: &http.Client{Transport: h}})
 	sess := env.Session("alice")
 	m, err := api.ConnectMCP(context.Background(), sess, entry(t, sess.Company(), api.TypeMCP), opts)
@@ -151,7 +94,7 @@ func endlessSession(t testing.TB, h *endlessTools, opts *api.MCPOptions) (*api.M
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.Close() })
-	return m, sess
+	return m
 }
 
 // An MCP server whose tools/list never ends (issue 20 §2: 2,440 pages and
@@ -172,7 +115,7 @@ func TestAttackEndlessToolList(t *testing.T) {
 		{"repeated cursor", true, nil, 2, 100},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := &endlessTools{repeat: tc.repeat}
+			h := &testenv.EndlessTools{Repeat: tc.repeat}
 			m := connectEndless(t, h, tc.opts)
 			n := 0
 			var last error
@@ -186,12 +129,12 @@ func TestAttackEndlessToolList(t *testing.T) {
 				}
 				n++
 			}
-			t.Logf("%d pages read, %d tools yielded, then: %v", h.pages, n, last)
+			t.Logf("%d pages read, %d tools yielded, then: %v", h.Pages(), n, last)
 			if !errors.Is(last, api.ErrTooManyTools) {
 				t.Errorf("list ended with %v, want ErrTooManyTools", last)
 			}
-			if n != tc.tools || h.pages > tc.pages+1 {
-				t.Errorf("%d tools in %d pages, want %d tools, at most %d pages", n, h.pages, tc.tools, tc.pages+1)
+			if n != tc.tools || h.Pages() > tc.pages+1 {
+				t.Errorf("%d tools in %d pages, want %d tools, at most %d pages", n, h.Pages(), tc.tools, tc.pages+1)
 			}
 		})
 	}
@@ -200,7 +143,7 @@ func TestAttackEndlessToolList(t *testing.T) {
 // A JSON answer of the MCP server is bounded (MaxResponseBytes): a page
 // of tools of 2 MiB against a bound of 256 KiB fails the listing.
 func TestAttackMCPAnswerBound(t *testing.T) {
-	h := &endlessTools{padding: 40 << 10, last: 2}
+	h := &testenv.EndlessTools{Padding: 40 << 10, Last: 2}
 	m := connectEndless(t, h, &api.MCPOptions{MaxResponseBytes: 256 << 10})
 	n := 0
 	var last error
@@ -211,8 +154,8 @@ func TestAttackMCPAnswerBound(t *testing.T) {
 		}
 		n++
 	}
-	if last == nil || n > 0 || h.pages != 1 { // on the code before the bound: 100 tools, 2 pages
-		t.Errorf("%d tools in %d pages of 2 MiB, then %v; want an error at the first page", n, h.pages, last)
+	if last == nil || n > 0 || h.Pages() != 1 { // on the code before the bound: 100 tools, 2 pages
+		t.Errorf("%d tools in %d pages of 2 MiB, then %v; want an error at the first page", n, h.Pages(), last)
 	}
 }
 

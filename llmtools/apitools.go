@@ -45,8 +45,10 @@ type APIOptions struct {
 	// model; a longer one is cut and marked truncated. Zero means 64 KiB.
 	MaxResultBytes int
 	// OpenAPI and MCP are passed to api.LoadOpenAPI and api.ConnectMCP.
-	// Their Operations, when nil, are the Company's operations Client, so
-	// that a call proposes an operation at most once while it is open.
+	// Their Operations is replaced by the Company's operations Client (made
+	// with Options.Operations), so that a call proposes an operation at
+	// most once while it is open and the Client that poppy_request_approval
+	// uses holds every operation a tool proposed.
 	OpenAPI *api.OpenAPIOptions
 	MCP     *api.MCPOptions
 }
@@ -78,16 +80,12 @@ func (k *Toolkit) apiTools(ctx context.Context, c *company) ([]*Tool, error) {
 	if o.OpenAPI != nil {
 		oo = *o.OpenAPI
 	}
-	if oo.Operations == nil && c.ops != nil {
-		oo.Operations = c.ops
-	}
+	oo.Operations = c.ops
 	var mo api.MCPOptions
 	if o.MCP != nil {
 		mo = *o.MCP
 	}
-	if mo.Operations == nil && c.ops != nil {
-		mo.Operations = c.ops
-	}
+	mo.Operations = c.ops
 	co := c.sess.Company()
 	opsPrefix := operationsEndpoint(co)
 	b := &apiToolBuilder{k: k, c: c, maxSchema: o.MaxSchemaBytes, maxResult: o.MaxResultBytes, names: map[string]bool{}}
@@ -205,7 +203,7 @@ func (b *apiToolBuilder) endpoint(ctx context.Context, oa *api.OpenAPI, ep *api.
 		}
 		out := map[string]any{"status": resp.Status}
 		if resp.Operation != nil {
-			k.proposedInto(ctx, c, out, resp.Operation, t.Action)
+			k.proposedInto(ctx, c, out, resp.Operation)
 			return out, nil
 		}
 		out["body"] = bodyValue(resp.Body)
@@ -256,7 +254,7 @@ func (b *apiToolBuilder) mcpTool(ctx context.Context, m *api.MCP, mt *mcp.Tool, 
 			out["is_error"] = true
 		}
 		if res.Operation != nil {
-			k.proposedInto(ctx, c, out, res.Operation, t.Action)
+			k.proposedInto(ctx, c, out, res.Operation)
 			return out, nil
 		}
 		if res.StructuredContent != nil {
@@ -283,22 +281,14 @@ func argsObject(args json.RawMessage) (map[string]any, error) {
 }
 
 // proposedInto puts the operation a Company tool's call proposed into out:
-// with the Company's operations Client, its view, recorded for
-// poppy_list_operations and marked proposed; without one, the operation as
-// the Company sent it, marked proposed too. The call went through a Client
-// (APIOptions), by default the Company's; the operation is handed to the
-// Company's all the same (Observe keeps one view per operation, so seeing
-// it twice changes nothing), so that poppy_request_approval knows it
-// whichever Client the call used.
-func (k *Toolkit) proposedInto(ctx context.Context, c *company, out map[string]any, op *operations.Operation, action operations.Action) {
+// with the Company's operations Client, its view (the call went through
+// that Client, which has it already), recorded for poppy_list_operations
+// and marked proposed; without one, the operation as the Company sent it,
+// marked proposed too.
+func (k *Toolkit) proposedInto(ctx context.Context, c *company, out map[string]any, op *operations.Operation) {
 	out["domain"] = c.domain
 	if c.ops == nil {
 		out["operation"], out["approval"] = opView(op), proposedNoExtension
-		return
-	}
-	op, err := c.ops.Observe(op, action)
-	if err != nil {
-		out["approval"] = "The Company's operation was refused: " + k.text(ctx, err.Error(), 200) + ". Nothing was done."
 		return
 	}
 	view, approval := k.proposed(ctx, c, op)

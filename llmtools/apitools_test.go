@@ -1,15 +1,11 @@
 package llmtools_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/poppyproto/poppy/api"
@@ -191,13 +187,13 @@ func TestAPIToolsPartial(t *testing.T) {
 // within api.MCPOptions.MaxTools (1,000) and reports ErrTooManyTools
 // (issue 20 §2; the listing's own bound is api's TestAttackEndlessToolList).
 func TestAttackEndlessToolListTools(t *testing.T) {
-	h := &endlessTools{}
+	h := &testenv.EndlessTools{}
 	e := newEnv(t, nil, func(base http.RoundTripper) http.RoundTripper {
-		h.base = base
+		h.Base = base
 		return h
 	})
 	u, _ := url.Parse(e.Srv.MCPURL())
-	h.setPath(u.Path)
+	h.SetPath(u.Path)
 	names, err := e.K.AddCompany(ctx, domain)
 	if !errors.Is(err, api.ErrTooManyTools) {
 		t.Fatalf("AddCompany: %v", err)
@@ -205,52 +201,4 @@ func TestAttackEndlessToolListTools(t *testing.T) {
 	if len(names) != 6+1000 {
 		t.Errorf("%d tools kept, want the 6 OpenAPI ones and 1,000", len(names))
 	}
-}
-
-// endlessTools answers the MCP server's tools/list with pages of 50 tools
-// and a nextCursor that always leads on, until 5,000 pages.
-type endlessTools struct {
-	base  http.RoundTripper
-	mu    sync.Mutex
-	path  string
-	pages int
-}
-
-func (h *endlessTools) setPath(p string) {
-	h.mu.Lock()
-	h.path = p
-	h.mu.Unlock()
-}
-
-func (h *endlessTools) RoundTrip(req *http.Request) (*http.Response, error) {
-	h.mu.Lock()
-	path := h.path
-	h.mu.Unlock()
-	if req.URL.Path != path || req.Method != http.MethodPost {
-		return h.base.RoundTrip(req)
-	}
-	b, _ := io.ReadAll(req.Body)
-	req.Body.Close()
-	var msg struct {
-		ID     json.RawMessage `json:"id"`
-		Method string          `json:"method"`
-	}
-	if json.Unmarshal(b, &msg) != nil || msg.Method != "tools/list" {
-		req.Body = io.NopCloser(bytes.NewReader(b))
-		return h.base.RoundTrip(req)
-	}
-	h.mu.Lock()
-	h.pages++
-	page := h.pages
-	h.mu.Unlock()
-	tools := make([]any, 50)
-	for i := range tools {
-		tools[i] = map[string]any{"name": fmt.Sprintf("t%d_%d", page, i), "inputSchema": map[string]any{"type": "object"}}
-	}
-	result := map[string]any{"tools": tools}
-	if page < 5000 {
-		result["nextCursor"] = fmt.Sprintf("page-%d", page+1)
-	}
-	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": msg.ID, "result": result})
-	return testenv.Answer(req, http.StatusOK, http.Header{"Content-Type": {"application/json"}}, string(body)), nil
 }

@@ -421,7 +421,7 @@ func (k *Toolkit) errorOf(ctx context.Context, t *Tool, err error) map[string]an
 			"message": "An operation this same request proposed is still open, so it was not proposed again. " +
 				"It takes effect only if the User approves it; nothing else has happened."}
 		if c := k.companyOf(t); c != nil {
-			k.proposedInto(ctx, c, out, pend.Operation, t.Action)
+			k.proposedInto(ctx, c, out, pend.Operation)
 		}
 		return out
 	}
