@@ -348,9 +348,11 @@ func uniqueLabel(raw string, used map[string]bool) string {
 }
 
 // close ends c's MCP connections.
-func (c *company) close() {
+func (c *company) close() error {
+	var errs []error
 	for _, m := range c.mcps {
-		_ = m.Close()
+		errs = append(errs, m.Close())
 	}
 	c.mcps = nil
+	return errors.Join(errs...)
 }

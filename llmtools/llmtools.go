@@ -118,9 +118,9 @@ type Toolkit struct {
 	order  []string
 	byName map[string]*Tool
 	convs  map[string]*conversation.Conversation // by company key and ID, bounded
-	// compiled holds the compiled input schemas by their bytes, at most
-	// maxCompiled.
-	compiled map[string]*jsonschema.Schema
+	// compiled holds the compiled input schemas by the SHA-256 of their
+	// bytes, at most maxCompiled.
+	compiled map[[sha256.Size]byte]*jsonschema.Schema
 }
 
 const maxCompiled = 4096
@@ -166,7 +166,7 @@ func New(agent *poppy.Agent, user string, opts *Options) (*Toolkit, error) {
 	}
 	bg, stop := context.WithCancel(context.Background())
 	k := &Toolkit{agent: agent, user: user, opts: o, log: o.Logger, bg: bg, stop: stop,
-		comps: map[string]*company{}, byName: map[string]*Tool{}, compiled: map[string]*jsonschema.Schema{}}
+		comps: map[string]*company{}, byName: map[string]*Tool{}, compiled: map[[sha256.Size]byte]*jsonschema.Schema{}}
 	for _, t := range append(k.ownTools(), k.conversationTools()...) {
 		if err := k.add(t); err != nil {
 			stop()
@@ -237,9 +237,7 @@ func (k *Toolkit) Close() error {
 	defer k.mu.Unlock()
 	var errs []error
 	for _, c := range k.comps {
-		for _, m := range c.mcps {
-			errs = append(errs, m.Close())
-		}
+		errs = append(errs, c.close())
 	}
 	return errors.Join(errs...)
 }
@@ -280,13 +278,13 @@ func (k *Toolkit) AddCompany(ctx context.Context, domain string) ([]string, erro
 	// proposes nothing (OPS 6, PA-OPS6-04): it gets the open one back.
 	tools, loadErr := k.apiTools(ctx, c)
 	if tools == nil && ctx.Err() != nil {
-		c.close()
+		_ = c.close() // the error that matters is loadErr
 		return nil, loadErr
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if prev, ok := k.comps[domain]; ok { // added meanwhile
-		c.close()
+		_ = c.close()
 		return toolNames(prev.tools), loadErr
 	}
 	var errs []error
@@ -341,7 +339,8 @@ func (k *Toolkit) add(t *Tool) error {
 	t.Description = plain(t.Description, MaxDescription)
 	// Endpoints of the same form share one input schema (package api
 	// builds it once), and so one compiled schema here.
-	s, ok := k.compiled[string(t.InputSchema)]
+	sum := sha256.Sum256(t.InputSchema)
+	s, ok := k.compiled[sum]
 	if !ok {
 		var err error
 		if s, err = compileSchema(t.Name, t.InputSchema); err != nil {
@@ -350,7 +349,7 @@ func (k *Toolkit) add(t *Tool) error {
 		if len(k.compiled) >= maxCompiled {
 			clear(k.compiled)
 		}
-		k.compiled[string(t.InputSchema)] = s
+		k.compiled[sum] = s
 	}
 	t.schema = s
 	k.byName[t.Name] = t
