@@ -209,7 +209,7 @@ func (s *Server) serveVerification(w http.ResponseWriter, r *http.Request) {
 			bad("this code is unknown, has expired or was already used")
 			return
 		}
-		decision, account := x.form.Get("decision"), x.form.Get("account")
+		decision, account := x.form.Get("decision"), s.formAccount(x.form)
 		switch {
 		case decision == "approve" && s.account(account) == nil:
 			bad("unknown account")

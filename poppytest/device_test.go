@@ -189,8 +189,9 @@ func TestCO_4_6_DeviceAuthorizationErrors(t *testing.T) {
 	if r := a.poll("usr_1", d.str("device_code"), sid); r.str("error") != "slow_down" {
 		t.Errorf("poll after 4 s = %s", r.Raw)
 	}
-	// A device_code in a URL is a violation; so is opening the page as the agent.
-	get(t, srv, srv.VerificationURI()+"?user_code="+d.str("user_code")+"&x="+d.str("device_code"))
+	// A device_code in a URL is a violation; so is opening the page as the
+	// agent, with what only it holds (here its Session Token).
+	get(t, srv, srv.VerificationURI()+"?user_code="+d.str("user_code")+"&x="+d.str("device_code"), "Authorization", "DPoP "+a.start("usr_1").str("access_token"))
 	wantRules(t, srv, pa("4.6-03"), pa("4.4-02"))
 	// verification_uri alone asks for the code.
 	if _, err := srv.Browse(context.Background(), srv.VerificationURI()); err == nil || !strings.Contains(err.Error(), "user code") {

@@ -29,8 +29,10 @@ import (
 )
 
 // BrowserUserAgent is the User-Agent of the requests Browse sends as the
-// User's browser. The sign-in pages record a PA-4.4-02 violation for any
-// request without it: a Personal Agent never opens them itself.
+// User's browser. The sign-in pages record a PA-4.4-02 violation for a
+// request that carries what only the agent holds (a DPoP proof, an
+// Authorization header, an assertion): a Personal Agent never opens them
+// itself. Any other request to them is the User's (Request.User).
 const BrowserUserAgent = "poppytest-browser"
 
 // authzRequest is a Direct Sign-In request waiting on its consent page.
@@ -78,11 +80,14 @@ func (s *Server) serveAuthorize(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// checkBrowser records PA-4.4-02 when a sign-in page is requested by
-// anything but the User's browser (Browse).
+// checkBrowser records PA-4.4-02 when a sign-in page is requested by the
+// agent: with what only the agent holds (a DPoP proof, an Authorization
+// header, an assertion). Any other request to the page is the User's,
+// whatever browser or tool they use (userPage, log.go).
 func (s *Server) checkBrowser(r *http.Request, what string) {
-	if r.Header.Get("User-Agent") != BrowserUserAgent {
-		s.violate(exchangeOf(r).idx, "PA-4.4-02", "%s was requested by the agent, not the User's browser: Direct and Device Sign-In are for the User to complete", what)
+	x := exchangeOf(r)
+	if r.Header.Get("User-Agent") != BrowserUserAgent && agentMarked(r, x.body) {
+		s.violate(x.idx, "PA-4.4-02", "%s was requested by the agent (with its DPoP proof, Authorization header or assertion): Direct and Device Sign-In are for the User to complete", what)
 	}
 }
 
@@ -240,7 +245,7 @@ func (s *Server) authorizeDecision(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 	decision := x.form.Get("decision")
 	approved := intersect(formScopes(x.form), rq.scopes)
-	account := x.form.Get("account")
+	account := s.formAccount(x.form)
 	switch {
 	case decision == "approve" && s.account(account) == nil:
 		x.errorCode = "invalid_request"
@@ -321,6 +326,16 @@ func (s *Server) writeHTML(w http.ResponseWriter, r *http.Request, status int, t
 	}
 }
 
+// formAccount is the account the consent form names: empty is the first
+// of Options.SignIn.Accounts, as for the programmable User (Consent), so
+// a person approving by hand may leave it out.
+func (s *Server) formAccount(f url.Values) string {
+	if a := f.Get("account"); a != "" {
+		return a
+	}
+	return s.signin.accounts[0].ID
+}
+
 // writeConsentPage shows the User which Personal Agent asks for which
 // scopes (CO-4.5-02, CO-4.6-01), with a form that posts the decision back
 // to the page's URL carrying the hidden field key=value.
@@ -337,7 +352,12 @@ func (s *Server) writeConsentPage(w http.ResponseWriter, r *http.Request, key, v
 	action := "https://" + s.authHost + r.URL.EscapedPath()
 	fmt.Fprintf(&b, "<form method=\"post\" action=\"%s\">\n", html.EscapeString(action))
 	fmt.Fprintf(&b, "<input type=\"hidden\" name=\"%s\" value=\"%s\">\n", key, html.EscapeString(value))
-	b.WriteString("<label>Account <input name=\"account\"></label>\n")
+	ids := make([]string, len(s.signin.accounts))
+	for i, a := range s.signin.accounts {
+		ids[i] = a.ID
+	}
+	fmt.Fprintf(&b, "<label>Account <input name=\"account\" placeholder=\"%s\"></label> <small>(the fake's accounts: %s; empty is %s)</small>\n",
+		html.EscapeString(ids[0]), html.EscapeString(strings.Join(ids, ", ")), html.EscapeString(ids[0]))
 	for _, sc := range c.Scopes {
 		desc := s.scopeDescription(sc)
 		fmt.Fprintf(&b, "<label><input type=\"checkbox\" name=\"scope\" value=\"%s\" checked> %s</label>\n", html.EscapeString(sc), html.EscapeString(desc))

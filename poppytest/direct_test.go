@@ -221,9 +221,10 @@ func TestCO_4_5_AuthorizationErrors(t *testing.T) {
 	if q := errorOf(t, u); q.Get("error") != "invalid_scope" {
 		t.Errorf("forced: %v", q)
 	}
-	// The agent opening the page itself is a violation (PA-4.4-02).
+	// The agent opening the page itself, with what only it holds (here
+	// its Session Token), is a violation (PA-4.4-02).
 	u, _ = a.authzURL("poppy:read", newPKCE())
-	if r := get(t, srv, u); r.Status != 200 || !strings.Contains(string(r.Raw), "Raw Agent") {
+	if r := get(t, srv, u, "Authorization", "DPoP "+a.start("usr_1").str("access_token")); r.Status != 200 || !strings.Contains(string(r.Raw), "Raw Agent") {
 		t.Errorf("consent page: %d %s", r.Status, r.Raw)
 	}
 	wantRules(t, srv, pa("4.4-02"))

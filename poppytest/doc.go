@@ -292,8 +292,8 @@
 // # Load testing
 //
 // A fake that keeps every request grows without bound in a long run.
-// Options.Load bounds it ([LoadOptions]: a ring of the latest requests,
-// or only those that broke a rule, and Session Tokens forgotten a while
+// Options.Load bounds it ([LoadOptions]: the latest requests, by count and
+// by bytes, or only those that broke a rule, and Session Tokens forgotten a while
 // after they expire), and [Server.Counts] keeps totals of every request,
 // including EarlyRenewals (a Session renewed less than half a lifetime
 // after its last token: replicas renewing twice), SessionsStarted and
@@ -448,7 +448,10 @@
 // Other choices: a DPoP proof's iat must be within ±60 s of the Clock and
 // its jti is remembered for 120 s; htu is compared after lower-casing scheme
 // and host and removing a default port, and an htu with a query or fragment
-// is invalid (and a PA-4.3-08 violation). A DPoP proof is checked before
+// is invalid (and a PA-4.3-08 violation). An htu for another URL is a
+// PA-4.3-08 violation only when the URLs differ after RFC 3986
+// syntax-based normalisation too (an escaped unreserved character is the
+// same URL: answered 401, recorded as none). A DPoP proof is checked before
 // client authentication, so a use_dpop_nonce answer consumes no assertion.
 // With RotateNonce, a nonce stays valid until 4 newer ones exist on its
 // host. Client metadata and JWKS are cached for at most 60 s of Clock time
@@ -458,8 +461,11 @@
 //
 // The fake records, among others: a replayed DPoP proof (PA-4.3-05); a
 // proof jwk with private members (PA-4.3-03); ath at the token endpoint
-// (PA-4.3-11); a missing or wrong ath (PA-4.3-10); an htu with a query
-// (PA-4.3-08); a token in a URL (PA-4.3-26, every request's path and query
+// (PA-4.3-11); a missing or wrong ath (PA-4.3-10); an htu with a query or
+// for another URL (PA-4.3-08); an htm that is not the method (PA-4.3-07);
+// a Session Token used at least 5 s (Clock) after the agent first used a
+// newer one for the same Session, type and resource (PA-4.3-25; earlier,
+// it is a request that was on its way); a token in a URL (PA-4.3-26, every request's path and query
 // is scanned for issued tokens); an API request without Authorization
 // (PA-4.3-23); a Bearer token at the API (PA-4.3-19); a DPoP token sent as
 // Bearer or without a proof (PA-4.3-01); an assertion aud that is an array
@@ -470,7 +476,11 @@
 // DPoP key used for two Users (PA-4.3-02); a Company request over plain HTTP
 // (PA-3-01); following an http:// redirect of the well-known URL
 // (PA-3-03). For sign-in: a sign-in page (authorization endpoint,
-// verification page) requested by anything but Browse (PA-4.4-02); a
+// verification page) requested with what only the agent holds: a DPoP
+// proof, an Authorization header or an assertion (PA-4.4-02; any other
+// request to those pages is the User's, Request.User, whatever browser
+// or tool the person uses, and no rule of the agent is checked on it but
+// a token in its URL, which the agent put there); a
 // redirect_uri that doesn't exactly match (PA-4.5-04); a missing, short
 // (under 22 characters) or reused state (PA-4.5-01); PKCE other than
 // S256 (PA-4.5-02); a scope not single-space separated (PA-4.4-06); an

@@ -20,6 +20,7 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"path"
 	"strings"
 	"time"
 
@@ -250,8 +251,10 @@ func (s *Server) checkProof(r *http.Request, pc proofCheck, optional bool) (*par
 		s.violate(x.idx, "PA-4.3-05", "DPoP proof jti reused: a new proof is required for every request")
 		return nil, s.dpopError(r, "invalid_dpop_proof", "proof jti was already used")
 	}
-	// CO-4.3-04: htm and htu.
+	// CO-4.3-04: htm and htu. A proof for another method or URL breaks
+	// PA-4.3-07 or PA-4.3-08 (MUSTs the fake sees broken).
 	if p.htm != r.Method {
+		s.violate(x.idx, "PA-4.3-07", "proof htm %q is not the request's method %s", p.htm, r.Method)
 		return nil, s.dpopError(r, "invalid_dpop_proof", fmt.Sprintf("proof htm %q does not match the method %s", p.htm, r.Method))
 	}
 	hu, err := url.Parse(p.htu)
@@ -263,6 +266,14 @@ func (s *Server) checkProof(r *http.Request, pc proofCheck, optional bool) (*par
 		return nil, s.dpopError(r, "invalid_dpop_proof", "proof htu must not carry a query or fragment")
 	}
 	if normalizeHTU(hu) != pc.htu {
+		// The answer compares the normalised URLs (CO-4.3-04); the
+		// violation is recorded only when they differ after RFC 3986
+		// syntax-based normalisation too (percent-encoding, dot
+		// segments), which RFC 9449 section 4.3 allows a client: a false
+		// violation is as wrong as a missed one.
+		if looseHTU(normalizeHTU(hu)) != looseHTU(pc.htu) {
+			s.violate(x.idx, "PA-4.3-08", "proof htu %s is not the request's URL %s", safeURL(normalizeHTU(hu)), safeURL(pc.htu))
+		}
 		return nil, s.dpopError(r, "invalid_dpop_proof", "proof htu does not match the request URL")
 	}
 	// CO-4.3-07, PA-4.3-11: ath.
@@ -320,6 +331,51 @@ func normalizeHTU(u *url.URL) string {
 		path = "/"
 	}
 	return scheme + "://" + host + path
+}
+
+// looseHTU is a normalised htu (normalizeHTU) after RFC 3986 section
+// 6.2.2 syntax-based normalisation of its path as well: percent-encoded
+// unreserved characters decoded, other escapes in upper case, dot
+// segments removed. Two htu values equal under it name the same resource.
+func looseHTU(htu string) string {
+	u, err := url.Parse(htu)
+	if err != nil {
+		return htu
+	}
+	var b strings.Builder
+	p := u.EscapedPath()
+	for i := 0; i < len(p); i++ {
+		if p[i] == '%' && i+2 < len(p) && isHex(p[i+1]) && isHex(p[i+2]) {
+			c := unhex(p[i+1])<<4 | unhex(p[i+2])
+			if c < 0x80 && (c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("-._~", c) >= 0) {
+				b.WriteByte(c)
+			} else {
+				b.WriteString(strings.ToUpper(p[i : i+3]))
+			}
+			i += 2
+			continue
+		}
+		b.WriteByte(p[i])
+	}
+	clean := path.Clean(b.String())
+	if strings.HasSuffix(b.String(), "/") && clean != "/" {
+		clean += "/"
+	}
+	return strings.ToLower(u.Scheme) + "://" + strings.ToLower(u.Host) + clean
+}
+
+func isHex(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
+}
+
+func unhex(c byte) byte {
+	switch {
+	case c >= '0' && c <= '9':
+		return c - '0'
+	case c >= 'a' && c <= 'f':
+		return c - 'a' + 10
+	}
+	return c - 'A' + 10
 }
 
 // requestHTU is the normalised htu a proof for r must carry.

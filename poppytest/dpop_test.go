@@ -46,10 +46,12 @@ func TestCO_4_3_ProofChecksAtResources(t *testing.T) {
 	t.Run("CO-4.3-04 htu", func(t *testing.T) {
 		// CO-4.3-04
 		wantDPoPError(t, a.call("GET", "/products", tok, "", withClaim("htu", srv.APIURL()+"/orders")), "invalid_dpop_proof")
+		wantRules(t, srv, pa("4.3-08"))
 	})
 	t.Run("CO-4.3-04 htm", func(t *testing.T) {
 		// CO-4.3-04
 		wantDPoPError(t, a.call("POST", "/echo", tok, `{}`, withClaim("htm", "GET")), "invalid_dpop_proof")
+		wantRules(t, srv, pa("4.3-07"))
 	})
 	t.Run("CO-4.3-04 htu with query", func(t *testing.T) {
 		// CO-4.3-04
@@ -168,6 +170,13 @@ func TestCO_4_3_08_TokenEndpointProofs(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			// CO-4.3-08
 			wantTokenDPoPError(t, a.token(a.startForm("usr_1"), m))
+			// PA-4.3-07, PA-4.3-08: a proof for another method or URL.
+			switch name {
+			case "htm":
+				wantRules(t, srv, pa("4.3-07"))
+			case "htu":
+				wantRules(t, srv, pa("4.3-08"))
+			}
 		})
 	}
 	t.Run("ath at the token endpoint", func(t *testing.T) {

@@ -11,7 +11,8 @@ package poppytest
 //   - The scan for Account Tokens sent where they don't belong looks up the
 //     "pat_" values in a request in the map of Account Tokens, instead of
 //     searching the request for every Account Token ever issued.
-//   - The request log is a ring of LoadOptions.LogSize requests (65,536 by
+//   - The request log is a queue of at most LoadOptions.LogSize requests
+//     (65,536 by default) holding at most LoadOptions.LogBytes (256 MiB by
 //     default), or keeps only the requests that broke a rule; counts of
 //     every request are kept apart (Server.Counts).
 //   - With LoadOptions.ForgetTokensAfter, Session Tokens are forgotten that
@@ -19,6 +20,7 @@ package poppytest
 
 import (
 	"maps"
+	"slices"
 	"strings"
 	"time"
 )
@@ -26,6 +28,12 @@ import (
 // DefaultLogSize is how many requests the log keeps when LoadOptions.LogSize
 // is zero.
 const DefaultLogSize = 1 << 16
+
+// DefaultLogBytes is how many bytes of requests the log keeps when
+// LoadOptions.LogBytes is zero: each request may hold a 1 MiB form and
+// headers beside its 64 KiB body, so a log bounded by count alone could
+// hold tens of GiB.
+const DefaultLogBytes = 256 << 20
 
 // LoadOptions bound what the fake keeps, for long runs. The zero value keeps
 // the last DefaultLogSize requests and every Session Token.
@@ -48,6 +56,12 @@ type LoadOptions struct {
 	// BodyLogBytes bounds the request body kept in the log. Zero means
 	// 64 KiB; negative keeps none.
 	BodyLogBytes int
+	// LogBytes bounds the log by bytes as well as by count: the oldest
+	// requests are dropped while the requests kept hold more than this
+	// (their URL, headers, form, body, proof and assertions; the latest
+	// request is always kept). Zero means DefaultLogBytes; negative sets
+	// no bound.
+	LogBytes int
 }
 
 // Counts are totals over every request the fake received, including those
@@ -157,28 +171,30 @@ func (s *Server) logEndLocked(rec *Request) {
 	}
 }
 
-// appendLogLocked adds rec to the log, dropping the oldest request when
-// the log is full.
+// appendLogLocked adds rec to the log, dropping the oldest requests while
+// the log holds more than LogSize requests or more than LogBytes bytes.
+// The log is a queue: s.log[s.logHead:] in order of arrival (so of
+// Index); the slice is compacted when half of it is dropped entries.
 func (s *Server) appendLogLocked(rec *Request) {
-	n := s.logSize()
-	if n < 0 || len(s.log) < n {
-		s.log = append(s.log, rec)
-		return
+	rec.logBytes = rec.footprint()
+	s.log = append(s.log, rec)
+	s.logBytes += rec.logBytes
+	n, max := s.logSize(), s.logByteBudget()
+	for len(s.log)-s.logHead > 1 && ((n >= 0 && len(s.log)-s.logHead > n) || (max >= 0 && s.logBytes > max)) {
+		s.logBytes -= s.log[s.logHead].logBytes
+		s.log[s.logHead] = nil
+		s.logHead++
+		s.counts.Dropped++
 	}
-	// A ring: s.logHead is the oldest.
-	s.log[s.logHead] = rec
-	s.logHead = (s.logHead + 1) % n
-	s.counts.Dropped++
+	if s.logHead > 0 && s.logHead >= len(s.log)/2 {
+		s.log = append(s.log[:0:0], s.log[s.logHead:]...)
+		s.logHead = 0
+	}
 }
 
 // logged returns the log in order of arrival. s.logMu is held.
 func (s *Server) loggedLocked() []*Request {
-	if s.logHead == 0 {
-		return s.log
-	}
-	out := make([]*Request, 0, len(s.log))
-	out = append(out, s.log[s.logHead:]...)
-	return append(out, s.log[:s.logHead]...)
+	return s.log[s.logHead:]
 }
 
 // requestLocked finds request idx in flight or in the log. s.logMu is held.
@@ -186,24 +202,55 @@ func (s *Server) requestLocked(idx int) *Request {
 	if r := s.inflight[idx]; r != nil {
 		return r
 	}
-	if len(s.log) == 0 {
-		return nil
-	}
-	// The log is in order of Index, from the head of the ring.
-	first := s.log[s.logHead].Index
-	if !s.opts.Load.ViolationsOnly && idx >= first {
-		if i := idx - first; i < len(s.log) {
-			if r := s.log[(s.logHead+i)%len(s.log)]; r.Index == idx {
-				return r
-			}
-		}
-	}
-	for _, r := range s.log {
-		if r.Index == idx {
-			return r
-		}
+	logged := s.loggedLocked()
+	// The log is in order of Index.
+	i, found := slices.BinarySearchFunc(logged, idx, func(r *Request, idx int) int { return r.Index - idx })
+	if found {
+		return logged[i]
 	}
 	return nil
+}
+
+// logByteBudget is LoadOptions.LogBytes with its default; -1 means no
+// bound.
+func (s *Server) logByteBudget() int {
+	switch n := s.opts.Load.LogBytes; {
+	case n == 0:
+		return DefaultLogBytes
+	case n < 0:
+		return -1
+	default:
+		return n
+	}
+}
+
+// footprint is about how many bytes r holds: what bounds the log by
+// bytes (LoadOptions.LogBytes). It counts the strings and slices a
+// request keeps (URL, headers, form, body, the decoded proof and
+// assertions) plus a fixed overhead for the rest.
+func (r *Request) footprint() int {
+	n := 512 + len(r.URL) + len(r.Host) + len(r.Path) + len(r.Method) + len(r.Body) + len(r.AccessToken)
+	for k, vs := range r.Header {
+		n += len(k) + 16
+		for _, v := range vs {
+			n += len(v) + 16
+		}
+	}
+	for k, vs := range r.Form {
+		n += len(k) + 16
+		for _, v := range vs {
+			n += len(v) + 16
+		}
+	}
+	if r.Proof != nil {
+		n += 2*len(r.Proof.Compact) + len(r.Proof.RawHeader) + len(r.Proof.RawClaims)
+	}
+	for _, j := range []*JWT{r.Assertion, r.ClientAssertion} {
+		if j != nil {
+			n += 2*len(j.Compact) + len(j.RawHeader) + len(j.RawClaims)
+		}
+	}
+	return n
 }
 
 // jtiSet remembers values (jtis) until a time, for replay checks. Entries

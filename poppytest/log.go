@@ -62,6 +62,13 @@ type Request struct {
 	// Browser marks the requests of the User's browser, sent by
 	// [Server.Browse] with User-Agent [BrowserUserAgent].
 	Browser bool
+	// User marks the requests the User made, not the agent: Browse's, and
+	// every request to a page the User uses (the authorization endpoint
+	// and its consent form, the Device Sign-In page and its form) that
+	// carries nothing only the agent holds (a DPoP proof, an Authorization
+	// header, an assertion). A person approving in a real browser or with
+	// curl is the User; no rule of the agent is checked on their requests.
+	User bool
 
 	AuthScheme  string // scheme of the Authorization header as sent ("DPoP", "Bearer", …)
 	AccessToken string // the token in the Authorization header
@@ -72,6 +79,8 @@ type Request struct {
 	ClientAssertion *JWT   // decoded "client_assertion" form field
 
 	Violations []string // rule IDs this request broke (see Violation)
+
+	logBytes int // its footprint, while in the log (load.go)
 }
 
 // Proof is a decoded DPoP proof as the client sent it.
@@ -154,6 +163,11 @@ type exchange struct {
 	proof           *Proof
 	assertion       *JWT
 	clientAssertion *JWT
+
+	// violations are the positions in Server.violations of the ones this
+	// request broke, as of violationsGen (nameAgent). Under s.logMu.
+	violations    []int
+	violationsGen int
 }
 
 type exchangeKey struct{}
@@ -207,9 +221,9 @@ func (s *Server) record(scheme string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		host := canonicalHost(r.Host)
 		ep := s.classify(scheme, host, r.URL.Path)
-		body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+		body, readErr := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
 		r.Body.Close()
-		tooLarge := err == nil && len(body) > maxBody
+		tooLarge := readErr == nil && len(body) > maxBody
 		if tooLarge {
 			body = body[:maxBody]
 		}
@@ -225,6 +239,7 @@ func (s *Server) record(scheme string, next http.Handler) http.Handler {
 			Internal: r.Header.Get("User-Agent") == InternalUserAgent,
 			Browser:  r.Header.Get("User-Agent") == BrowserUserAgent,
 		}
+		rec.User = rec.Browser || (userPage(ep) && !agentMarked(r, body))
 		if n := min(len(body), s.bodyLogBytes()); n > 0 {
 			rec.Body = bytes.Clone(body[:n])
 		}
@@ -248,16 +263,31 @@ func (s *Server) record(scheme string, next http.Handler) http.Handler {
 		s.logMu.Lock()
 		s.logStartLocked(rec)
 		x.idx = rec.Index
+		s.exchanges[x.idx] = x
 		s.logMu.Unlock()
 
 		sw := &statusWriter{ResponseWriter: w}
 		sw.Header().Set("Date", s.clock.Now().UTC().Format(http.TimeFormat))
-		if !rec.Internal {
+		if !rec.Internal && readErr == nil {
+			// A token in the URL the User opens was put there by the
+			// agent, which built the URL: its violation, whoever sends it.
 			s.scanURLForTokens(x.idx, r)
-			s.scanForCredentials(x.idx, r, x)
+			// What the User types (an account on the consent form) is
+			// theirs: the User's own requests are never the agent's
+			// violations.
+			if !rec.User {
+				s.scanForCredentials(x.idx, r, x)
+			}
 		}
 		r = r.WithContext(context.WithValue(r.Context(), exchangeKey{}, x))
 		switch {
+		case readErr != nil:
+			// The body did not arrive whole (the agent died, or its
+			// connection broke, after the headers): act on nothing a
+			// partial request says (CO-OPS4-02: no operation for an action
+			// that was never asked for whole).
+			x.errorCode = "invalid_request"
+			s.writeJSON(sw, r, http.StatusBadRequest, oauthError("invalid_request", "the request body did not arrive whole"))
 		case tooLarge:
 			x.errorCode = "invalid_request"
 			s.writeJSON(sw, r, http.StatusRequestEntityTooLarge, oauthError("invalid_request", "body too large"))
@@ -285,9 +315,38 @@ func (s *Server) record(scheme string, next http.Handler) http.Handler {
 		if x.clientAssertion != nil {
 			rec.ClientAssertion = x.clientAssertion
 		}
+		delete(s.exchanges, x.idx)
 		s.logEndLocked(rec)
 		s.logMu.Unlock()
+		s.nameAgent(x, rec)
 	})
+}
+
+// userPage reports whether ep is a page the User uses: the authorization
+// endpoint with its consent form (Direct Sign-In) and the verification
+// page with its form (Device Sign-In). Decision (docs/decisions.md, "Whose
+// request is it"): a request to one of them is the User's unless it
+// carries what only the agent holds (agentMarked), whatever its
+// User-Agent: a person approves in any browser, or with curl.
+func userPage(ep Endpoint) bool {
+	return ep == EndpointAuthorize || ep == EndpointVerification
+}
+
+// agentMarked reports whether r carries what only the agent holds and a
+// person's browser never sends: a DPoP proof, an Authorization header, or
+// a Session or client assertion in its query or form body.
+func agentMarked(r *http.Request, body []byte) bool {
+	if len(r.Header.Values("DPoP")) > 0 || len(r.Header.Values("Authorization")) > 0 {
+		return true
+	}
+	q := r.URL.Query()
+	if q.Has("assertion") || q.Has("client_assertion") {
+		return true
+	}
+	if f, err := url.ParseQuery(string(body)); err == nil && (f.Has("assertion") || f.Has("client_assertion")) {
+		return true
+	}
+	return false
 }
 
 func isForm(ct string) bool {

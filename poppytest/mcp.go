@@ -259,6 +259,7 @@ func (s *Server) verifyBearer(r *http.Request, value, url string) (*mcpauth.Toke
 		return invalid("unknown token")
 	}
 	x.sessionID = tc.sessionID
+	s.checkSuperseded(x.idx, &tc, now)
 	switch {
 	case tc.typ != "Bearer":
 		// PA-4.3-19: a DPoP token belongs at the DPoP APIs only.
@@ -277,6 +278,7 @@ func (s *Server) verifyBearer(r *http.Request, value, url string) (*mcpauth.Toke
 	case sess.ended || sess.id == "":
 		return invalid("the Session has ended")
 	}
+	s.useToken(&tc, now)
 	a := &mcpAuth{sessionID: tc.sessionID}
 	if tc.signedIn && (s.opts.SignIn.NoLiveSignInCheck || (sess.signedIn && sess.account == tc.account)) {
 		a.signedIn, a.account, a.scopes = true, tc.account, slices.Clone(tc.scopes)

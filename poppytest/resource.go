@@ -101,6 +101,9 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, accepts fu
 		sess = *s.sessions[tc.sessionID]
 	}
 	s.mu.Unlock()
+	if t != nil {
+		s.checkSuperseded(x.idx, &tc, now)
+	}
 	switch {
 	case t == nil:
 		return invalidToken("unknown token")
@@ -120,6 +123,7 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, accepts fu
 		// CO-4.3-18.
 		return invalidToken("the token was not issued for this resource")
 	}
+	s.useToken(&tc, now)
 	a := &auth{tok: &tc}
 	// CO-4.9-03: a signed-in token acts signed in only while its Session is
 	// still signed in to that account, unless NoLiveSignInCheck.

@@ -337,8 +337,9 @@ type Server struct {
 	agents  map[string]http.Handler
 
 	logMu    sync.Mutex
-	log      []*Request // a ring from logHead once full (load.go)
+	log      []*Request // a queue: s.log[logHead:] (load.go)
 	logHead  int
+	logBytes int // Request.footprint of the requests in the log
 	inflight map[int]*Request
 	counts   Counts
 	// earlyRenewals, sessionsStarted and signIns are Counts' fields of
@@ -346,10 +347,16 @@ type Server struct {
 	earlyRenewals, sessionsStarted, signIns atomic.Int64
 
 	violations []Violation
+	// violationsGen counts TakeViolations calls: positions in violations
+	// an exchange remembers are stale once it changes.
+	violationsGen int
+	// exchanges are the requests in flight, by Request.Index.
+	exchanges map[int]*exchange
 
 	mu           sync.Mutex
 	sessions     map[string]*session
 	tokens       map[string]*token
+	tokenSeq     uint64 // the last token.seq
 	faults       map[Endpoint][]*fault
 	tokenTypes   []string
 	expiresIn    int
@@ -532,6 +539,7 @@ func (s *Server) configure() error {
 	s.assertJTIs = newJTISet()
 	s.clientJTIs = newJTISet()
 	s.inflight = map[int]*Request{}
+	s.exchanges = map[int]*exchange{}
 	s.nonces = map[string]*nonceState{}
 	s.jktOwner = map[string]string{}
 	s.clients = map[string]*clientInfo{}

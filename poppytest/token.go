@@ -42,6 +42,8 @@ type session struct {
 	scopes            []string // granted account scopes while signed in
 	family            string   // the Account Token (family) it is signed in with, "" for none
 	lastJKT           string   // key of its latest DPoP token
+	// used is the newest token used, by type and resource (PA-4.3-25).
+	used map[string]tokenUse
 	// last is what its latest Session Token was issued for, and when,
 	// for Counts.EarlyRenewals.
 	last struct {
@@ -65,6 +67,63 @@ type token struct {
 	issued, expires   time.Time
 	revoked           bool
 	revokedForReissue bool
+	// seq orders the tokens the token endpoint issued (1, 2, …); 0 for
+	// one a test made with SignInSession, which supersedes nothing.
+	seq uint64
+}
+
+// supersedeGrace is how long, by the Clock, after a Session's newer token
+// was first used, a request with an older token of the same type and
+// resource is still taken as one that was on its way before the agent
+// got the newer one: a race, not a violation of PA-4.3-25.
+const supersedeGrace = 5 * time.Second
+
+// tokenUse is the newest token of a Session used for one purpose (A-08:
+// token type and resource), and when it was first used.
+type tokenUse struct {
+	seq uint64
+	at  time.Time
+}
+
+// checkSuperseded records PA-4.3-25 when request idx uses t although the
+// agent had already used a newer token of t's Session for the same type
+// and resource at least supersedeGrace earlier: it got the new
+// token, and goes on with the old one. Otherwise, once the request is
+// accepted, useToken notes the use.
+func (s *Server) checkSuperseded(idx int, t *token, now time.Time) {
+	if t.seq == 0 {
+		return
+	}
+	s.mu.Lock()
+	sess := s.sessions[t.sessionID]
+	var u tokenUse
+	if sess != nil {
+		u = sess.used[t.typ+" "+t.resource]
+	}
+	s.mu.Unlock()
+	if u.seq > t.seq && !now.Before(u.at.Add(supersedeGrace)) {
+		s.violate(idx, "PA-4.3-25", "a %s Session Token was used after the agent had used a newer one for the same Session and resource", t.typ)
+	}
+}
+
+// useToken notes that an accepted request used t (checkSuperseded).
+func (s *Server) useToken(t *token, now time.Time) {
+	if t.seq == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sess := s.sessions[t.sessionID]
+	if sess == nil {
+		return
+	}
+	key := t.typ + " " + t.resource
+	if sess.used[key].seq < t.seq {
+		if sess.used == nil {
+			sess.used = map[string]tokenUse{}
+		}
+		sess.used[key] = tokenUse{seq: t.seq, at: now}
+	}
 }
 
 // SessionInfo describes a Session, for tests.
@@ -465,6 +524,8 @@ func (s *Server) issueToken(g *grantRequest, sess *session, spec *issueSpecT) ma
 			}
 		}
 	}
+	s.tokenSeq++
+	t.seq = s.tokenSeq
 	s.tokens[value] = t
 	s.rememberTokenLocked(t, now)
 	// A renewal of the Session's token for the same purpose less than half

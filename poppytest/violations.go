@@ -2,6 +2,7 @@ package poppytest
 
 import (
 	"fmt"
+	"net/url"
 	"strings"
 )
 
@@ -22,6 +23,12 @@ type Violation struct {
 	// its query and with any long path segment elided, since either may
 	// hold a token; empty if none.
 	Method, URL string
+	// ClientID and SessionID name the agent that broke the rule: the
+	// client_id of the Session the request acted on, or the one the
+	// request named (its client assertion, client_id form field or query
+	// parameter), and that Session. Either is "" when the request named
+	// none. They are filled in once the request is answered.
+	ClientID, SessionID string
 }
 
 // String gives the rule, what happened and the request:
@@ -44,8 +51,59 @@ func (s *Server) violate(idx int, rule, format string, args ...any) {
 	}
 	if len(s.violations) < s.maxViolations() {
 		s.violations = append(s.violations, v)
+		if x := s.exchanges[idx]; idx >= 0 && x != nil {
+			x.violations = append(x.violations, len(s.violations)-1)
+			x.violationsGen = s.violationsGen
+		}
 	}
 	s.logMu.Unlock()
+}
+
+// nameAgent fills in ClientID and SessionID of the violations request x
+// broke, once it is answered. s.logMu is not held.
+func (s *Server) nameAgent(x *exchange, rec *Request) {
+	s.logMu.Lock()
+	n := len(x.violations)
+	s.logMu.Unlock()
+	if n == 0 {
+		return
+	}
+	sid, client := x.sessionID, ""
+	s.mu.Lock()
+	if sess := s.sessions[sid]; sess != nil {
+		client = sess.clientID
+	}
+	s.mu.Unlock()
+	if client == "" {
+		client = namedClient(rec)
+	}
+	s.logMu.Lock()
+	defer s.logMu.Unlock()
+	if x.violationsGen != s.violationsGen {
+		return // taken since
+	}
+	for _, i := range x.violations {
+		if i < len(s.violations) && s.violations[i].Request == x.idx {
+			s.violations[i].ClientID, s.violations[i].SessionID = client, sid
+		}
+	}
+}
+
+// namedClient is the client_id a request names: its client assertion's
+// iss, its client_id form field or query parameter.
+func namedClient(rec *Request) string {
+	if j := rec.ClientAssertion; j != nil {
+		if iss, ok := j.Claims["iss"].(string); ok && iss != "" {
+			return iss
+		}
+	}
+	if c := rec.Form.Get("client_id"); c != "" {
+		return c
+	}
+	if u, err := url.Parse(rec.URL); err == nil {
+		return u.Query().Get("client_id")
+	}
+	return ""
 }
 
 // Violations returns the violations recorded and not yet taken, in order.
@@ -62,6 +120,7 @@ func (s *Server) TakeViolations() []Violation {
 	defer s.logMu.Unlock()
 	v := s.violations
 	s.violations = nil
+	s.violationsGen++
 	return v
 }
 
