@@ -24,9 +24,9 @@ var unobservable, conditional = func() (map[string]string, map[string]string) {
 		"CO-4.2-13")
 	set("inside the Company: what it makes of the agent's message IDs can't be seen", "CO-7.2-07")
 	set("needs two domains of one Company; the check looks at one", "CO-3.2-01")
-	set("seeing it takes a request that breaks a Personal Agent rule (a bad or replayed assertion, a replayed proof, a wrong ath, a Bearer token at a DPoP API or a DPoP one at MCP, a token in a URL, a bad message ID); the check sends only what a correct agent sends",
+	set("seeing it takes a request that breaks a Personal Agent rule (a bad or replayed assertion, a replayed proof, a wrong ath, a proof for another URL (PA-4.3-08), a Bearer token at a DPoP API or a DPoP one at MCP, a token in a URL, a bad message ID); the check sends only what a correct agent sends",
 		"CO-3.3-03", "CO-4.1-02", "CO-4.1-03", "CO-4.1-04", "CO-4.2-01", "CO-4.2-02", "CO-4.2-03", "CO-4.2-04",
-		"CO-4.2-08", "CO-4.3-06", "CO-4.3-07", "CO-4.3-14", "CO-4.3-15", "CO-4.3-20", "CO-6-06", "CO-7.2-08",
+		"CO-4.2-08", "CO-4.3-04", "CO-4.3-06", "CO-4.3-07", "CO-4.3-14", "CO-4.3-15", "CO-4.3-20", "CO-6-06", "CO-7.2-08",
 		"CO-7.3-04", "CO-7.4-01", "CO-5-02", "CO-5-03", "CO-5-04", "CO-5-05", "CO-5-06", "CO-5-07", "CO-5-08",
 		"CO-5-10", "CO-5-13", "CO-4.8-04", "CO-4.8-03")
 	set("needs a second account of the same person at the Company", "CO-4.4-12")

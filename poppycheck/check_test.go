@@ -311,7 +311,7 @@ var conformantKnobs = map[string]string{
 	"Conversations.Resource":            "a MAY", "Conversations.Agent": "the test scripts the Company Agent",
 	"Conversations.ReplyDelay": "timing", "Conversations.Retention": "a choice",
 	"Load.LogSize": "the fake's own bound", "Load.ViolationsOnly": "the fake's own bound", "Load.MaxViolations": "the fake's own bound",
-	"Load.ForgetTokensAfter": "the fake's own bound", "Load.BodyLogBytes": "the fake's own bound",
+	"Load.ForgetTokensAfter": "the fake's own bound", "Load.BodyLogBytes": "the fake's own bound", "Load.LogBytes": "the fake's own bound",
 }
 
 // TestEveryKnobClassified fails when poppytest.Options gains a field that
