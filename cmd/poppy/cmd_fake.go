@@ -9,21 +9,31 @@ package main
 // Options are poppytest.Options: a JSON file (--config) whose members are
 // the Go field names, and a flag for every field of a simple type, named
 // after its path (--misconfig.drop-organization, --web.same-site strict,
-// --tokens.ttl 10m). Flags win over the file.
+// --tokens.ttl 10m), described by the field's own documentation
+// (fake_optiondoc.go, generated from package poppytest). Flags win over
+// the file.
+//
+// With --run -- COMMAND, it runs the agent under test with the environment
+// and stops when it ends: the exit status says whether the agent failed or
+// broke a rule, for a CI, with --junit and --json reports.
 
 import (
 	"context"
 	"encoding/json"
+	"encoding/xml"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 	"unicode"
 
@@ -49,6 +59,16 @@ type fakeOptions struct {
 	// Agents are HOST=URL: https://HOST/… is proxied to URL, an agent's
 	// own server on loopback (its client metadata, JWKS, callback).
 	Agents []string
+	// Run is the agent's command line (after --run --); nil without
+	// --run.
+	Run []string
+	// RunTimeout bounds the agent's run.
+	RunTimeout time.Duration
+	// JUnit, if set, gets a JUnit XML report when the fake stops.
+	JUnit string
+
+	// runMode is --run.
+	runMode bool
 
 	// ready, for tests, is called once the fake serves.
 	ready func(*fakeRun)
@@ -68,11 +88,12 @@ func newCmdFake(a *app, runF func(context.Context, *fakeOptions) error) *cobra.C
 	cmd := &cobra.Command{
 		Use:   "fake [flags]",
 		Short: "Run the fake Company for an agent in any language, with a live page of what it did wrong",
-		Long: `fake runs the fake Company of package poppytest as a process: every host of
-the Company (example.test, auth.example.test, api.example.test, …) on a
-loopback HTTPS listener reached through an HTTPS proxy, with certificates
-from a CA of its own. It prints, one NAME=value per line on stdout, the
-environment an agent needs to reach it unmodified:
+		Long: `fake runs the fake Company of package poppytest as a process, for an agent
+written in any language: every host of the Company (example.test,
+auth.example.test, api.example.test, …) on a loopback HTTPS listener reached
+through an HTTPS proxy, with certificates from a CA of its own. It prints,
+one NAME=value per line on stdout, the environment an agent needs to reach
+it unmodified:
 
   HTTPS_PROXY, https_proxy   the fake's proxy (NO_PROXY, no_proxy emptied)
   SSL_CERT_FILE              the CA, for Go, OpenSSL (Python's ssl, httpx, Ruby)
@@ -81,32 +102,72 @@ environment an agent needs to reach it unmodified:
   NODE_EXTRA_CA_CERTS        the CA, for Node (NODE_USE_ENV_PROXY=1 makes its
                              fetch use HTTPS_PROXY)
   POPPY_FAKE_PAGE            the page that shows what the agent did
+  POPPY_FAKE_DOMAIN          the Company's domain (example.test)
 
 Load them with: set -a; . ./fake.env; set +a (with --env-file fake.env).
-The page lists the requests, the Sessions, the conversations and operations,
-and every rule the agent broke with its ID and text, updating live; it shows
-tokens, proofs and codes only as fingerprints.
 
 The agent's own documents (client metadata, JWKS, sign-in callback) must be
 reachable by the fake: --agent agent.test=http://127.0.0.1:8080 serves
 https://agent.test/ from the agent's local server. The client_id is then
 https://agent.test/….
 
-Every field of poppytest.Options is an option: in a JSON file (--config,
-members named as the Go fields, durations as "90s") or, for fields of a
-simple type, as a flag named after its path (--misconfig.drop-organization,
---web.same-site strict). The Misconfig switches make the Company break a
-rule, for testing that an agent refuses it.
+The page (POPPY_FAKE_PAGE) lists the requests, the Sessions, the
+conversations and operations, and every rule the agent broke with its ID,
+its text, the agent (client_id) and the Session, updating live; it shows
+tokens, proofs and codes only as fingerprints. The same violations, oldest
+first, are JSON at POPPY_FAKE_PAGE/violations?since=N (docs/cli.md gives
+the schema).
 
-It runs until Ctrl-C; then it prints the violations to stderr and exits 1 if
-there were any.`,
+Playing the User. You are the User: what you do is never held against the
+agent. Requests to the sign-in pages (the authorization endpoint with its
+consent form, the Device Sign-In page with its form) are yours unless they
+carry what only the agent holds (a DPoP proof, an Authorization header, an
+assertion), whatever browser or tool you use:
+  - Device Sign-In: open the verification_uri_complete the agent shows you,
+    in a browser that uses the proxy and trusts the CA, or with curl; the
+    consent form's Account field takes an account of the fake (acct_1, the
+    default when left empty); choose Allow or Decline.
+  - Direct Sign-In: open the authorization URL the same way; Allow
+    redirects to the agent's callback with the code.
+  - Mediated Sign-In with a one-time code: the code the Company "sent you"
+    is at POPPY_FAKE_PAGE/user/codes.
+  - Without a browser: POST JSON to POPPY_FAKE_PAGE/user/sign-in, such as
+    {"user_code":"ABCD-EFGH","decision":"approve","account":"acct_1"}, or
+    {"url":"<the authorization URL>","decision":"deny"}; with
+    "follow":true a Direct Sign-In's redirect is delivered to the agent.
+
+In a CI: poppy fake [options] --run -- COMMAND [ARGS…] starts the fake, runs
+COMMAND with the environment above added to its own (its output goes to
+stderr), stops the fake when it ends, and exits 1 when the agent exited
+non-zero or broke a rule, 0 otherwise. --junit FILE writes a JUnit report
+(one test case for the agent's run, one for each rule it broke); --json
+prints the ready line, each violation and the result as JSON lines.
+
+Every other option changes the fake Company: how it answers, what it
+requires, and, under --misconfig.*, a rule it breaks on purpose, to test
+that the agent refuses it. The options can also be written in a JSON file
+(--config, members named as the option's words in CamelCase, nested as the
+dots say: {"Tokens": {"TTL": "10m"}}, durations as "90s").
+
+Without --run it runs until Ctrl-C; then it prints the violations to stderr
+and exits 1 if there were any.`,
 		Example: `  poppy fake --ca-file ca.pem --env-file fake.env --agent agent.test=http://127.0.0.1:8080 &
   set -a; . ./fake.env; set +a
   curl https://example.test/.well-known/poppy.json
+  poppy fake --agent agent.test=http://127.0.0.1:8080 --junit report.xml --run -- node agent.js
   poppy fake --tokens.require-nonce --conversations.streaming --page-addr 127.0.0.1:8700
   poppy fake --config fake.json --misconfig.organization-domain other.test`,
 		GroupID: "company",
-		Args:    cobra.NoArgs,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if opts.runMode && (cmd.ArgsLenAtDash() != 0 || len(args) == 0) {
+				return usageError{err: errors.New("--run needs the agent's command after --: poppy fake --run -- COMMAND [ARGS…]")}
+			}
+			if !opts.runMode && len(args) > 0 {
+				return usageError{err: fmt.Errorf("unexpected %q: the agent's command goes after --run --", args[0])}
+			}
+			opts.Run = args
+			return nil
+		},
 		// Ctrl-C (or SIGTERM) is how a fake is stopped, not an
 		// interruption: its exit status says whether the agent broke a
 		// rule (errors.go).
@@ -124,6 +185,9 @@ there were any.`,
 	f.StringVar(&opts.EnvFile, "env-file", "", "also write the environment lines to this file")
 	f.StringVar(&opts.PageAddr, "page-addr", "127.0.0.1:0", "the loopback address of the page")
 	f.StringArrayVar(&opts.Agents, "agent", nil, "HOST=URL: serve https://HOST/ from the agent's loopback server at URL (repeatable)")
+	f.BoolVar(&opts.runMode, "run", false, "run the agent's command given after --, then stop; exit 1 if it failed or broke a rule")
+	f.DurationVar(&opts.RunTimeout, "run-timeout", 15*time.Minute, "with --run: stop the agent after this long (it then counts as failed)")
+	f.StringVar(&opts.JUnit, "junit", "", "write a JUnit XML report here when the fake stops")
 	addOptionFlags(f, opts.Set)
 	return cmd
 }
@@ -136,11 +200,21 @@ func addOptionFlags(f *pflag.FlagSet, set map[string]string) {
 		if !ok {
 			return
 		}
-		fl := f.VarPF(&optionFlag{path: path, set: set, typ: field.Type}, optionFlagName(path), "", "poppytest.Options."+path+usage)
+		fl := f.VarPF(&optionFlag{path: path, set: set, typ: field.Type}, optionFlagName(path), "", optionUsage(path)+usage)
 		if field.Type.Kind() == reflect.Bool {
 			fl.NoOptDefVal = "true"
 		}
 	})
+}
+
+// optionUsage is a flag's description: the documentation of its field
+// (optionDoc, generated), or, for a field the generator has not seen, its
+// path.
+func optionUsage(path string) string {
+	if d := optionDoc[path]; d != "" {
+		return d
+	}
+	return "the fake's option " + path
 }
 
 // eachOption calls fn for every leaf field of poppytest.Options.
@@ -473,8 +547,9 @@ func runFake(ctx context.Context, opts *fakeOptions) error {
 	defer stopPage()
 	pageLink := "http://" + ln.Addr().String() + "/"
 	env := fakeEnv(proxy, caFile, pageLink, domain)
+	lines := envLines(env)
 	if opts.EnvFile != "" {
-		if err := os.WriteFile(opts.EnvFile, []byte(strings.Join(env, "\n")+"\n"), 0o644); err != nil {
+		if err := os.WriteFile(opts.EnvFile, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
 			return fmt.Errorf("poppy: writing the environment: %w", err)
 		}
 	}
@@ -485,29 +560,217 @@ func runFake(ctx context.Context, opts *fakeOptions) error {
 			m[k] = v
 		}
 		a.out.emit(map[string]any{"event": "ready", "domain": domain, "issuer": srv.Issuer(), "page": pageLink, "ca_file": caFile, "proxy": proxy, "env": m})
-	} else {
-		for _, kv := range env {
+	} else if !opts.runMode {
+		for _, kv := range lines {
 			fmt.Fprintln(a.stdout, kv)
 		}
 	}
-	fmt.Fprintf(a.stderr, "poppy fake: the Company %s is ready; the page is %s. Stop with Ctrl-C.\n", domain, pageLink)
-	if opts.ready != nil {
-		opts.ready(&fakeRun{Srv: srv, Domain: domain, Env: env, Page: pageLink, CAFile: caFile})
+	if opts.runMode {
+		fmt.Fprintf(a.stderr, "poppy fake: the Company %s is ready; the page is %s.\n", domain, pageLink)
+	} else {
+		fmt.Fprintf(a.stderr, "poppy fake: the Company %s is ready; the page is %s. Stop with Ctrl-C.\n", domain, pageLink)
 	}
-	<-ctx.Done()
+	if opts.ready != nil {
+		opts.ready(&fakeRun{Srv: srv, Domain: domain, Env: lines, Page: pageLink, CAFile: caFile})
+	}
+	res := fakeResult{}
+	if opts.runMode {
+		res.ran = true
+		res.exit, res.runErr = runAgent(ctx, a, opts, env)
+	} else {
+		<-ctx.Done()
+	}
+	res.violations = fakeViolations(srv, 0)
+	return reportFake(a, opts, res)
+}
+
+// fakeResult is how a fake's run ended.
+type fakeResult struct {
+	ran        bool  // --run: an agent was run
+	exit       int   // its exit code (-1: it never started or was stopped)
+	runErr     error // why it never started, was stopped or failed
+	violations []fakeViolation
+}
+
+// runAgent runs the agent's command with the fake's environment added to
+// poppy's own, its output on poppy's stderr, and returns its exit code.
+// Ctrl-C or --run-timeout stops it (it then counts as failed).
+func runAgent(ctx context.Context, a *app, opts *fakeOptions, env []string) (int, error) {
+	if opts.RunTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, opts.RunTimeout)
+		defer cancel()
+	}
+	cmd := exec.CommandContext(ctx, opts.Run[0], opts.Run[1:]...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = a.stderr, a.stderr
+	// Stopped, it gets SIGTERM first, and 10 s to end before it is killed.
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 10 * time.Second
+	fmt.Fprintf(a.stderr, "poppy fake: running the agent: %s\n", esc(strings.Join(opts.Run, " ")))
+	err := cmd.Run()
+	switch {
+	case ctx.Err() == context.DeadlineExceeded:
+		return -1, fmt.Errorf("the agent did not end within --run-timeout %s and was stopped", opts.RunTimeout)
+	case ctx.Err() != nil:
+		return -1, errors.New("the agent was stopped (interrupted)")
+	case err != nil && cmd.ProcessState == nil:
+		return -1, fmt.Errorf("the agent could not be started: %w", err)
+	case err != nil:
+		return cmd.ProcessState.ExitCode(), fmt.Errorf("the agent exited with status %d", cmd.ProcessState.ExitCode())
+	}
+	return 0, nil
+}
+
+// A fakeViolation is a rule the agent broke, as the page's /violations,
+// --json and the exit text show it. Its JSON is the stable schema
+// documented in docs/cli.md: every member is always present.
+type fakeViolation struct {
+	// Seq numbers the violations from 1 in the order they were recorded;
+	// /violations?since=N returns those with Seq > N.
+	Seq  int    `json:"seq"`
+	Rule string `json:"rule"` // the rule's ID, such as "PA-4.3-08"
+	Text string `json:"text"` // the rule, in one line
+	// Detail says what happened; it never holds a token, proof or code.
+	Detail string `json:"detail"`
+	// ClientID and SessionID name the agent and its Session ("" when the
+	// request named none).
+	ClientID  string `json:"client_id"`
+	SessionID string `json:"session_id"`
+	// Request is the index of the offending request (-1: none); Method and
+	// URL are that request's, the URL without query or long path segments.
+	Request int    `json:"request"`
+	Method  string `json:"method"`
+	URL     string `json:"url"`
+}
+
+// fakeViolations returns the violations recorded with Seq > since, oldest
+// first. poppy fake never takes violations, so a violation's position in
+// Server.Violations is stable.
+func fakeViolations(srv *poppytest.Server, since int) []fakeViolation {
 	vs := srv.Violations()
+	out := []fakeViolation{}
+	for i := max(since, 0); i < len(vs); i++ {
+		v := vs[i]
+		out = append(out, fakeViolation{Seq: i + 1, Rule: v.Rule, Text: ruleText[v.Rule], Detail: v.Detail,
+			ClientID: v.ClientID, SessionID: v.SessionID, Request: v.Request, Method: v.Method, URL: pageURL(v.URL)})
+	}
+	return out
+}
+
+// agentOf names the agent of v for a line of text.
+func (v fakeViolation) agentOf() string {
+	switch {
+	case v.ClientID != "" && v.SessionID != "":
+		return fmt.Sprintf(" by %s, Session %s", v.ClientID, v.SessionID)
+	case v.ClientID != "":
+		return " by " + v.ClientID
+	case v.SessionID != "":
+		return " in Session " + v.SessionID
+	}
+	return ""
+}
+
+// reportFake prints, writes and returns how the run ended: the
+// violations (stderr, and JSON lines with --json), the JUnit report, and
+// the error that sets the exit status.
+func reportFake(a *app, opts *fakeOptions, res fakeResult) error {
+	vs := res.violations
 	if a.out.json {
 		for _, v := range vs {
-			a.out.emit(map[string]any{"event": "violation", "rule": v.Rule, "text": ruleText[v.Rule], "detail": v.Detail, "method": v.Method, "url": pageURL(v.URL)})
+			// The violation's members beside "event" (docs/cli.md).
+			m := map[string]any{}
+			b, _ := json.Marshal(v)
+			_ = json.Unmarshal(b, &m)
+			m["event"] = "violation"
+			a.out.emit(m)
+		}
+		if res.ran {
+			// With --run, a last line says how it ended.
+			r := map[string]any{"event": "result", "violations": len(vs), "ok": len(vs) == 0 && res.runErr == nil, "agent_exit": res.exit}
+			if res.runErr != nil {
+				r["agent_error"] = res.runErr.Error()
+			}
+			a.out.emit(r)
 		}
 	}
 	for _, v := range vs {
-		fmt.Fprintf(a.stderr, "violation %s: %s (%s %s)\n", v.Rule, esc(v.Detail), v.Method, esc(pageURL(v.URL)))
+		fmt.Fprintf(a.stderr, "violation %s%s: %s (%s %s)\n", v.Rule, esc(v.agentOf()), esc(v.Detail), v.Method, esc(v.URL))
 	}
-	if len(vs) > 0 {
+	if opts.JUnit != "" {
+		if err := os.WriteFile(opts.JUnit, junitReport(res), 0o644); err != nil {
+			fmt.Fprintf(a.stderr, "poppy fake: writing the JUnit report: %v\n", err)
+		}
+	}
+	switch {
+	case res.runErr != nil && len(vs) > 0:
+		return &hintError{err: fmt.Errorf("poppy: %v, and broke %d rule(s) of the protocol", res.runErr, len(vs)), code: exitError, hint: "the agent's output and the lines above say which"}
+	case res.runErr != nil:
+		return &hintError{err: fmt.Errorf("poppy: %w", res.runErr), code: exitError, hint: "the agent's output above says why"}
+	case len(vs) > 0:
 		return &hintError{err: fmt.Errorf("poppy: the agent broke %d rule(s) of the protocol", len(vs)), code: exitError, hint: "the page and the lines above say which"}
 	}
+	if res.ran {
+		fmt.Fprintln(a.stderr, "poppy fake: the agent ran and broke no rule the fake checks")
+	}
 	return nil
+}
+
+// junitReport is the run as JUnit XML: a test case for the agent's run
+// (with --run), and one for each rule broken, failed, with each
+// violation of it.
+func junitReport(res fakeResult) []byte {
+	type failure struct {
+		Message string `xml:"message,attr"`
+		Text    string `xml:",chardata"`
+	}
+	type testcase struct {
+		Name      string   `xml:"name,attr"`
+		Classname string   `xml:"classname,attr"`
+		Failure   *failure `xml:"failure,omitempty"`
+	}
+	type testsuite struct {
+		XMLName  xml.Name   `xml:"testsuite"`
+		Name     string     `xml:"name,attr"`
+		Tests    int        `xml:"tests,attr"`
+		Failures int        `xml:"failures,attr"`
+		Cases    []testcase `xml:"testcase"`
+	}
+	ts := testsuite{Name: "poppy fake"}
+	if res.ran {
+		tc := testcase{Name: "the agent's run", Classname: "poppy.fake"}
+		if res.runErr != nil {
+			tc.Failure = &failure{Message: res.runErr.Error()}
+		}
+		ts.Cases = append(ts.Cases, tc)
+	}
+	var order []string
+	byRule := map[string][]fakeViolation{}
+	for _, v := range res.violations {
+		if byRule[v.Rule] == nil {
+			order = append(order, v.Rule)
+		}
+		byRule[v.Rule] = append(byRule[v.Rule], v)
+	}
+	for _, rule := range order {
+		var b strings.Builder
+		for _, v := range byRule[rule] {
+			fmt.Fprintf(&b, "%s%s (%s %s)\n", v.Detail, v.agentOf(), v.Method, v.URL)
+		}
+		ts.Cases = append(ts.Cases, testcase{Name: rule, Classname: "poppy.fake.rules",
+			Failure: &failure{Message: rule + ": " + ruleText[rule], Text: b.String()}})
+	}
+	if len(ts.Cases) == 0 {
+		ts.Cases = append(ts.Cases, testcase{Name: "no rule broken", Classname: "poppy.fake.rules"})
+	}
+	ts.Tests = len(ts.Cases)
+	for _, c := range ts.Cases {
+		if c.Failure != nil {
+			ts.Failures++
+		}
+	}
+	out, _ := xml.MarshalIndent(ts, "", "  ")
+	return append([]byte(xml.Header), append(out, '\n')...)
 }
 
 // fakeEnv is the environment an agent in any language needs: the proxy
@@ -515,7 +778,7 @@ func runFake(ctx context.Context, opts *fakeOptions) error {
 // the CA, in the variable each reads. Values are single lines, quoted for
 // a POSIX shell where they need it.
 func fakeEnv(proxy, caFile, page, domain string) []string {
-	ca := shellQuote(caFile)
+	ca := caFile
 	return []string{
 		"HTTPS_PROXY=" + proxy,
 		"https_proxy=" + proxy,
@@ -529,6 +792,20 @@ func fakeEnv(proxy, caFile, page, domain string) []string {
 		"POPPY_FAKE_PAGE=" + page,
 		"POPPY_FAKE_DOMAIN=" + domain,
 	}
+}
+
+// envLines are env's NAME=value lines with each value quoted for a POSIX
+// shell where it needs it (an empty value stays empty).
+func envLines(env []string) []string {
+	out := make([]string, len(env))
+	for i, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		if v != "" {
+			v = shellQuote(v)
+		}
+		out[i] = k + "=" + v
+	}
+	return out
 }
 
 func loopbackHost(h string) bool {

@@ -12,6 +12,11 @@ package main
 // listener's loopback address (or localhost), so a web page elsewhere can't
 // read it by DNS rebinding, and it sends no CORS headers.
 //
+// The page is the User's control too (/user/sign-in, /user/codes): a
+// person, or a CI script, approves or declines a sign-in and reads a
+// one-time code there without a browser. And /violations is the
+// violations as JSON, oldest first, for a script.
+//
 // It is server-rendered HTML with one small script: the server renders
 // the live part every 150 ms and, when it changed, pushes it over a
 // server-sent event stream; the script swaps it in. No build step, no
@@ -27,10 +32,14 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"html/template"
+	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/poppyproto/poppy/internal/rules"
@@ -78,6 +87,7 @@ type pageView struct {
 type pageViolation struct {
 	Rule, Text, Detail, Method, URL string
 	Request                         int
+	Agent                           string // client_id and Session
 }
 
 type pageRequest struct {
@@ -86,7 +96,7 @@ type pageRequest struct {
 	Method, URL, Endpoint, Error, Auth, Fp string
 	Status                                 int
 	Violations                             []string
-	Internal, Browser                      bool
+	Internal, User                         bool
 }
 
 type pageSession struct {
@@ -105,11 +115,14 @@ type pageOperation struct {
 	Revision, Performed                  int
 }
 
-// ruleText maps rule IDs to their one-line text.
+// ruleText maps rule IDs to their one-line text, as the fake shows it:
+// of any agent under test, so "the SDK" of the module's own wording
+// (internal/rules) reads "the agent".
 var ruleText = func() map[string]string {
 	m := map[string]string{}
-	for _, r := range rules.All() {
-		m[r.ID] = r.Text
+	r := strings.NewReplacer("The SDK's", "The agent's", "the SDK's", "the agent's", "The SDK", "The agent", "the SDK", "the agent", "SDK", "agent")
+	for _, rl := range rules.All() {
+		m[rl.ID] = r.Replace(rl.Text)
 	}
 	return m
 }()
@@ -117,9 +130,9 @@ var ruleText = func() map[string]string {
 // snapshot reads the fake's state into what the page shows.
 func snapshot(srv *poppytest.Server, domain string) *pageView {
 	v := &pageView{Domain: domain, Issuer: srv.Issuer(), Counts: srv.Counts()}
-	for _, x := range srv.Violations() {
-		v.Violations = append(v.Violations, pageViolation{Rule: x.Rule, Text: ruleText[x.Rule], Detail: x.Detail,
-			Method: x.Method, URL: pageURL(x.URL), Request: x.Request})
+	for _, x := range fakeViolations(srv, 0) {
+		v.Violations = append(v.Violations, pageViolation{Rule: x.Rule, Text: x.Text, Detail: x.Detail,
+			Method: x.Method, URL: x.URL, Request: x.Request, Agent: strings.TrimPrefix(x.agentOf(), " ")})
 	}
 	slices.Reverse(v.Violations)
 	reqs := srv.LastRequests(pageRequests)
@@ -127,7 +140,7 @@ func snapshot(srv *poppytest.Server, domain string) *pageView {
 		r := reqs[i]
 		pr := pageRequest{Index: r.Index, Time: r.Time.Format("15:04:05.000"), Method: r.Method, URL: pageURL(r.URL),
 			Endpoint: string(r.Endpoint), Status: r.Status, Error: r.ErrorCode, Violations: r.Violations,
-			Internal: r.Internal, Browser: r.Browser, Auth: r.AuthScheme, Fp: fingerprint(r.AccessToken)}
+			Internal: r.Internal, User: r.User, Auth: r.AuthScheme, Fp: fingerprint(r.AccessToken)}
 		v.Requests = append(v.Requests, pr)
 	}
 	for _, s := range srv.Sessions() {
@@ -184,8 +197,8 @@ th { background: #f0f0f0; font-weight: 600; } code, .mono { font-family: ui-mono
 {{define "live"}}
 <p class="summary"><span><b>{{.Counts.Requests}}</b> requests</span><span class="{{if .Counts.Violations}}bad{{else}}ok{{end}}" id="violation-count"><b>{{.Counts.Violations}}</b> violations</span><span><b>{{len .Sessions}}</b> Sessions</span><span><b>{{.Counts.SignIns}}</b> sign-ins</span><span><b>{{len .Conversations}}</b> conversations</span><span><b>{{len .Operations}}</b> operations</span></p>
 <h2>Violations: what the agent did wrong</h2>
-{{if .Violations}}<table id="violations"><tr><th>Rule</th><th>The rule</th><th>What happened</th><th>Request</th></tr>
-{{range .Violations}}<tr class="violation" data-rule="{{.Rule}}"><td class="rule">{{.Rule}}</td><td>{{.Text}}</td><td>{{.Detail}}</td><td class="mono">{{if .Method}}#{{.Request}} {{.Method}} {{.URL}}{{end}}</td></tr>
+{{if .Violations}}<table id="violations"><tr><th>Rule</th><th>The rule</th><th>What happened</th><th>Agent</th><th>Request</th></tr>
+{{range .Violations}}<tr class="violation" data-rule="{{.Rule}}"><td class="rule">{{.Rule}}</td><td>{{.Text}}</td><td>{{.Detail}}</td><td class="mono">{{.Agent}}</td><td class="mono">{{if .Method}}#{{.Request}} {{.Method}} {{.URL}}{{end}}</td></tr>
 {{end}}</table>{{else}}<p class="ok" id="violations">None so far.</p>{{end}}
 <h2>Sessions</h2>
 {{if .Sessions}}<table><tr><th>Session</th><th>Client</th><th>User ID</th><th>State</th><th>Account</th><th>Scopes</th><th>Account Token</th><th>Started</th></tr>
@@ -201,12 +214,13 @@ th { background: #f0f0f0; font-weight: 600; } code, .mono { font-family: ui-mono
 {{end}}</table>{{else}}<p class="dim">None yet.</p>{{end}}
 <h2>Requests <span class="dim">(newest first, the latest {{len .Requests}})</span></h2>
 <table id="requests"><tr><th>#</th><th>Time</th><th>Request</th><th>Reached</th><th>Answer</th><th>Token</th><th>Broke</th></tr>
-{{range .Requests}}<tr{{if .Violations}} class="violation"{{end}}><td>{{.Index}}</td><td class="mono">{{.Time}}</td><td class="mono">{{.Method}} {{.URL}}{{if .Internal}} <span class="dim">(the fake's own fetch)</span>{{end}}{{if .Browser}} <span class="dim">(the User's browser)</span>{{end}}</td><td>{{.Endpoint}}</td><td>{{if .Status}}{{.Status}}{{else}}…{{end}} {{.Error}}</td><td class="mono">{{if .Auth}}{{.Auth}} {{.Fp}}{{end}}</td><td class="rule">{{range .Violations}}{{.}} {{end}}</td></tr>
+{{range .Requests}}<tr{{if .Violations}} class="violation"{{end}}><td>{{.Index}}</td><td class="mono">{{.Time}}</td><td class="mono">{{.Method}} {{.URL}}{{if .Internal}} <span class="dim">(the fake's own fetch)</span>{{end}}{{if .User}} <span class="dim">(the User)</span>{{end}}</td><td>{{.Endpoint}}</td><td>{{if .Status}}{{.Status}}{{else}}…{{end}} {{.Error}}</td><td class="mono">{{if .Auth}}{{.Auth}} {{.Fp}}{{end}}</td><td class="rule">{{range .Violations}}{{.}} {{end}}</td></tr>
 {{end}}</table>
 {{end}}`))
 
 // fakePage serves the page of srv.
 type fakePage struct {
+	userMu sync.Mutex // one /user/sign-in at a time (the User is the fake's)
 	srv    *poppytest.Server
 	domain string
 	proxy  string
@@ -240,6 +254,12 @@ func (p *fakePage) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write(b)
 	case "/events":
 		p.events(w, r)
+	case "/violations":
+		p.violations(w, r)
+	case "/user/sign-in":
+		p.userSignIn(w, r)
+	case "/user/codes":
+		p.userCodes(w, r)
 	case "/state.json":
 		v := snapshot(p.srv, p.domain)
 		v.Proxy = p.proxy
@@ -248,6 +268,143 @@ func (p *fakePage) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		http.NotFound(w, r)
 	}
+}
+
+// violations answers GET /violations?since=N: the violations recorded
+// after the first N, oldest first, in the schema of fakeViolation
+// (docs/cli.md), with next, the since of the following call.
+func (p *fakePage) violations(w http.ResponseWriter, r *http.Request) {
+	since := 0
+	if q := r.URL.Query().Get("since"); q != "" {
+		n, err := strconv.Atoi(q)
+		if err != nil || n < 0 {
+			pageJSON(w, http.StatusBadRequest, map[string]string{"error": "since is the number of violations already read, 0 or more"})
+			return
+		}
+		since = n
+	}
+	vs := fakeViolations(p.srv, since)
+	next := since
+	if len(vs) > 0 {
+		next = vs[len(vs)-1].Seq
+	}
+	pageJSON(w, http.StatusOK, map[string]any{"violations": vs, "next": next, "total": p.srv.Counts().Violations})
+}
+
+// pageJSON writes v as the JSON answer of a page endpoint.
+func pageJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// userSignIn answers POST /user/sign-in: the User decides on a Direct or
+// Device Sign-In without a browser. The body is JSON: url (the
+// authorization URL or verification_uri_complete) or user_code, decision
+// ("approve" or "deny"), account (default: the fake's first), scopes
+// (default: every requested one), follow (deliver a Direct Sign-In's
+// redirect to the agent). It takes JSON only, so a web page elsewhere
+// cannot post it (a cross-site form cannot send application/json without
+// a CORS preflight, which the page never answers).
+func (p *fakePage) userSignIn(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", "POST")
+		pageJSON(w, http.StatusMethodNotAllowed, map[string]string{"error": "POST a JSON object"})
+		return
+	}
+	if mt, _, _ := strings.Cut(r.Header.Get("Content-Type"), ";"); !strings.EqualFold(strings.TrimSpace(mt), "application/json") {
+		pageJSON(w, http.StatusUnsupportedMediaType, map[string]string{"error": "the body is JSON (Content-Type: application/json)"})
+		return
+	}
+	var req struct {
+		URL      string   `json:"url"`
+		UserCode string   `json:"user_code"`
+		Decision string   `json:"decision"`
+		Account  string   `json:"account"`
+		Scopes   []string `json:"scopes"`
+		Follow   bool     `json:"follow"`
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		pageJSON(w, http.StatusBadRequest, map[string]string{"error": "the body is not the JSON object documented: " + err.Error()})
+		return
+	}
+	if (req.URL == "") == (req.UserCode == "") {
+		pageJSON(w, http.StatusBadRequest, map[string]string{"error": "give url (the sign-in page the agent showed) or user_code, not both"})
+		return
+	}
+	if req.Decision != "approve" && req.Decision != "deny" {
+		pageJSON(w, http.StatusBadRequest, map[string]string{"error": `decision is "approve" or "deny"`})
+		return
+	}
+	u := req.URL
+	if req.UserCode != "" {
+		u = p.srv.VerificationURI() + "?" + url.Values{"user_code": {req.UserCode}}.Encode()
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	defer cancel()
+	// The fake's programmable User decides, for this page only; poppy
+	// fake leaves the User at its default (nil) otherwise.
+	p.userMu.Lock()
+	p.srv.SignIn().SetUser(func(poppytest.ConsentRequest) poppytest.Consent {
+		return poppytest.Consent{Approve: req.Decision == "approve", Account: req.Account, Scopes: req.Scopes}
+	})
+	loc, err := p.srv.Browse(ctx, u)
+	p.srv.SignIn().SetUser(nil)
+	p.userMu.Unlock()
+	if err != nil {
+		pageJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+		return
+	}
+	out := map[string]any{"decision": req.Decision, "redirect": loc}
+	if req.Follow && loc != "" {
+		status, err := p.follow(ctx, loc)
+		if err != nil {
+			pageJSON(w, http.StatusBadGateway, map[string]string{"error": "delivering the redirect to the agent: " + err.Error()})
+			return
+		}
+		out["agent_status"] = status
+	}
+	pageJSON(w, http.StatusOK, out)
+}
+
+// follow delivers a Direct Sign-In's redirect to the agent's callback, as
+// the User's browser would: a GET through the fake, which serves the
+// agent's hosts (--agent).
+func (p *fakePage) follow(ctx context.Context, loc string) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, loc, nil)
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("User-Agent", poppytest.BrowserUserAgent)
+	c := *p.srv.Client()
+	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+	resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
+// userCodes answers GET /user/codes: the one-time codes the Company sent
+// the User during Mediated Sign-Ins, oldest first, as the User reads them
+// on their phone.
+func (p *fakePage) userCodes(w http.ResponseWriter, r *http.Request) {
+	type code struct {
+		SignInID  string    `json:"sign_in_id"`
+		Account   string    `json:"account"`
+		Code      string    `json:"code"`
+		SentTo    string    `json:"sent_to"`
+		ExpiresAt time.Time `json:"expires_at"`
+	}
+	out := []code{}
+	for _, c := range p.srv.SignIn().Outbox() {
+		out = append(out, code{SignInID: c.SignInID, Account: c.Account, Code: c.Code, SentTo: c.SentTo, ExpiresAt: c.ExpiresAt})
+	}
+	pageJSON(w, http.StatusOK, map[string]any{"codes": out})
 }
 
 // hostAllowed accepts the listener's own address and localhost on its
