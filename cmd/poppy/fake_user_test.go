@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -176,7 +177,7 @@ func TestFakeRunAgent(t *testing.T) {
 		t.Errorf("a failing agent: %v\n%s", err, junit)
 	}
 	// An agent that breaks a rule: the rule in the exit text and the report.
-	if _, err := os.Stat("/usr/bin/curl"); err != nil {
+	if _, err := exec.LookPath("curl"); err != nil {
 		realtest.Missing(t, "curl", "no curl (install the Debian package curl)")
 	}
 	stderr, junit, err := run(`curl -s -o /dev/null https://api.example.test/products`)
