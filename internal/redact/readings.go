@@ -6,6 +6,7 @@ package redact
 // text.
 
 import (
+	"slices"
 	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -27,6 +28,22 @@ type reading struct {
 
 // orig returns the bytes of the original a span of the reading came from.
 func (r *reading) orig(sp span) span { return span{r.from[sp.start], r.to[sp.end-1]} }
+
+// widen returns a span of the original widened to the whole escapes its
+// ends fall inside; r is the first reading, whose escapes are the
+// original's.
+func (r *reading) widen(sp span) span {
+	// The reading's bytes come in the original's order: find the first
+	// whose escape ends after sp.start, and the last that starts before
+	// sp.end.
+	if i, _ := slices.BinarySearch(r.to, sp.start+1); i < len(r.to) && r.from[i] < sp.start {
+		sp.start = r.from[i]
+	}
+	if i, _ := slices.BinarySearch(r.from, sp.end); i > 0 && r.to[i-1] > sp.end {
+		sp.end = r.to[i-1]
+	}
+	return sp
+}
 
 // readings returns the readings a JSON decoder makes of s, one level after
 // another, while a level still undoes an escape: none when s has none,

@@ -97,10 +97,19 @@ func Carries(text, secret string) bool {
 type span struct{ start, end int }
 
 // find returns the spans that f finds in s and in each reading of s, in
-// s's bytes.
+// s's bytes. A span found in s as it stands that begins or ends inside an
+// escape ("u0041…" may be part of a secret) is widened to the whole
+// escape, so that no lone backslash is left to break the JSON; a span
+// found in a reading covers whole escapes already.
 func find(s string, f func(string) []span) []span {
 	out := f(s)
-	for _, r := range readings(s) {
+	rs := readings(s)
+	if len(rs) > 0 {
+		for i := range out {
+			out[i] = rs[0].widen(out[i])
+		}
+	}
+	for _, r := range rs {
 		for _, sp := range f(r.text) {
 			out = append(out, r.orig(sp))
 		}

@@ -121,6 +121,15 @@ func TestPA_4_8_08_SecretsAsJSONReadsThem(t *testing.T) {
 			t.Errorf("%s: the case holds no secret: %s", tc.name, tc.in)
 		}
 	}
+	// A secret whose bytes look like the tail of an escape ("u0041…"),
+	// found as it stands: the escape is replaced whole, never left as a
+	// lone backslash that would end the JSON.
+	odd := "xyz-u0041abcdefgh-12345"
+	for _, in := range []string{`{"a":"\u0041abcdefgh-12345"}`, `{"a":"\u0041abcdefgh-12345\u0041abcdefgh-1"}`, `["\u0041abcdefgh-123\u0034\u0035"]`} {
+		if got := Secrets(in, []string{odd}); !json.Valid([]byte(got)) || strings.Contains(got, "abcdefgh") {
+			t.Errorf("Secrets(%s) = %s", in, got)
+		}
+	}
 	// A prefix cut inside an escape, at the end or before a cut's mark:
 	// what stands before the cut is redacted.
 	for in, want := range map[string]string{
@@ -140,14 +149,16 @@ func TestPA_4_8_08_SecretsAsJSONReadsThem(t *testing.T) {
 	}
 }
 
-// Whatever escapes hide it, no stretch of MinFragment bytes of a secret
-// reaches what a JSON decoder reads of the result, and the result is JSON.
+// Whatever escapes hide it, and whatever text stands around it, no
+// stretch of MinFragment bytes of a secret reaches what a JSON decoder
+// reads of the result, and the result is JSON.
 func FuzzSecretsEscaped(f *testing.F) {
-	f.Add([]byte{0xff}, false)
-	f.Add([]byte{0x55, 0x0f}, true)
-	f.Add([]byte{0x01}, false)
-	f.Fuzz(func(t *testing.T, mask []byte, nest bool) {
-		in := `{"v":"` + escSome(tok, mask) + `","w":"x"}`
+	f.Add([]byte{0xff}, false, "")
+	f.Add([]byte{0x55, 0x0f}, true, `\u0051m9`)
+	f.Add([]byte{0x01}, false, "u0051\u0041"+tok[:9])
+	f.Fuzz(func(t *testing.T, mask []byte, nest bool, text string) {
+		around, _ := json.Marshal(text)
+		in := `{"t":` + string(around) + `,"v":"` + escSome(tok, mask) + `","w":"x"}`
 		if nest {
 			b, _ := json.Marshal([]string{in, "y"})
 			in = string(b)
