@@ -78,7 +78,11 @@
 // part of a secret, and what an earlier cut left of one (the Company's
 // error_description is kept to 200 bytes) is scrubbed too: any 8-byte
 // stretch of a token, a 4-byte prefix of one before a cut's "…", the
-// header and payload of a cut JWS.
+// header and payload of a cut JWS. A model reads a Company's JSON as a
+// JSON decoder does, so secrets are looked for in what the decoder reads
+// as well as in the bytes: a token written as "\u0051\u006d…", with "\/",
+// in a surrogate pair, or in JSON text carried in a JSON string, is found
+// and replaced where it stands.
 //
 // # Adapters
 //

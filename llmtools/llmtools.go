@@ -459,15 +459,6 @@ func (k *Toolkit) companyOf(t *Tool) *company {
 	return k.comps[t.Domain]
 }
 
-// jwsRE matches anything shaped like a JWS or JWT: Account Tokens, DPoP
-// proofs, assertions. None is for a model. It matches the header and
-// payload of one that was cut too (a JWT's payload is a JSON object,
-// "eyJ…"); cutJWSRE a header cut before its payload, where a cut marks it.
-var (
-	jwsRE    = regexp.MustCompile(`eyJ[A-Za-z0-9_-]{4,}\.(?:[A-Za-z0-9_-]*\.[A-Za-z0-9_-]+|eyJ[A-Za-z0-9_-]*)`)
-	cutJWSRE = regexp.MustCompile(`eyJ[A-Za-z0-9_-]{4,}\.?` + redact.Ellipsis)
-)
-
 // result marshals v for the model with every secret the Sessions hold and
 // every JWS-shaped string replaced (PA-4.8-08): scrubbed before it is cut
 // to max bytes (0: not cut), so that no cut leaves part of a secret. A cut
@@ -489,7 +480,10 @@ func (k *Toolkit) result(ctx context.Context, v any, max int) (json.RawMessage, 
 }
 
 // scrub replaces in s every secret the Sessions hold, whole or the part a
-// cut left of one (see internal/redact), and every JWS-shaped string.
+// cut left of one, and every JWS-shaped string (Account Tokens, DPoP
+// proofs), found in s as it is and as a JSON decoder reads it: the model
+// reads a Company's JSON decoded, so "\u0051…" is found as "Q…"
+// (internal/redact).
 func (k *Toolkit) scrub(ctx context.Context, s string) string {
 	k.mu.Lock()
 	sessions := make([]*poppy.Session, 0, len(k.comps))
@@ -497,7 +491,7 @@ func (k *Toolkit) scrub(ctx context.Context, s string) string {
 		sessions = append(sessions, c.sess)
 	}
 	k.mu.Unlock()
-	return scrubJWS(redactAll(ctx, s, sessions...))
+	return redact.JWS(redactAll(ctx, s, sessions...))
 }
 
 // scrubWith is scrub with sess among the Sessions, for a Company's text
@@ -511,11 +505,6 @@ func redactAll(ctx context.Context, s string, sessions ...*poppy.Session) string
 		s = sess.Redact(ctx, s)
 	}
 	return s
-}
-
-func scrubJWS(s string) string {
-	s = jwsRE.ReplaceAllString(s, redact.Mark)
-	return cutJWSRE.ReplaceAllString(s, redact.Mark+redact.Ellipsis)
 }
 
 // text is Company or error text for a model: scrubbed first, then made

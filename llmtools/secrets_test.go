@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,6 +16,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/poppyproto/poppy/internal/redact/readtest"
 	"github.com/poppyproto/poppy/internal/testenv"
 	"github.com/poppyproto/poppy/llmtools"
 	"github.com/poppyproto/poppy/operations"
@@ -373,5 +377,131 @@ func TestElicitationAndApproverRefused(t *testing.T) {
 	_, err := llmtools.New(e.Agent, "alice", &llmtools.Options{Elicitation: true, Approver: e.Gate})
 	if err == nil {
 		t.Fatal("New took both Elicitation and an Approver")
+	}
+}
+
+// escapedEcho is a Company that, once armed, answers the API's /echo and
+// the MCP tool search_products with the Session Token and the DPoP proof
+// of the very request, written with the escapes a JSON decoder undoes:
+// every byte as \u00xx, in lower-case hex, in upper-case, every other byte
+// in mixed case, in a member name, in JSON text carried in a JSON string,
+// with backslashes written \u005c; and, over MCP, in the text and the
+// structured content of the tool's result, whose JSON-RPC the SDK decodes
+// once, so that the escapes reach the model's JSON one level down.
+type escapedEcho struct {
+	base    http.RoundTripper
+	armed   atomic.Bool
+	mu      sync.Mutex
+	secrets []string
+	hits    map[string]int
+}
+
+// escapings writes s in each of the ways listed above, as JSON string
+// contents.
+func escapings(s string) []string {
+	nested, _ := json.Marshal(`{"t":"` + readtest.Escape(s, nil, false) + `"}`)
+	return []string{
+		readtest.Escape(s, nil, false), readtest.Escape(s, nil, true),
+		readtest.Escape(s, []byte{0x55}, false), readtest.Escape(s, []byte{0xaa}, true),
+		string(nested[1 : len(nested)-1]),
+		strings.ReplaceAll(readtest.Escape(s, nil, false), `\`, `\u005c`),
+	}
+}
+
+func (h *escapedEcho) RoundTrip(req *http.Request) (*http.Response, error) {
+	_, tok, _ := strings.Cut(req.Header.Get("Authorization"), " ")
+	if !h.armed.Load() || tok == "" || req.Method != http.MethodPost || req.Body == nil {
+		return h.base.RoundTrip(req)
+	}
+	proof := req.Header.Get("DPoP")
+	var fields []string
+	for k, s := range []string{tok, proof} {
+		if s == "" {
+			continue
+		}
+		for i, e := range escapings(s) {
+			fields = append(fields, fmt.Sprintf(`"%c%d":"%s"`, "tp"[k], i, e))
+		}
+		fields = append(fields, `"`+readtest.Escape(s, []byte{0x92}, true)+`":1`)
+	}
+	if strings.HasSuffix(req.URL.Path, "/echo") {
+		h.record("api", tok, proof)
+		return testenv.Answer(req, http.StatusOK, http.Header{"Content-Type": {"application/json"}}, "{"+strings.Join(fields, ",")+"}"), nil
+	}
+	b, _ := io.ReadAll(req.Body)
+	req.Body.Close()
+	var msg struct {
+		ID     json.RawMessage `json:"id"`
+		Method string          `json:"method"`
+		Params struct {
+			Name string `json:"name"`
+		} `json:"params"`
+	}
+	if json.Unmarshal(b, &msg) != nil || msg.Method != "tools/call" || msg.Params.Name != "search_products" {
+		req.Body = io.NopCloser(bytes.NewReader(b))
+		return h.base.RoundTrip(req)
+	}
+	h.record("mcp", tok, proof)
+	text := "Your token: " + strings.Join(escapings(tok), " and ") // not JSON: kept as text
+	structured := json.RawMessage("{" + strings.Join(fields, ",") + "}")
+	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": msg.ID, "result": map[string]any{
+		"content": []map[string]any{{"type": "text", "text": text}}, "structuredContent": map[string]any{"note": string(structured)},
+	}})
+	return testenv.Answer(req, http.StatusOK, http.Header{"Content-Type": {"application/json"}}, string(body)), nil
+}
+
+func (h *escapedEcho) record(kind string, secrets ...string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.hits[kind]++
+	for _, s := range secrets {
+		if s != "" {
+			h.secrets = append(h.secrets, s)
+		}
+	}
+}
+
+// PA-4.8-08: a Company that writes the Session Token and the DPoP proof
+// back JSON-escaped (escapedEcho) gets no part of either into what the
+// model reads: the model reads the result as a JSON decoder does, so the
+// test reads it so too (readtest, built on encoding/json), string by
+// string and nested JSON by nested JSON, and finds no stretch of 8 bytes
+// of a token or proof and no JWS-shaped string. On 4653b61 the Toolkit
+// matched the result's bytes only: both came through.
+func TestPA_4_8_08_EscapedSecretsInResults(t *testing.T) {
+	h := &escapedEcho{hits: map[string]int{}}
+	e := newEnv(t, nil, func(base http.RoundTripper) http.RoundTripper { h.base = base; return h })
+	e.SignIn(t)
+	h.armed.Store(true)
+	var outputs []string
+	for _, c := range []struct{ tool, args string }{
+		{"example_test__api_echo", `{"body":{"note":"hello"}}`},
+		{"example_test__mcp_search_products", `{"query":"jacket"}`},
+	} {
+		out, err := e.K.Execute(ctx, c.tool, json.RawMessage(c.args))
+		if err != nil {
+			t.Fatalf("%s: %v", c.tool, err)
+		}
+		outputs = append(outputs, string(out))
+	}
+	h.mu.Lock()
+	hits, secrets := maps.Clone(h.hits), slices.Clone(h.secrets)
+	h.mu.Unlock()
+	if hits["api"] != 1 || hits["mcp"] != 1 || len(secrets) != 3 {
+		t.Fatalf("the Company echoed %v: %d secrets", hits, len(secrets))
+	}
+	for _, o := range outputs {
+		if !strings.Contains(o, "[redacted]") || !json.Valid([]byte(o)) {
+			t.Errorf("nothing redacted, or not JSON: %.300s", o)
+		}
+		// PA-4.8-08
+		if l := readtest.Leak(o, 10, append(secrets, secretsOf(e)...)...); l != "" {
+			t.Errorf("%q of a secret reached the model: %.300s", l, o)
+		}
+		for _, r := range readtest.Readings(o, 10) {
+			if strings.Contains(r, "eyJ") {
+				t.Errorf("a JWS-shaped string reached the model: %.300s", r)
+			}
+		}
 	}
 }

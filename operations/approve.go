@@ -150,7 +150,9 @@ func (a *Approval) Withdrawn() bool {
 // (OPS 5.1). It returns ErrDeclined when the User declines. op must be the
 // Client's operation (from Propose or Observe). An operation that is no
 // longer proposed (another process or channel confirmed, cancelled or
-// expired it) is a *StateError matching ErrNotProposed, with the state.
+// expired it) is a *StateError matching ErrNotProposed, with the state. A
+// revision without an expires_at (ErrProtocol) or past it
+// (ErrOperationExpired) is refused before anyone is asked (PA-OPS3-02).
 func (c *Client) Approve(ctx context.Context, op *Operation) (*Approval, error) {
 	return c.approve(ctx, op, "", false)
 }
@@ -166,12 +168,12 @@ func (c *Client) approve(ctx context.Context, op *Operation, reason string, user
 	if err != nil {
 		return nil, err
 	}
-	switch {
-	case cur.State != StateProposed:
+	if cur.State != StateProposed {
 		// Another process or channel confirmed, cancelled or expired it.
 		return nil, &StateError{Operation: cur, State: cur.State}
-	case cur.Expired(c.clock.Now()):
-		return nil, fmt.Errorf("%w: %s revision %d", ErrOperationExpired, cur.ID, cur.Revision) // PA-OPS3-02
+	}
+	if err := cur.expiryError(c.clock.Now()); err != nil {
+		return nil, err // PA-OPS3-02: before anyone is asked
 	}
 	action, _ := c.entryOf(cur.ID)
 	company := c.sess.Company()

@@ -405,6 +405,7 @@ func (c *Client) readOperation(ctx context.Context, resp *http.Response, id stri
 			}
 			if json.Unmarshal(b, &body) == nil && len(body.Operation) > 0 {
 				if op, err := Parse(body.Operation); err == nil && op.ID == id {
+					e.sent = op.Revision
 					e.Operation, _ = c.observe(op, nil, "")
 				}
 			}

@@ -61,10 +61,12 @@ func (c *Client) Handle(ctx context.Context, op *Operation, opts *ConfirmOptions
 		}
 		done, err := c.Confirm(ctx, a, opts)
 		var oe *Error
+		errors.As(err, &oe)
 		switch {
-		case errors.As(err, &oe) && oe.Code == "terms_changed" && oe.Operation != nil:
+		case errors.Is(err, ErrTermsChanged) && oe != nil && oe.Operation != nil:
+			// A later revision: Confirm refused a stale one (PA-OPS3-09).
 			cur, reason, userOnly = c.viewOr(oe.Operation), "terms_changed", false
-		case errors.As(err, &oe) && oe.Code == "user_approval_required":
+		case errors.Is(err, ErrUserApprovalRequired):
 			cur, reason, userOnly = c.viewOr(cur), "user_approval_required", true
 		default:
 			return done, err
@@ -89,8 +91,8 @@ type ConfirmOptions struct {
 // {"revision": n, "approved_by": …} (OPS 5.2, PA-OPS5-13) and tracks the
 // operation until final (unless opts.NoTrack). The approval must be for
 // the revision the Client knows as the latest (PA-OPS5-01), not withdrawn
-// (PA-OPS7-05), and the revision unexpired (PA-OPS3-02); otherwise nothing
-// is sent. opts may be nil.
+// (PA-OPS7-05), and the revision's expires_at present and not passed
+// (PA-OPS3-02); otherwise nothing is sent. opts may be nil.
 //
 // The confirm is written to the keystore journal before it is first sent
 // (OPS 6). A confirm that gets no answer, or a 5xx, is sent again with the
@@ -98,7 +100,9 @@ type ConfirmOptions struct {
 // that is no longer proposed as it is. terms_changed and
 // user_approval_required come back as an *Error (with the current operation
 // for terms_changed) and need a new approval: Confirm never confirms new
-// terms on its own (PA-OPS5-15). An operation that is already past proposed
+// terms on its own (PA-OPS5-15). A terms_changed that brings a revision
+// not later than the one confirmed is stale, the Company's error: an
+// ErrProtocol, and nothing to approve again (PA-OPS3-09). An operation that is already past proposed
 // is returned as it is, tracked if in_progress (PA-OPS5-18).
 //
 // A sign_in_required or insufficient_scope that the Session transport
@@ -162,6 +166,14 @@ func (c *Client) submit(ctx context.Context, a *Approval) (*Operation, error) {
 			c.unconfirm(a)
 			_ = c.j.clearIntent(ctx, cur.ID)
 		}
+		if errors.Is(err, ErrTermsChanged) && oe != nil && oe.sent > 0 && oe.sent <= jc.Revision {
+			// terms_changed says the confirmed revision is not the latest
+			// and brings the latest (OPS 9): one not later than the
+			// revision confirmed is stale, the Company's error
+			// (PA-OPS3-09). Asking the User again would approve the same
+			// revision, and the Company would refuse it again.
+			return c.view(cur.ID), protocolError("operation %s: terms_changed brings revision %d, not later than the confirmed revision %d", cur.ID, oe.sent, jc.Revision)
+		}
 		return op, err
 	}
 	if op.State.Final() {
@@ -179,8 +191,8 @@ func (c *Client) submit(ctx context.Context, a *Approval) (*Operation, error) {
 // precheck checks, before anything is sent, that a may confirm its
 // operation now: an Approval of this Client (PA-OPS5-03), for the revision
 // the Client knows as the latest (PA-OPS5-01), not a standing permission
-// where the User's own approval is required (PA-OPS5-05), unexpired
-// (PA-OPS3-02). With stop, the caller returns (op, err) as they are: an
+// where the User's own approval is required (PA-OPS5-05), with an
+// expires_at that has not passed (PA-OPS3-02). With stop, the caller returns (op, err) as they are: an
 // error, or an operation past proposed returned as it is (PA-OPS5-18).
 func (c *Client) precheck(ctx context.Context, a *Approval) (op *Operation, stop bool, err error) {
 	if a == nil || a.c != c {
@@ -209,8 +221,9 @@ func (c *Client) precheck(ctx context.Context, a *Approval) (op *Operation, stop
 		return nil, true, fmt.Errorf("%w: the operation requires the User's own approval", ErrApprovalMismatch)
 	case a.by == ApprovedByStandingPermission && cur.Ambiguity() != nil:
 		return nil, true, fmt.Errorf("%w: the terms can be read more than one way", ErrApprovalMismatch)
-	case cur.Expired(c.clock.Now()):
-		return cur, true, fmt.Errorf("%w: %s revision %d", ErrOperationExpired, cur.ID, cur.Revision)
+	}
+	if err := cur.expiryError(c.clock.Now()); err != nil {
+		return cur, true, err // PA-OPS3-02
 	}
 	return cur, false, nil
 }

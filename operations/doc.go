@@ -99,6 +99,16 @@
 //     the operation in the body; any state the confirm answers is taken as
 //     it is (a final one is the result, not an error). A proposed operation
 //     past expires_at is treated as expired locally: it is never confirmed.
+//     expires_at is required while proposed (OPS 3, PA-OPS3-02), and Parse
+//     stays lenient (PA-OPS3-01): an operation without one, or with Go's
+//     zero time ("0001-01-01T00:00:00Z", which reads as no time), is read
+//     and shown, but Approve refuses it with ErrProtocol before a
+//     permission or the User is asked, and it is never confirmed; one
+//     whose expires_at is not after now is ErrOperationExpired. A
+//     terms_changed answer (409) brings the latest revision (OPS 9): one
+//     not later than the revision confirmed is stale, the Company's error
+//     (PA-OPS3-09), refused with ErrProtocol, and the User is not asked
+//     again for the revision already approved.
 //   - A-37 (cancel body): POST {endpoint}/{id}/cancel with Content-Type
 //     application/json and the body {}, which a Company reading no body
 //     ignores.

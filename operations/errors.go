@@ -92,6 +92,11 @@ type Error struct {
 	Operation *Operation
 	// Err is the underlying protocol error.
 	Err *poppy.Error
+
+	// sent is the revision of the operation as the Company sent it in
+	// the answer (Operation is the Client's view, the newest revision it
+	// knows), 0 when it sent none.
+	sent int
 }
 
 func (e *Error) Error() string {

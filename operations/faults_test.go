@@ -1,6 +1,7 @@
 package operations_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -84,29 +85,54 @@ func TestFaultInjection500(t *testing.T) {
 	ids := make([]string, n)
 	results := make([]*operations.Operation, n)
 	errs := make([]error, n)
-	var wg sync.WaitGroup
+	// A broken rule fails the test in seconds, never hangs it: the workers
+	// never call Fatal (which would leave the loop below waiting for them),
+	// the first proposal that brings no operation stops the work, and a
+	// deadline bounds the whole run.
+	runCtx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	var (
+		wg         sync.WaitGroup
+		stopOnce   sync.Once
+		proposeErr error
+	)
 	work := make(chan int)
 	for range 8 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := range work {
-				op := e.propose(fmt.Sprintf("itm_%d", i))
+				op, err := e.tryPropose(runCtx, fmt.Sprintf("itm_%d", i))
+				if err != nil {
+					stopOnce.Do(func() { proposeErr = fmt.Errorf("proposing op %d: %w", i, err); cancel() })
+					continue
+				}
 				ids[i] = op.ID
-				results[i], errs[i] = e.c.Handle(ctx, op, nil)
+				results[i], errs[i] = e.c.Handle(runCtx, op, nil)
 			}
 		}()
 	}
 	var toExpire []int
+feed:
 	for i, p := range plans {
 		if p == expire {
 			toExpire = append(toExpire, i)
 			continue
 		}
-		work <- i
+		select {
+		case work <- i:
+		case <-runCtx.Done():
+			break feed
+		}
 	}
 	close(work)
 	wg.Wait()
+	if proposeErr != nil {
+		t.Fatal(proposeErr)
+	}
+	if err := runCtx.Err(); err != nil {
+		t.Fatalf("the operations were not handled in time: %v", err)
+	}
 	// The rest are proposed, then left until they expire.
 	left := map[int]*operations.Operation{}
 	for _, i := range toExpire {
@@ -115,7 +141,7 @@ func TestFaultInjection500(t *testing.T) {
 	}
 	e.Srv.Clock().Advance(1001 * time.Hour)
 	for _, i := range toExpire {
-		results[i], errs[i] = e.c.Handle(ctx, left[i], nil)
+		results[i], errs[i] = e.c.Handle(runCtx, left[i], nil)
 	}
 
 	performed := map[string]int{}

@@ -445,3 +445,117 @@ func mustOpJSON(t *testing.T, op *operations.Operation, u string) []byte {
 	b, _ = json.Marshal(m)
 	return b
 }
+
+// PA-OPS3-09: a confirm answered 409 terms_changed with a revision that is
+// not later than the one confirmed (a stale revision, or the confirmed one
+// again) is the Company's error, refused at once: the User is asked once,
+// for the revision confirmed, and the confirm is sent once. On 4653b61 the
+// SDK asked the User again and confirmed the same revision again, 16 times,
+// then reported too many revisions.
+func TestPA_OPS3_09_StaleTermsChanged(t *testing.T) {
+	for _, stale := range []int{1, 2} { // below the confirmed 2, and 2 itself
+		t.Run(fmt.Sprintf("revision %d", stale), func(t *testing.T) {
+			e, rw := hostileEnv(t, nil)
+			op := e.propose("itm_4Qa")
+			seen := map[int][]byte{1: mustOpJSON(t, op, "")}
+			if _, err := e.Srv.Operations().Revise(op.ID); err != nil {
+				t.Fatal(err)
+			}
+			op2, err := e.c.Get(ctx, op.ID)
+			if err != nil || op2.Revision != 2 {
+				t.Fatalf("Get: %s %v", brief(op2), err)
+			}
+			seen[2] = mustOpJSON(t, op2, "")
+			// Revision 3, which the SDK never sees: the fake answers the
+			// confirm of 2 with terms_changed and 3, which the Company
+			// rewrites to an earlier one.
+			if _, err := e.Srv.Operations().Revise(op.ID); err != nil {
+				t.Fatal(err)
+			}
+			rw.set(func(m map[string]json.RawMessage) {
+				if string(m["revision"]) != "3" {
+					return
+				}
+				var old map[string]json.RawMessage
+				json.Unmarshal(seen[stale], &old)
+				clear(m)
+				for k, v := range old {
+					m[k] = v
+				}
+			})
+			done, err := e.c.Handle(ctx, op2, nil)
+			// PA-OPS3-09
+			if !errors.Is(err, operations.ErrProtocol) || errors.Is(err, operations.ErrTermsChanged) {
+				t.Errorf("Handle: %s %v", brief(done), err)
+			}
+			if n, m := len(e.ap.asked()), len(e.confirms()); n != 1 || m != 1 {
+				t.Fatalf("PA-OPS3-09: the User was asked %d times and %d confirms were sent, want 1 and 1", n, m)
+			}
+			// The Company refused without acting: nothing left to recover.
+			if _, err := e.c.Recover(ctx); err != nil {
+				t.Errorf("Recover: %v", err)
+			}
+			if m := len(e.confirms()); m != 1 || info(t, e.Srv, op.ID).Performed != 0 {
+				t.Errorf("after Recover: %d confirms, performed %d", m, info(t, e.Srv, op.ID).Performed)
+			}
+		})
+	}
+}
+
+// PA-OPS3-02: a proposed revision's expires_at is required. One absent,
+// null, of the zero time (which Go reads as no time), or not after now is
+// refused before the User is asked, and no confirm is sent; a revision
+// that loses its expires_at after it was approved is not confirmed. On
+// 4653b61 "0001-01-01T00:00:00Z" and an absent expires_at read as "no
+// expiry": the User was asked and the revision confirmed.
+func TestPA_OPS3_02_ExpiresAtRequired(t *testing.T) {
+	e, rw := hostileEnv(t, nil)
+	now := e.Srv.Clock().Now()
+	for i, c := range []struct {
+		name, value string // value "" deletes the member
+		want        error
+	}{
+		{"absent", "", operations.ErrProtocol},
+		{"null", `null`, operations.ErrProtocol},
+		{"year one", `"0001-01-01T00:00:00Z"`, operations.ErrProtocol},
+		{"year one, east of UTC", `"0001-01-01T00:00:00+01:00"`, operations.ErrOperationExpired},
+		{"past", fmt.Sprintf("%q", now.Add(-time.Second).Format(time.RFC3339)), operations.ErrOperationExpired},
+		{"now", fmt.Sprintf("%q", now.Format(time.RFC3339)), operations.ErrOperationExpired},
+	} {
+		rw.set(func(m map[string]json.RawMessage) {
+			if c.value == "" {
+				delete(m, "expires_at")
+			} else {
+				m["expires_at"] = json.RawMessage(c.value)
+			}
+		})
+		op := e.propose(fmt.Sprintf("itm_%d", i))
+		asked, confirms := len(e.ap.asked()), len(e.confirms())
+		// PA-OPS3-02
+		if _, err := e.c.Handle(ctx, op, nil); !errors.Is(err, c.want) {
+			t.Errorf("%s: Handle: %v, want %v", c.name, err, c.want)
+		}
+		if a, err := e.c.Approve(ctx, op); a != nil || !errors.Is(err, c.want) {
+			t.Errorf("%s: Approve: %v", c.name, err)
+		}
+		if n, m := len(e.ap.asked())-asked, len(e.confirms())-confirms; n != 0 || m != 0 {
+			t.Errorf("%s: PA-OPS3-02: the User was asked %d times, %d confirms sent", c.name, n, m)
+		}
+	}
+	// Approved with an expires_at, then read again without one.
+	rw.set(nil)
+	op := e.propose("itm_late")
+	a, err := e.c.Approve(ctx, op)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rw.set(func(m map[string]json.RawMessage) { delete(m, "expires_at") })
+	if v, err := e.c.Get(ctx, op.ID); err != nil || !v.ExpiresAt.IsZero() {
+		t.Fatalf("Get: %v %v", v, err)
+	}
+	confirms := len(e.confirms())
+	// PA-OPS3-02
+	if _, err := e.c.Confirm(ctx, a, nil); !errors.Is(err, operations.ErrProtocol) || len(e.confirms()) != confirms {
+		t.Errorf("Confirm of a revision without expires_at: %v, %d confirms sent", err, len(e.confirms())-confirms)
+	}
+}

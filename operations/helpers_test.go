@@ -114,15 +114,25 @@ func (e *env) exchangeRequest(item string) *http.Request {
 // propose proposes the jacket exchange and returns the operation.
 func (e *env) propose(item string) *operations.Operation {
 	e.T.Helper()
-	op, resp, err := e.c.Propose(ctx, e.exchangeRequest(item), exchangeAction, nil)
+	op, err := e.tryPropose(ctx, item)
 	if err != nil {
 		e.T.Fatal(err)
 	}
+	return op
+}
+
+// tryPropose is propose for a goroutine other than the test's, which must
+// not call Fatal: an answer without an operation is an error.
+func (e *env) tryPropose(ctx context.Context, item string) (*operations.Operation, error) {
+	op, resp, err := e.c.Propose(ctx, e.exchangeRequest(item), exchangeAction, nil)
+	if err != nil {
+		return nil, err
+	}
 	if op == nil {
 		resp.Body.Close()
-		e.T.Fatalf("no operation: HTTP %d", resp.StatusCode)
+		return nil, fmt.Errorf("no operation: HTTP %d", resp.StatusCode)
 	}
-	return op
+	return op, nil
 }
 
 // opRequests returns the SDK's requests to the operations endpoint whose

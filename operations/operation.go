@@ -3,6 +3,7 @@ package operations
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/url"
 	"strings"
 	"time"
@@ -79,7 +80,9 @@ type Operation struct {
 	// permission covers them.
 	Terms json.RawMessage
 	// ExpiresAt is the last time this revision can be confirmed; zero if
-	// the Company sent none.
+	// the Company sent none (or sent Go's zero time, year one). A proposed
+	// revision whose ExpiresAt is zero or has passed is never approved nor
+	// confirmed (PA-OPS3-02).
 	ExpiresAt time.Time
 	// UserApprovalRequired is true when the Company accepts only the
 	// User's own approval of this revision (OPS 5.1).
@@ -288,6 +291,24 @@ func (op *Operation) Clone() *Operation {
 // Expired reports whether the revision's expires_at has passed at now.
 func (op *Operation) Expired(now time.Time) bool {
 	return op.State == StateExpired || op.State == StateProposed && !op.ExpiresAt.IsZero() && !now.Before(op.ExpiresAt)
+}
+
+// expiryError is the one check of a proposed revision's expires_at, made
+// before the User (or a standing permission) is asked and again before the
+// revision is confirmed, whichever way (PA-OPS3-02). expires_at is required
+// while an operation is proposed (OPS 3): a revision without one, or with
+// the zero time ("0001-01-01T00:00:00Z", which reads as no time at all), is
+// the Company's error (ErrProtocol); one whose expires_at is not after now
+// has expired (ErrOperationExpired). Parse stays lenient (PA-OPS3-01): such
+// an operation is read and shown, never approved.
+func (op *Operation) expiryError(now time.Time) error {
+	switch {
+	case op.ExpiresAt.IsZero():
+		return protocolError("operation %s revision %d is proposed without an expires_at", op.ID, op.Revision)
+	case !now.Before(op.ExpiresAt):
+		return fmt.Errorf("%w: %s revision %d", ErrOperationExpired, op.ID, op.Revision)
+	}
+	return nil
 }
 
 // TermsMap returns the terms decoded, numbers as json.Number, from the

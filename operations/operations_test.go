@@ -65,13 +65,27 @@ func TestJacketExchange(t *testing.T) {
 	// PA-OPS6-05: the app gets result.summary verbatim.
 	fi := info(t, e.Srv, op.ID)
 	var wire struct {
-		Result struct{ Summary string } `json:"result"`
+		Result struct {
+			Summary string
+			Data    json.RawMessage
+		} `json:"result"`
 	}
 	json.Unmarshal(fi.JSON, &wire)
 	mu.Lock()
 	defer mu.Unlock()
 	if len(finals) != 1 || finals[0].Result.Summary != wire.Result.Summary {
 		t.Errorf("OnFinal got %v, the Company says %q", finals, wire.Result.Summary)
+	}
+	// PA-OPS3-04: the result is reported whole, its data (the return's
+	// reference) as well as its summary, to the caller and to OnFinal.
+	if !strings.Contains(string(wire.Result.Data), `"return_id":"rtn_`) {
+		t.Fatalf("the fake's result has no data: %s", fi.JSON)
+	}
+	if string(done.Result.Data) != string(wire.Result.Data) {
+		t.Errorf("PA-OPS3-04: result data %q, the Company sent %s", done.Result.Data, wire.Result.Data)
+	}
+	if len(finals) == 1 && string(finals[0].Result.Data) != string(wire.Result.Data) {
+		t.Errorf("PA-OPS3-04: OnFinal got result data %q, the Company sent %s", finals[0].Result.Data, wire.Result.Data)
 	}
 	if fi.Performed != 1 {
 		t.Errorf("performed %d times", fi.Performed)

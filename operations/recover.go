@@ -160,8 +160,9 @@ func (c *Client) recoverOne(ctx context.Context, r journalRecord) (*Operation, e
 		// The terms changed since the approval: it doesn't cover them.
 		_ = c.j.clearIntent(ctx, cur.ID)
 		return cur, fmt.Errorf("%w: approved revision %d, latest %d", ErrApprovalMismatch, r.Confirm.Revision, cur.Revision)
-	case cur.Expired(c.clock.Now()):
-		return cur, fmt.Errorf("%w: %s", ErrOperationExpired, cur.ID)
+	}
+	if err := cur.expiryError(c.clock.Now()); err != nil {
+		return cur, err // PA-OPS3-02
 	}
 	if r.Confirm.ApprovedBy == ApprovedByStandingPermission {
 		// The permission must still cover the revision: the User may

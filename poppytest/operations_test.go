@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -231,10 +232,33 @@ func TestCO_OPS3_Lifecycle(t *testing.T) {
 	if done["state"] != "succeeded" {
 		t.Fatalf("confirm: %v", done)
 	}
-	// CO-OPS3-07, CO-OPS3-08: the backend performed exactly the terms.
+	// CO-OPS3-08: the backend performed exactly the terms.
 	acts := srv.Operations().Performed()
 	if len(acts) != 1 || fmt.Sprint(acts[0].Terms) != fmt.Sprint(terms) {
-		t.Errorf("performed %v, terms %v", acts, terms)
+		t.Fatalf("performed %v, terms %v", acts, terms)
+	}
+	// CO-OPS3-07: everything that affected the action is in the terms,
+	// with the value it had: the order and the item the backend exchanged
+	// (its action log), the jacket it shipped and the amount it charged
+	// (its result), each compared with the terms the Company sent, not
+	// with the backend's own copy of them.
+	res, _ := done["result"].(map[string]any)
+	resSummary, _ := res["summary"].(string)
+	pd, _ := terms["price_difference"].(map[string]any)
+	sku, _ := terms["replacement_sku"].(string)
+	if want := fmt.Sprintf("%v %v", terms["order_id"], terms["item_id"]); acts[0].Key != want {
+		t.Errorf("CO-OPS3-07: the backend exchanged %q, the terms say %q", acts[0].Key, want)
+	}
+	shipped := regexp.MustCompile(`The (.+?) ships today`).FindStringSubmatch(resSummary)
+	if shipped == nil || sku == "" || !strings.Contains(summary, shipped[1]+" ("+sku+")") {
+		t.Errorf("CO-OPS3-07: the backend shipped %q, the terms' replacement_sku is %q (summary %q)", shipped, sku, summary)
+	}
+	charged := regexp.MustCompile(`\$([0-9.]+) was charged|Nothing was charged`).FindStringSubmatch(resSummary)
+	switch {
+	case charged == nil || pd == nil || pd["currency"] != "USD":
+		t.Errorf("CO-OPS3-07: the result %q, the terms' price_difference %v", resSummary, pd)
+	case charged[1] == "" && pd["amount"] != "0.00", charged[1] != "" && pd["amount"] != charged[1]:
+		t.Errorf("CO-OPS3-07: the backend charged %q, the terms' price_difference is %v", charged[0], pd)
 	}
 	// CO-OPS5-05, CO-OPS3-10: confirming or cancelling a final operation
 	// changes nothing.
