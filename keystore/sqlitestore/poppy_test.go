@@ -32,6 +32,22 @@ func TestPA_4_8_05_TwoProcessesRotation(t *testing.T) {
 	testenv.RotationRace(t, store, path, 200)
 }
 
+// A caller that gives up after the Company rotated the Account Token, or
+// used up a sign-in's code, and before the SDK read the answer, with the
+// Session kept in SQLite: the User stays signed in (PA-4.8-04; PA-4.5-10
+// and PA-4.6-08 for the sign-in completions; internal/testenv's
+// CallerGivesUp).
+func TestPA_4_8_04_CallerGivesUpSQLite(t *testing.T) {
+	testenv.CallerGivesUp(t, func(t *testing.T) keystore.Store {
+		store, err := sqlitestore.Open(filepath.Join(t.TempDir(), "keystore.db"), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { store.Close() })
+		return store
+	})
+}
+
 // Three OS processes on one SQLite keystore serve 20 signed-in Users whose
 // Account Tokens rotate on every use, with Session Tokens of 2 s; one
 // replica crashes between the Company rotating a token and the store
