@@ -339,7 +339,7 @@ func (o *TokenOptions) key() tokenKey {
 // finishes without it, keeping what the Company answered (a rotated
 // Account Token is never lost), for the next caller.
 func (s *Session) Token(ctx context.Context, opts *TokenOptions) (*Token, error) {
-	k := opts.key()
+	k := s.keyFor(opts.key())
 	if k.bearer && k.resource == "" {
 		return nil, configError("Token: a Bearer token needs the MCP server's url as Resource")
 	}
@@ -355,6 +355,16 @@ func (s *Session) Token(ctx context.Context, opts *TokenOptions) (*Token, error)
 		s.mu.Unlock()
 	}
 	return s.token(ctx, k, stale)
+}
+
+// keyFor is k with the resource a request for a DPoP token that names
+// none asks for (Company.defaultResource): the one rule of it, applied
+// wherever a Session Token is asked for (token, and Token before it).
+func (s *Session) keyFor(k tokenKey) tokenKey {
+	if k.resource == "" && !k.bearer {
+		k.resource = s.company.defaultResource()
+	}
+	return k
 }
 
 // renewMargin is the least time before expiry at which a token is
@@ -384,6 +394,7 @@ func renewPoint(issued time.Time, lifetime time.Duration) time.Time {
 // ctx. A caller that gives up after the Company rotated the Account Token
 // therefore loses nothing, and the others get the renewal's token.
 func (s *Session) token(ctx context.Context, k tokenKey, stale string) (*Token, error) {
+	k = s.keyFor(k)
 	now := s.agent.clock.Now()
 	s.mu.Lock()
 	t := s.tokens[k]
