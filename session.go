@@ -638,7 +638,18 @@ func (s *Session) request(ctx context.Context, sessionID string, k tokenKey) (*t
 	if err != nil {
 		return nil, err
 	}
-	return parseTokenResponse(body, k.bearer)
+	tr, err := parseTokenResponse(body, k.bearer)
+	if err != nil {
+		return nil, err
+	}
+	if tr.SignedIn {
+		// PA-4.2-11: the assertion starts or renews a signed-out Session
+		// (spec 4.2; a signed-in one is renewed with its Account Token,
+		// 4.8). An answer that says otherwise is the Company's error: its
+		// scopes grant nothing, and the Session is not signed in.
+		return nil, fmt.Errorf("%w: a Session started or renewed with the assertion answered signed_in true", ErrInvalidTokenResponse)
+	}
+	return tr, nil
 }
 
 func (s *Session) tokenFrom(rec *sessionRecord, st *storedToken) *Token {
