@@ -204,6 +204,16 @@ func TestPA_4_2_14_RenewAfterExpiry(t *testing.T) {
 	if renew.Index > api[len(api)-1].Index {
 		t.Fatal("API call sent before the renewal")
 	}
+	// PA-4.2-14: renewed when the token expired, before any request
+	// carried it: no request was refused and sent again.
+	for _, r := range sdkRequests(e.srv, poppytest.EndpointAPI, poppytest.EndpointToken) {
+		if r.Status == http.StatusUnauthorized {
+			t.Errorf("%s %s answered 401 %s: the expired token was sent", r.Method, r.URL, r.ErrorCode)
+		}
+	}
+	if len(api) != 2 {
+		t.Errorf("%d API requests, want 2", len(api))
+	}
 }
 
 func TestPA_4_2_16_EndedSessionIsReplaced(t *testing.T) {
