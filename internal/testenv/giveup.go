@@ -37,9 +37,9 @@ import (
 
 // GiveUpScenarios are the exchanges CallerGivesUp interrupts: a renewal
 // through an API call, Token with Renew, a second caller waiting on the
-// renewal the first gave up, and the completion of a Device and of a
-// Direct Sign-In.
-var GiveUpScenarios = []string{"api-call", "token-renew", "waiter", "device-poll", "code-exchange"}
+// renewal the first gave up, and the completion of a Device, a Direct
+// and a Mediated Sign-In.
+var GiveUpScenarios = []string{"api-call", "token-renew", "waiter", "device-poll", "code-exchange", "mediated"}
 
 // GiveUpModes are the ways the caller gives up: its ctx is cancelled, or
 // its deadline passes while the SDK waits for the answer.
@@ -72,7 +72,6 @@ func CallerGivesUp(t *testing.T, open func(t *testing.T) keystore.Store) {
 // giveUpRun runs one scenario and reports whether the caller gave up at
 // the moment under test.
 func giveUpRun(t *testing.T, store keystore.Store, scenario, mode string, deadline time.Duration) bool {
-	t.Helper()
 	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInOptions{RotateAccountTokens: true}})
 	h := &holder{base: srv.Client().Transport}
 	client := *srv.Client()
@@ -146,6 +145,13 @@ func giveUpRun(t *testing.T, store keystore.Store, scenario, mode string, deadli
 		hold = h.arm(grantIs("authorization_code"))
 		call = func(ctx context.Context) error {
 			_, err := d.Complete(ctx, loc)
+			return err
+		}
+	case "mediated":
+		endpoint := e.Srv.MediatedEndpoint()
+		hold = h.arm(func(r *http.Request, _ url.Values) bool { return r.URL.String() == endpoint })
+		call = func(ctx context.Context) error {
+			_, err := s.SendMediatedCredentials(ctx, map[string]string{"email": "user@example.test", "password": "correct horse"}, opts)
 			return err
 		}
 	default:
@@ -236,9 +242,9 @@ func getOrders(ctx context.Context, e *Env, s *poppy.Session) error {
 	return poppy.ResponseError(resp)
 }
 
-// grantIs matches a token request form of grant_type grant.
-func grantIs(grant string) func(url.Values) bool {
-	return func(f url.Values) bool { return f.Get("grant_type") == grant }
+// grantIs matches a token request of grant_type grant.
+func grantIs(grant string) func(*http.Request, url.Values) bool {
+	return func(_ *http.Request, f url.Values) bool { return f.Get("grant_type") == grant }
 }
 
 // holder is an http.RoundTripper that holds the body of the answer to the
@@ -251,7 +257,7 @@ type holder struct {
 
 // hold is one held answer.
 type hold struct {
-	match    func(url.Values) bool
+	match    func(*http.Request, url.Values) bool
 	reached  chan struct{} // closed when the Company's answer is in
 	released chan struct{}
 	once     sync.Once
@@ -259,8 +265,9 @@ type hold struct {
 	answered time.Time
 }
 
-// arm holds the body of the answer to the next POST whose form matches.
-func (h *holder) arm(match func(url.Values) bool) *hold {
+// arm holds the body of the answer to the next POST that matches, given
+// its form (nil for a body that is not one).
+func (h *holder) arm(match func(*http.Request, url.Values) bool) *hold {
 	x := &hold{match: match, reached: make(chan struct{}), released: make(chan struct{})}
 	h.mu.Lock()
 	h.next = x
@@ -294,8 +301,11 @@ func (h *holder) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	req.Body = io.NopCloser(bytes.NewReader(b))
-	f, _ := url.ParseQuery(string(b))
-	if !x.match(f) {
+	var f url.Values
+	if req.Header.Get("Content-Type") == "application/x-www-form-urlencoded" {
+		f, _ = url.ParseQuery(string(b))
+	}
+	if !x.match(req, f) {
 		return h.base.RoundTrip(req)
 	}
 	resp, err := h.base.RoundTrip(req)
