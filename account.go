@@ -85,7 +85,7 @@ type accountRecord struct {
 	// without the SDK keeping the answer (a rotation lost) clears them all:
 	// nothing here can sign a Session in after the Account Token was
 	// revoked, signed out or rotated away, not even a record restored
-	// from before (issue 21 item 2).
+	// from before (PA-4.8-04).
 	Recent []recentToken `json:"recent,omitempty"`
 }
 
@@ -643,7 +643,7 @@ func (s *Session) refresh(ctx context.Context, sessionID, account string, k toke
 			if len(ar.Recent) > 0 {
 				// The Company may have rotated the token without the
 				// answer reaching us: nothing may stand in for the next
-				// refresh, which must ask it (issue 21 item 2).
+				// refresh, which must ask it (PA-4.8-04).
 				ar.Recent = nil
 				return json.Marshal(&ar)
 			}

@@ -2,8 +2,8 @@ package sqlitestore_test
 
 // The root package's tests that need a store on disk shared by processes,
 // or sealed on disk, run here on SQLite, so that the root module does not
-// require this one (issue 24). internal/testenv holds their harness;
-// TestMain runs its child processes.
+// require this one (docs/layout.md, Modules). internal/testenv holds
+// their harness; TestMain runs its child processes.
 
 import (
 	"bytes"
@@ -137,7 +137,7 @@ func TestSigningKeysInKeystore(t *testing.T) {
 	}
 }
 
-// Issue 8's item 7 on a sealed SQLite store: %+v, %s or slog of the
+// Secrets in formatting on a sealed SQLite store: %+v, %s or slog of the
 // store, and of the *Agent holding it, print no token, DPoP private key
 // or PKCE verifier. The root package's TestAttackSecretsInFormatting runs
 // the same on keystore.Memory.
