@@ -85,7 +85,7 @@ type accountRecord struct {
 	// without the SDK keeping the answer (a rotation lost) clears them all:
 	// nothing here can sign a Session in after the Account Token was
 	// revoked, signed out or rotated away, not even a record restored
-	// from before (issue 21 item 2).
+	// from before (PA-4.8-04).
 	Recent []recentToken `json:"recent,omitempty"`
 }
 
@@ -306,30 +306,46 @@ func (s *Session) signInKey() tokenKey {
 // The request names exactly one resource, signInResource, when the
 // Company lists any (RFC 8707 section 2.2), and the Session Token it gets
 // is kept as that resource's token.
+//
+// If the Company answers invalid_session (it ended the Session), a new
+// Session is started before the error is returned, so that the caller may
+// send the grant once more, on the new one: the User's consent is for the
+// code, not for the Session (PA-4.2-16).
+//
+// It is a credential exchange (token.go): the Company may have used the
+// code up and issued the Account Token, so the exchange and the writes that
+// keep its answer finish even if ctx ends first.
 func (s *Session) completeSignIn(ctx context.Context, grant url.Values, opts *SignInOptions) (*SignInResult, error) {
 	if opts == nil || len(opts.Scopes) == 0 {
 		return nil, configError("completing a sign-in: no scopes")
 	}
-	a, c := s.agent, s.company
-	sessionID := s.ID()
-	k := s.signInKey()
-	body, err := a.postForm(ctx, c, c.meta.TokenEndpoint, s.key, func() (url.Values, error) {
-		f := url.Values{}
-		for k, v := range grant {
-			f[k] = slices.Clone(v)
+	return settle(ctx, func(ctx context.Context) (*SignInResult, error) {
+		a, c := s.agent, s.company
+		sessionID := s.ID()
+		k := s.signInKey()
+		body, err := a.postForm(ctx, c, c.meta.TokenEndpoint, s.key, func() (url.Values, error) {
+			f := url.Values{}
+			for k, v := range grant {
+				f[k] = slices.Clone(v)
+			}
+			if sessionID != "" {
+				f.Set("session_id", sessionID) // spec 4.5, 4.6
+			}
+			if k.resource != "" {
+				f.Set("resource", k.resource) // exactly one (RFC 8707 section 2.2)
+			}
+			return f, nil
+		})
+		if errors.Is(err, ErrInvalidSession) {
+			if rerr := s.restart(ctx, sessionID); rerr != nil {
+				return nil, rerr
+			}
 		}
-		if sessionID != "" {
-			f.Set("session_id", sessionID) // spec 4.5, 4.6
+		if err != nil {
+			return nil, err
 		}
-		if k.resource != "" {
-			f.Set("resource", k.resource) // exactly one (RFC 8707 section 2.2)
-		}
-		return f, nil
+		return s.acceptTokenResponse(ctx, body, opts, k)
 	})
-	if err != nil {
-		return nil, err
-	}
-	return s.acceptTokenResponse(ctx, body, opts, k)
 }
 
 // acceptSignIn adopts a sign-in's token response obtained another way,
@@ -420,7 +436,8 @@ func (s *Session) adoptSignIn(ctx context.Context, tr *tokenResponse, account st
 // it is: the result has Reused set and nothing is sent, unless opts.Verify
 // asks the Company. An Account Token the Company refuses is deleted and
 // the Session signed out (PA-4.8-06): it reports false, and a sign-in
-// asks the User.
+// asks the User. When ctx ends first, it returns ctx's error and the
+// refresh finishes without it, keeping a rotated Account Token.
 func (s *Session) UseAccountToken(ctx context.Context, opts *SignInOptions) (*SignInResult, bool, error) {
 	return s.useAccountToken(ctx, opts, true)
 }
@@ -454,31 +471,36 @@ func (s *Session) useAccountToken(ctx context.Context, opts *SignInOptions, reus
 			return res, res != nil, err
 		}
 	}
-	k := s.signInKey()
-	held := ""
-	s.mu.Lock()
-	if t := s.tokens[k]; t != nil {
-		held = t.value
-	}
-	s.mu.Unlock()
-	tr, err := s.refresh(ctx, s.ID(), account, k, "", held)
-	if errors.Is(err, ErrAccountMismatch) || errors.Is(err, ErrInvalidSession) {
-		tr, err = s.refresh(ctx, "", account, k, "", "") // a new signed-in Session
-	}
-	if errors.Is(err, ErrNoAccountToken) {
-		// Refused or expired, and deleted by refresh: a Session signed in
-		// with it carries on signed out (PA-4.8-06).
-		return nil, false, s.markSignedOut(ctx, account)
-	}
-	if err != nil {
-		return nil, false, err
-	}
-	tok, err := s.storeRenewal(ctx, tr, k, account)
-	if err != nil {
-		return nil, false, err
-	}
-	return &SignInResult{User: s.user, SessionName: s.name, Account: account, SessionID: tok.SessionID,
-		Requested: slices.Clone(need), Granted: slices.Clone(tok.Scopes), Reused: true, Verified: !tr.adopted}, true, nil
+	// A credential exchange (token.go): the Company may rotate the Account
+	// Token, so the refresh and the writes finish even if ctx ends first.
+	res, err := settle(ctx, func(ctx context.Context) (*SignInResult, error) {
+		k := s.signInKey()
+		held := ""
+		s.mu.Lock()
+		if t := s.tokens[k]; t != nil {
+			held = t.value
+		}
+		s.mu.Unlock()
+		tr, err := s.refresh(ctx, s.ID(), account, k, "", held)
+		if errors.Is(err, ErrAccountMismatch) || errors.Is(err, ErrInvalidSession) {
+			tr, err = s.refresh(ctx, "", account, k, "", "") // a new signed-in Session
+		}
+		if errors.Is(err, ErrNoAccountToken) {
+			// Refused or expired, and deleted by refresh: a Session signed
+			// in with it carries on signed out (PA-4.8-06).
+			return nil, s.markSignedOut(ctx, account)
+		}
+		if err != nil {
+			return nil, err
+		}
+		tok, err := s.storeRenewal(ctx, tr, k, account)
+		if err != nil {
+			return nil, err
+		}
+		return &SignInResult{User: s.user, SessionName: s.name, Account: account, SessionID: tok.SessionID,
+			Requested: slices.Clone(need), Granted: slices.Clone(tok.Scopes), Reused: true, Verified: !tr.adopted}, nil
+	})
+	return res, res != nil, err
 }
 
 // reusable returns the result of a sign-in for need at account when the
@@ -621,7 +643,7 @@ func (s *Session) refresh(ctx context.Context, sessionID, account string, k toke
 			if len(ar.Recent) > 0 {
 				// The Company may have rotated the token without the
 				// answer reaching us: nothing may stand in for the next
-				// refresh, which must ask it (issue 21 item 2).
+				// refresh, which must ask it (PA-4.8-04).
 				ar.Recent = nil
 				return json.Marshal(&ar)
 			}

@@ -9,7 +9,6 @@ package poppy
 
 import (
 	"context"
-	"errors"
 	"net/url"
 	"slices"
 )
@@ -30,6 +29,10 @@ import (
 // exchange it once more, on the new Session (PA-4.2-16). A Company that
 // used the code up then answers invalid_grant.
 //
+// When ctx ends first, ExchangeCode returns ctx's error and the exchange
+// finishes without it: the code is used up once sent, so the answer is
+// kept, and the Session is signed in, all the same.
+//
 // Check the redirect's state and iss (RFC 9207) before the exchange;
 // package signin's Direct does the whole sign-in.
 func (s *Session) ExchangeCode(ctx context.Context, code, redirectURI, codeVerifier string, opts *SignInOptions) (*SignInResult, error) {
@@ -42,18 +45,11 @@ func (s *Session) ExchangeCode(ctx context.Context, code, redirectURI, codeVerif
 	if !slices.Contains(s.agent.id.redirect, redirectURI) {
 		return nil, configError("ExchangeCode: %q is not one of the identity's redirect_uris", redirectURI)
 	}
-	ended := s.ID()
 	grant := url.Values{
 		"grant_type":    {"authorization_code"},
 		"code":          {code},
 		"redirect_uri":  {redirectURI},
 		"code_verifier": {codeVerifier},
 	}
-	res, err := s.completeSignIn(ctx, grant, opts)
-	if errors.Is(err, ErrInvalidSession) {
-		if rerr := s.restart(ctx, ended); rerr != nil {
-			return nil, rerr
-		}
-	}
-	return res, err
+	return s.completeSignIn(ctx, grant, opts)
 }

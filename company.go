@@ -36,6 +36,7 @@ type Company struct {
 	resourcesOnce sync.Once
 	resources     []string // Resources
 	signInRes     string   // signInResource
+	defaultRes    string   // defaultResource
 }
 
 // Domain returns the domain the Company was resolved from, as given to
@@ -290,6 +291,7 @@ func (c *Company) collectOrigins() {
 type endpoint struct {
 	url, resource string
 	mcp           bool
+	web           bool // the browser session endpoint, which takes no Session Token (spec 5)
 	// htu is the url as a DPoP htu ("" if it doesn't parse). resOrigin
 	// and resPath are the resource, urlOrigin and urlDir the url's
 	// directory, normalised for resourceFor ("" if they don't parse). All
@@ -325,7 +327,7 @@ func (c *Company) listEndpoints() []endpoint {
 		}
 	}
 	if c.doc.Web != nil && c.doc.Web.BrowserSessionEndpoint != "" {
-		out = append(out, endpoint{url: c.doc.Web.BrowserSessionEndpoint})
+		out = append(out, endpoint{url: c.doc.Web.BrowserSessionEndpoint, web: true})
 	}
 	for i := range out {
 		e := &out[i]
@@ -431,6 +433,15 @@ func (c *Company) Resources() []string {
 			// itself), the first when there are several.
 			c.signInRes = c.resources[0]
 		}
+		c.defaultRes = c.signInRes
+		if c.doc.Auth != nil && c.doc.Auth.Mediated != nil {
+			c.defaultRes = "" // the Mediated Sign-In endpoint names no resource
+		}
+		for _, e := range c.endpoints() {
+			if !e.mcp && !e.web && e.resource == "" {
+				c.defaultRes = "" // a service that takes a token for none
+			}
+		}
 	})
 	return slices.Clone(c.resources)
 }
@@ -455,6 +466,26 @@ func (c *Company) Resources() []string {
 func (c *Company) signInResource() string {
 	c.Resources()
 	return c.signInRes
+}
+
+// defaultResource is the resource a request for a DPoP Session Token that
+// names none asks for: the Session's default token, which Token gives
+// without TokenOptions.Resource and the transport sends to a URL no
+// listed resource contains. It is "" while some service the Company lists
+// takes a DPoP token (every entry but MCP servers and the browser session
+// endpoint, and the Mediated Sign-In endpoint) without naming a resource:
+// spec 4.3's default token, for no resource, is then what that service
+// takes. When every such service names one, no service takes a token for
+// none, and the default token is signInResource's, which the sign-in's
+// own token request got: an OAuth server that holds the Account Token to
+// the several resources the sign-in named refuses a refresh naming none
+// (RFC 8707 section 2.2; oidc-provider's invalid_target, after it has used
+// the Account Token up), so such a request would sign the User out. Every
+// token request of such a Company thus names exactly one resource, renewal
+// included, and works under both readings.
+func (c *Company) defaultResource() string {
+	c.Resources()
+	return c.defaultRes
 }
 
 // endpointName names one of the Company's OAuth endpoints for a log record.

@@ -160,7 +160,9 @@ func parseDeviceAuthorization(a *Agent, body []byte) (*DeviceAuthorization, time
 // ended the Session, and PollDevice has started a new one
 // (OnSessionReplaced) so that the next poll, with the same device code,
 // goes out on it (PA-4.2-16). It does not wait: the caller keeps polls
-// Interval apart (PA-4.6-04) and stops at Expires (PA-4.6-11).
+// Interval apart (PA-4.6-04) and stops at Expires (PA-4.6-11). When ctx
+// ends first, PollDevice returns ctx's error and the poll finishes without
+// it: an approval it brings is kept, and the Session signed in.
 func (s *Session) PollDevice(ctx context.Context, da *DeviceAuthorization) (*SignInResult, error) {
 	if s == nil {
 		return nil, ErrNoSession
@@ -168,13 +170,6 @@ func (s *Session) PollDevice(ctx context.Context, da *DeviceAuthorization) (*Sig
 	if da == nil || da.sess != s {
 		return nil, configError("PollDevice: a DeviceAuthorization of another Session")
 	}
-	polled := s.ID()
 	grant := url.Values{"grant_type": {grantDeviceCode}, "device_code": {da.deviceCode}}
-	res, err := s.completeSignIn(ctx, grant, &da.opts)
-	if errors.Is(err, ErrInvalidSession) {
-		if rerr := s.restart(ctx, polled); rerr != nil {
-			return nil, rerr
-		}
-	}
-	return res, err
+	return s.completeSignIn(ctx, grant, &da.opts)
 }

@@ -2,6 +2,7 @@ package poppy_test
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
@@ -43,11 +44,22 @@ func mixedWorkload(t *testing.T, e *env, s *poppy.Session) {
 	}
 }
 
+// stillClock is an agent clock that stands still at t: every proof made by
+// it says when it was made, t, to the second (PA-4.3-09).
+type stillClock struct{ t time.Time }
+
+func (c stillClock) Now() time.Time { return c.t }
+
+func (c stillClock) Sleep(ctx context.Context, _ time.Duration) error { return ctx.Err() }
+
 func TestPA_4_3_01_and_05_to_11_EveryRequestProof(t *testing.T) {
-	e := newEnv(t, nil, nil)
+	// The agent's clock stands 20 s behind the fake's, within its 60 s
+	// window: a proof's iat is then the agent's time to the second, and
+	// neither the fake's clock nor the machine's.
+	made := stillClock{time.Now().Add(-20*time.Second - 300*time.Millisecond)}
+	e := newEnv(t, nil, &poppy.AgentOptions{Clock: made})
 	s := e.session("alice")
 	mixedWorkload(t, e, s)
-	now := e.srv.Clock().Now().Unix()
 	jtis := map[string]bool{}
 	var api, token int
 	for _, r := range sdkRequests(e.srv, poppytest.EndpointAPI, poppytest.EndpointToken) {
@@ -80,8 +92,8 @@ func TestPA_4_3_01_and_05_to_11_EveryRequestProof(t *testing.T) {
 		}
 		// PA-4.3-09
 		iat, _ := strconv.ParseInt(fmt.Sprint(p.Claims["iat"]), 10, 64)
-		if iat < now-5 || iat > now+5 {
-			t.Errorf("iat %d, clock %d", iat, now)
+		if iat != made.t.Unix() {
+			t.Errorf("iat %d, the agent's clock %d", iat, made.t.Unix())
 		}
 		switch r.Endpoint {
 		case poppytest.EndpointAPI:

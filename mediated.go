@@ -108,15 +108,19 @@ func (s *Session) SendMediatedCredentials(ctx context.Context, credentials map[s
 	if err != nil {
 		return nil, fmt.Errorf("poppy: encoding the credentials: %w", err)
 	}
-	status, answer, err := postMediated(ctx, s.directHTTPClient(), u.String(), body) // PA-4.7-02
-	if err != nil {
-		return nil, err
-	}
-	// The sign-in belongs to the Session that sent the credentials (the
-	// transport may have replaced an ended Session before they were
-	// accepted); its one-time code goes with that Session's token only.
-	st := &MediatedStep{sess: s, endpoint: u.String(), owner: s.ID(), opts: *opts}
-	return s.mediatedStep(ctx, st, status, answer)
+	// A credential exchange (token.go): a "complete" answer carries the
+	// Account Token, kept even if ctx ends first.
+	return settle(ctx, func(ctx context.Context) (*MediatedStep, error) {
+		status, answer, err := postMediated(ctx, s.directHTTPClient(), u.String(), body) // PA-4.7-02
+		if err != nil {
+			return nil, err
+		}
+		// The sign-in belongs to the Session that sent the credentials (the
+		// transport may have replaced an ended Session before they were
+		// accepted); its one-time code goes with that Session's token only.
+		st := &MediatedStep{sess: s, endpoint: u.String(), owner: s.ID(), opts: *opts}
+		return s.mediatedStep(ctx, st, status, answer)
+	})
 }
 
 // SendMediatedCode sends the one-time code the User gave for step, a
@@ -136,22 +140,25 @@ func (s *Session) SendMediatedCode(ctx context.Context, step *MediatedStep, code
 	}
 	cb, _ := json.Marshal(map[string]string{"code": code})
 	target := strings.TrimSuffix(step.endpoint, "/") + "/" + url.PathEscape(step.signInID)
-	status, answer, err := postMediated(ctx, s.boundHTTPClient(step.owner), target, cb)
-	if s.ID() != step.owner {
-		// The Company ended the Session while the User typed the code.
-		if err == nil {
-			_, err = readMediated(status, answer)
+	// A credential exchange (token.go), as SendMediatedCredentials.
+	return settle(ctx, func(ctx context.Context) (*MediatedStep, error) {
+		status, answer, err := postMediated(ctx, s.boundHTTPClient(step.owner), target, cb)
+		if s.ID() != step.owner {
+			// The Company ended the Session while the User typed the code.
+			if err == nil {
+				_, err = readMediated(status, answer)
+			}
+			if err == nil || !errors.Is(err, ErrInvalidSession) {
+				err = joinErr(fmt.Errorf("%w: the Company ended the Session during the sign-in", ErrInvalidSession), err)
+			}
+			return nil, err
 		}
-		if err == nil || !errors.Is(err, ErrInvalidSession) {
-			err = joinErr(fmt.Errorf("%w: the Company ended the Session during the sign-in", ErrInvalidSession), err)
+		if err != nil {
+			return nil, err
 		}
-		return nil, err
-	}
-	if err != nil {
-		return nil, err
-	}
-	next := &MediatedStep{sess: s, endpoint: step.endpoint, owner: step.owner, opts: step.opts}
-	return s.mediatedStep(ctx, next, status, answer)
+		next := &MediatedStep{sess: s, endpoint: step.endpoint, owner: step.owner, opts: step.opts}
+		return s.mediatedStep(ctx, next, status, answer)
+	})
 }
 
 // joinErr is first, wrapping also when there is one.

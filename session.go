@@ -172,14 +172,8 @@ type Session struct {
 	mu       sync.Mutex
 	rec      sessionRecord
 	tokens   map[tokenKey]*Token
-	renewing map[tokenKey]*renewal // nil while none is under way
-	held     heldTokens            // more tokens never to send in a URL (urltokens.go)
-}
-
-type renewal struct {
-	done chan struct{}
-	tok  *Token
-	err  error
+	renewing map[tokenKey]*exchange[*Token] // nil while none is under way
+	held     heldTokens                     // more tokens never to send in a URL (urltokens.go)
 }
 
 // Session starts or resumes the Session named by opts for the local user
@@ -340,9 +334,12 @@ func (o *TokenOptions) key() tokenKey {
 }
 
 // Token returns a valid Session Token, from the cache or by renewing it.
-// opts may be nil for the Session's default DPoP token.
+// opts may be nil for the Session's default DPoP token. When ctx ends
+// during a renewal, Token returns ctx's error at once and the renewal
+// finishes without it, keeping what the Company answered (a rotated
+// Account Token is never lost), for the next caller.
 func (s *Session) Token(ctx context.Context, opts *TokenOptions) (*Token, error) {
-	k := opts.key()
+	k := s.keyFor(opts.key())
 	if k.bearer && k.resource == "" {
 		return nil, configError("Token: a Bearer token needs the MCP server's url as Resource")
 	}
@@ -358,6 +355,16 @@ func (s *Session) Token(ctx context.Context, opts *TokenOptions) (*Token, error)
 		s.mu.Unlock()
 	}
 	return s.token(ctx, k, stale)
+}
+
+// keyFor is k with the resource a request for a DPoP token that names
+// none asks for (Company.defaultResource): the one rule of it, applied
+// wherever a Session Token is asked for (token, and Token before it).
+func (s *Session) keyFor(k tokenKey) tokenKey {
+	if k.resource == "" && !k.bearer {
+		k.resource = s.company.defaultResource()
+	}
+	return k
 }
 
 // renewMargin is the least time before expiry at which a token is
@@ -380,48 +387,44 @@ func renewPoint(issued time.Time, lifetime time.Duration) time.Time {
 
 // token returns the token for k. If stale is non-empty, a token with that
 // value is known to be rejected and is renewed even if not yet expired.
+//
+// The renewal is a credential exchange (token.go): it runs to its end on
+// its own bounded time whatever the ctx of the caller that began it does,
+// and every caller for k, that one included, waits for it or for its own
+// ctx. A caller that gives up after the Company rotated the Account Token
+// therefore loses nothing, and the others get the renewal's token.
 func (s *Session) token(ctx context.Context, k tokenKey, stale string) (*Token, error) {
-	for {
-		now := s.agent.clock.Now()
-		s.mu.Lock()
-		t := s.tokens[k]
-		if t != nil && t.value != stale && now.Before(t.renewAt) {
-			s.mu.Unlock()
-			return t, nil
-		}
-		if r := s.renewing[k]; r != nil {
-			s.mu.Unlock()
-			select {
-			case <-r.done:
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
-			if r.err != nil && isContextErr(r.err) && ctx.Err() == nil {
-				continue // the renewing caller gave up; try ourselves
-			}
-			if r.err != nil {
-				return nil, r.err
-			}
-			return r.tok, nil
-		}
-		r := &renewal{done: make(chan struct{})}
-		if s.renewing == nil {
-			s.renewing = map[tokenKey]*renewal{}
-		}
-		s.renewing[k] = r
+	k = s.keyFor(k)
+	now := s.agent.clock.Now()
+	s.mu.Lock()
+	t := s.tokens[k]
+	if t != nil && t.value != stale && now.Before(t.renewAt) {
 		s.mu.Unlock()
-
-		r.tok, r.err = s.renew(ctx, k, stale)
-
-		s.mu.Lock()
-		delete(s.renewing, k)
-		if len(s.renewing) == 0 {
-			s.renewing = nil // an idle Session keeps no map (heap per Session)
-		}
-		s.mu.Unlock()
-		close(r.done)
-		return r.tok, r.err
+		return t, nil
 	}
+	r := s.renewing[k]
+	if r == nil {
+		if err := ctx.Err(); err != nil {
+			s.mu.Unlock()
+			return nil, err // nothing sent for a caller already gone
+		}
+		if s.renewing == nil {
+			s.renewing = map[tokenKey]*exchange[*Token]{}
+		}
+		r = begin(ctx, func(ctx context.Context) (*Token, error) {
+			tok, err := s.renew(ctx, k, stale)
+			s.mu.Lock()
+			delete(s.renewing, k)
+			if len(s.renewing) == 0 {
+				s.renewing = nil // an idle Session keeps no map (heap per Session)
+			}
+			s.mu.Unlock()
+			return tok, err
+		})
+		s.renewing[k] = r
+	}
+	s.mu.Unlock()
+	return r.wait(ctx)
 }
 
 // renew gets a new token for k.
@@ -635,7 +638,18 @@ func (s *Session) request(ctx context.Context, sessionID string, k tokenKey) (*t
 	if err != nil {
 		return nil, err
 	}
-	return parseTokenResponse(body, k.bearer)
+	tr, err := parseTokenResponse(body, k.bearer)
+	if err != nil {
+		return nil, err
+	}
+	if tr.SignedIn {
+		// PA-4.2-11: the assertion starts or renews a signed-out Session
+		// (spec 4.2; a signed-in one is renewed with its Account Token,
+		// 4.8). An answer that says otherwise is the Company's error: its
+		// scopes grant nothing, and the Session is not signed in.
+		return nil, fmt.Errorf("%w: a Session started or renewed with the assertion answered signed_in true", ErrInvalidTokenResponse)
+	}
+	return tr, nil
 }
 
 func (s *Session) tokenFrom(rec *sessionRecord, st *storedToken) *Token {

@@ -124,6 +124,37 @@ func TestPA_4_2_11_TokenResponseRead(t *testing.T) {
 	}
 }
 
+// A Session started, or renewed, with the assertion is signed out
+// (spec 4.2): a Company that answers signed_in true, with scopes of its
+// choosing, is in error, and the Session does not come out signed in.
+func TestPA_4_2_11_AssertionAnsweredSignedIn(t *testing.T) {
+	signedIn := func(m map[string]any) { m["signed_in"], m["scope"] = true, "poppy:read orders:write" }
+	t.Run("start", func(t *testing.T) {
+		e, h := hostileEnv(t, nil, nil)
+		h.OnJSON(tokenPath, signedIn)
+		_, err := e.company("example.test").Session(ctx, "alice", nil)
+		// PA-4.2-11
+		if !errors.Is(err, poppy.ErrInvalidTokenResponse) {
+			t.Fatalf("Session start answered signed_in true: %v, want ErrInvalidTokenResponse", err)
+		}
+		h.On(tokenPath, nil)
+		s := e.session("alice")
+		if s.SignedIn() || len(s.Scopes()) != 0 {
+			t.Fatalf("after the refused start: signed in %v, scopes %v", s.SignedIn(), s.Scopes())
+		}
+	})
+	t.Run("renewal", func(t *testing.T) {
+		e, h := hostileEnv(t, nil, nil)
+		s := e.session("alice")
+		h.OnJSON(tokenPath, signedIn)
+		tok, err := s.Token(ctx, &poppy.TokenOptions{Renew: true})
+		// PA-4.2-11
+		if !errors.Is(err, poppy.ErrInvalidTokenResponse) || s.SignedIn() || len(s.Scopes()) != 0 {
+			t.Fatalf("renewal answered signed_in true: %v, %v; signed in %v, scopes %v", tok, err, s.SignedIn(), s.Scopes())
+		}
+	})
+}
+
 func TestPA_4_2_12_UnexpectedTokenType(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	e.srv.SetTokenType("Bearer")
@@ -172,6 +203,16 @@ func TestPA_4_2_14_RenewAfterExpiry(t *testing.T) {
 	api := sdkRequests(e.srv, poppytest.EndpointAPI)
 	if renew.Index > api[len(api)-1].Index {
 		t.Fatal("API call sent before the renewal")
+	}
+	// PA-4.2-14: renewed when the token expired, before any request
+	// carried it: no request was refused and sent again.
+	for _, r := range sdkRequests(e.srv, poppytest.EndpointAPI, poppytest.EndpointToken) {
+		if r.Status == http.StatusUnauthorized {
+			t.Errorf("%s %s answered 401 %s: the expired token was sent", r.Method, r.URL, r.ErrorCode)
+		}
+	}
+	if len(api) != 2 {
+		t.Errorf("%d API requests, want 2", len(api))
 	}
 }
 

@@ -304,6 +304,83 @@ func isContextErr(err error) bool {
 	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
+// A credential exchange is a request whose answer carries a credential the
+// SDK must keep (a rotated Account Token, a sign-in's Account Token, a
+// Session's new token), together with the keystore lock it waits for and
+// the write that keeps the answer. Once its request may have reached the
+// Company, the Company may have consumed what it sent (a rotating Account
+// Token, an authorization or device code: RFC 6749 sections 4.1.2 and 6,
+// spec 4.8 PA-4.8-04), so an answer abandoned half read, or
+// read and not written, signs the User out. A caller that gives up (an
+// HTTP handler whose client went away, a deadline over a slow connection)
+// is the everyday case, far more frequent than a crash.
+//
+// The rule, in this one place: every credential exchange runs through
+// settle (or, for the token cache's renewal that several callers share,
+// begin and wait), on a context that keeps the caller's values but not its
+// cancellation or deadline, bounded by exchangeTimeout instead; the caller
+// returns on its own ctx.Done(), and the exchange finishes, and keeps its
+// answer, without it. Its callers: Session.token (every renewal of a
+// Session Token, by API calls, Token and Company.Session alike),
+// completeSignIn (ExchangeCode and PollDevice), useAccountToken, and
+// Mediated Sign-In's two steps.
+
+// exchangeTimeout bounds a credential exchange once begun, whatever its
+// caller does: its keystore lock waits, its token requests (each bounded
+// by requestTimeout, nonce and 429 retries included) and its writes.
+const exchangeTimeout = 2 * time.Minute
+
+// exchange is a credential exchange under way (begin).
+type exchange[T any] struct {
+	done chan struct{}
+	v    T
+	err  error
+}
+
+// begin starts the credential exchange f on a context that keeps ctx's
+// values but not its cancellation or deadline, bounded by exchangeTimeout,
+// and returns at once; wait gets its result. The caller must have checked
+// that ctx was not already done: an exchange nobody waits for from the
+// start is not begun.
+func begin[T any](ctx context.Context, f func(context.Context) (T, error)) *exchange[T] {
+	x := &exchange[T]{done: make(chan struct{})}
+	xctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), exchangeTimeout)
+	go func() {
+		defer close(x.done)
+		defer cancel()
+		x.v, x.err = f(xctx)
+	}()
+	return x
+}
+
+// wait returns the exchange's result, or ctx's error if ctx ends first
+// (the exchange goes on without the caller).
+func (x *exchange[T]) wait(ctx context.Context) (T, error) {
+	select {
+	case <-x.done:
+		return x.v, x.err
+	case <-ctx.Done():
+		select {
+		case <-x.done: // both: the result, which is kept anyway
+			return x.v, x.err
+		default:
+		}
+		var zero T
+		return zero, ctx.Err()
+	}
+}
+
+// settle runs the credential exchange f to its end on its own bounded time
+// (begin) and returns its result, or ctx's error as soon as ctx ends. A
+// ctx already done sends nothing.
+func settle[T any](ctx context.Context, f func(context.Context) (T, error)) (T, error) {
+	if err := ctx.Err(); err != nil {
+		var zero T
+		return zero, err
+	}
+	return begin(ctx, f).wait(ctx)
+}
+
 // postClientAuthenticated POSTs form to endpoint with the agent's client
 // assertion and no DPoP proof, as Device Sign-In's device authorization
 // request needs (spec 4.6, A-06). It returns the 200 body, or the Company's

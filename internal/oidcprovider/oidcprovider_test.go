@@ -193,6 +193,25 @@ func (c *company) introspect(t *testing.T, tok *poppy.Token) introspection {
 	return in
 }
 
+// whoami calls GET {resource}/whoami through sess's transport and returns
+// what the API said of the token it got.
+func (c *company) whoami(t *testing.T, sess *poppy.Session, resource string) introspection {
+	t.Helper()
+	resp, err := sess.HTTPClient().Get(resource + "/whoami")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := poppy.ResponseError(resp); err != nil {
+		t.Fatalf("GET %s/whoami: %v", resource, err)
+	}
+	var in introspection
+	if err := json.NewDecoder(resp.Body).Decode(&in); err != nil {
+		t.Fatal(err)
+	}
+	return in
+}
+
 // browser is the User's browser: it keeps oidc-provider's cookies and
 // follows its redirects, stopping at the agent's redirect URI.
 func (c *company) browser() *http.Client {
@@ -263,15 +282,15 @@ func (c *company) approveDevice(ctx context.Context, p *signin.CodePrompt) error
 	}
 }
 
-// Issue 21 item 10: the SDK against an OAuth server the project did not
-// write. oidc-provider 9.x, made a Poppy Company with the least glue
+// The SDK against an OAuth server the project did not write. oidc-provider 9.x, made a Poppy Company with the least glue
 // (testdata/provider.mjs: poppy.json and poppy_domains, session_id in
 // token responses, the jwt-bearer Session grant, two listed resources),
 // with its own defaults for RFC 8707 (a token request must name one of
 // several granted resources), DPoP with nonces, RFC 9207 iss, rotation and
-// revocation. Session start and renewal, Direct and Device sign-in,
-// refresh with rotation, the second resource and revocation all go
-// through the SDK.
+// revocation. Session start and renewal, Direct and Device sign-in, the
+// default token's renewal twice after a sign-in that named both resources,
+// an API call with each resource's token, refresh with rotation, the
+// second resource and revocation all go through the SDK.
 func TestOIDCProviderCompany(t *testing.T) {
 	key, err := poppy.GenerateSigningKey()
 	if err != nil {
@@ -336,6 +355,26 @@ func TestOIDCProviderCompany(t *testing.T) {
 	}
 	if !slices.Contains(res.Granted, "poppy:read") || !sess.SignedIn() {
 		t.Fatalf("Direct Sign-In result %+v, signed in %v", res, sess.SignedIn())
+	}
+	// The Session's default token renewed twice after a sign-in that named
+	// both resources: every refresh names exactly one (oidc-provider
+	// refuses one naming none with invalid_target, having used the
+	// Account Token up, and the second would then revoke the grant).
+	for i := range 2 {
+		tok, err := sess.Token(ctx, &poppy.TokenOptions{Renew: true})
+		if err != nil {
+			t.Fatalf("renewal %d of the default token: %v", i, err)
+		}
+		if in := c.introspect(t, tok); !in.Active || in.Aud != res1 || in.Account != "acct_1" || !tok.SignedIn {
+			t.Fatalf("renewal %d of the default token: %+v", i, in)
+		}
+	}
+	// An API call with each resource's token: the transport picks the
+	// resource by the URL, and each API accepts only its own.
+	for _, r := range []string{res1, res2} {
+		if who := c.whoami(t, sess, r); who.Aud != r || who.Account != "acct_1" || who.SessionID != sess.ID() {
+			t.Fatalf("API call at %s: %+v", r, who)
+		}
 	}
 	// Each resource's signed-in token, then refreshes with rotation: a
 	// lost rotated token would make the next refresh "already used",

@@ -11,6 +11,7 @@ import (
 	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/keystore"
 	"github.com/poppyproto/poppy/poppytest"
+	"github.com/poppyproto/poppy/signin"
 )
 
 // The agent identity every test uses.
@@ -130,6 +131,16 @@ func (e *Env) Session(user string) *poppy.Session {
 		e.T.Fatalf("Session(%q): %v", user, err)
 	}
 	return s
+}
+
+// DeviceSignIn signs s in with Device Sign-In for opts, the fake's User
+// approving the code as soon as it is shown.
+func (e *Env) DeviceSignIn(ctx context.Context, s *poppy.Session, opts *poppy.SignInOptions) (*poppy.SignInResult, error) {
+	p := signin.PrompterFuncs{ShowCodeFunc: func(ctx context.Context, p *signin.CodePrompt) error {
+		_, err := e.Srv.Browse(ctx, p.VerificationURIComplete)
+		return err
+	}}
+	return signin.Device(ctx, s, opts, p)
 }
 
 // Get sends GET path on the fake's API through sess and returns the status

@@ -112,3 +112,15 @@ func TestTwoProcessesRotatingAccountToken(t *testing.T) {
 	s, env := sharedStore(t, false)
 	testenv.RotationRace(t, s, env[envTable], 200)
 }
+
+// A caller that gives up after the Company rotated the Account Token, or
+// used up a sign-in's code, and before the SDK read the answer, with the
+// Session kept in PostgreSQL: the User stays signed in (PA-4.8-04;
+// PA-4.5-10 and PA-4.6-08 for the sign-in completions; internal/testenv's
+// CallerGivesUp).
+func TestPA_4_8_04_CallerGivesUpPostgreSQL(t *testing.T) {
+	pool := testPool(t)
+	testenv.CallerGivesUp(t, func(t *testing.T) keystore.Store {
+		return newStore(t, pool, &pgstore.Options{Table: testTable(t, pool)})
+	})
+}

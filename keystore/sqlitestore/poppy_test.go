@@ -2,8 +2,8 @@ package sqlitestore_test
 
 // The root package's tests that need a store on disk shared by processes,
 // or sealed on disk, run here on SQLite, so that the root module does not
-// require this one (issue 24). internal/testenv holds their harness;
-// TestMain runs its child processes.
+// require this one (docs/layout.md, Modules). internal/testenv holds
+// their harness; TestMain runs its child processes.
 
 import (
 	"bytes"
@@ -30,6 +30,22 @@ func TestPA_4_8_05_TwoProcessesRotation(t *testing.T) {
 	}
 	defer store.Close()
 	testenv.RotationRace(t, store, path, 200)
+}
+
+// A caller that gives up after the Company rotated the Account Token, or
+// used up a sign-in's code, and before the SDK read the answer, with the
+// Session kept in SQLite: the User stays signed in (PA-4.8-04; PA-4.5-10
+// and PA-4.6-08 for the sign-in completions; internal/testenv's
+// CallerGivesUp).
+func TestPA_4_8_04_CallerGivesUpSQLite(t *testing.T) {
+	testenv.CallerGivesUp(t, func(t *testing.T) keystore.Store {
+		store, err := sqlitestore.Open(filepath.Join(t.TempDir(), "keystore.db"), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { store.Close() })
+		return store
+	})
 }
 
 // Three OS processes on one SQLite keystore serve 20 signed-in Users whose
@@ -121,7 +137,7 @@ func TestSigningKeysInKeystore(t *testing.T) {
 	}
 }
 
-// Issue 8's item 7 on a sealed SQLite store: %+v, %s or slog of the
+// Secrets in formatting on a sealed SQLite store: %+v, %s or slog of the
 // store, and of the *Agent holding it, print no token, DPoP private key
 // or PKCE verifier. The root package's TestAttackSecretsInFormatting runs
 // the same on keystore.Memory.

@@ -15,11 +15,11 @@
 
 import { readFileSync } from 'node:fs';
 import https from 'node:https';
-import { randomBytes, randomUUID } from 'node:crypto';
+import { createHash, randomBytes, randomUUID } from 'node:crypto';
 import querystring from 'node:querystring';
 
 import Provider, { errors } from 'oidc-provider';
-import { createLocalJWKSet, jwtVerify } from 'jose';
+import { EmbeddedJWK, calculateJwkThumbprint, createLocalJWKSet, jwtVerify } from 'jose';
 // The DPoP proof check oidc-provider runs for its own grants, reused for
 // the Session grant below so that its proofs are held to the same rules.
 import validateDpop from 'oidc-provider/lib/helpers/validate_dpop.js';
@@ -190,6 +190,38 @@ async function introspect(value) {
   return { active: false };
 }
 
+// Glue: the Company's two APIs, as their resource servers would hold
+// requests (spec 4.3, 6; RFC 9449 section 7): under a resource's URL, a
+// request must carry a DPoP Session Token issued for that resource, with a
+// proof of the token's key for this request. GET {resource}/whoami
+// answers what the token is worth.
+async function resourceServer(req, res, resource) {
+  const fail = (code) => {
+    res.writeHead(401, { 'content-type': 'application/json', 'www-authenticate': `DPoP error="${code}"` });
+    res.end(JSON.stringify({ error: code }));
+  };
+  const [scheme, value] = (req.headers.authorization || '').split(' ');
+  if (scheme !== 'DPoP' || !value || !req.headers.dpop) return fail('invalid_token');
+  const t = await introspect(value);
+  if (!t.active || t.aud !== resource) return fail('invalid_token');
+  try {
+    const { payload, protectedHeader } = await jwtVerify(req.headers.dpop, EmbeddedJWK, {
+      typ: 'dpop+jwt', algorithms: ['ES256'], maxTokenAge: '60s',
+    });
+    const u = new URL(req.url, resource);
+    const htu = `https://${(req.headers.host || '').split(':')[0]}${u.pathname}`;
+    const ath = createHash('sha256').update(value).digest('base64url');
+    if (payload.htm !== req.method || payload.htu !== htu || payload.ath !== ath
+      || await calculateJwkThumbprint(protectedHeader.jwk) !== t.jkt) {
+      return fail('invalid_dpop_proof');
+    }
+  } catch {
+    return fail('invalid_dpop_proof');
+  }
+  res.writeHead(200, { 'content-type': 'application/json' });
+  res.end(JSON.stringify({ aud: t.aud, account: t.account, session_id: t.session_id }));
+}
+
 const server = https.createServer({
   cert: readFileSync(config.tls_cert), key: readFileSync(config.tls_key),
 }, (req, res) => {
@@ -207,6 +239,17 @@ const server = https.createServer({
   }
   if (u.pathname.startsWith('/interaction/')) {
     interaction(req, res).catch((err) => {
+      res.writeHead(500);
+      res.end(String(err));
+    });
+    return;
+  }
+  const api = resources.find((r) => {
+    const ru = new URL(r);
+    return host === ru.hostname && u.pathname.startsWith(`${ru.pathname}/`);
+  });
+  if (api) {
+    resourceServer(req, res, api).catch((err) => {
       res.writeHead(500);
       res.end(String(err));
     });
