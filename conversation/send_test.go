@@ -21,14 +21,23 @@ import (
 	"github.com/poppyproto/poppy/poppytest"
 )
 
-// rewriter is a RoundTripper that lets a test change answers.
+// rewriter is a RoundTripper that lets a test change requests (pre, on
+// a clone) and answers (fn).
 type rewriter struct {
 	base http.RoundTripper
 	mu   sync.Mutex
+	pre  func(req *http.Request)
 	fn   func(req *http.Request, resp *http.Response) *http.Response
 }
 
 func (rw *rewriter) RoundTrip(req *http.Request) (*http.Response, error) {
+	rw.mu.Lock()
+	pre := rw.pre
+	rw.mu.Unlock()
+	if pre != nil {
+		req = req.Clone(req.Context())
+		pre(req)
+	}
 	resp, err := rw.base.RoundTrip(req)
 	if err != nil {
 		return nil, err
@@ -45,8 +54,15 @@ func (rw *rewriter) RoundTrip(req *http.Request) (*http.Response, error) {
 // withRewriter gives e a Session whose requests pass through a rewriter.
 func (e *env) withRewriter(t testing.TB) *rewriter {
 	t.Helper()
+	return e.withRewriterClock(t, nil)
+}
+
+// withRewriterClock is withRewriter with the agent's clock given (nil:
+// the fake Company's).
+func (e *env) withRewriterClock(t testing.TB, clock poppy.Clock) *rewriter {
+	t.Helper()
 	rw := &rewriter{base: e.Srv.Client().Transport}
-	a := e.NewAgent(&poppy.AgentOptions{HTTPClient: &http.Client{Transport: rw}})
+	a := e.NewAgent(&poppy.AgentOptions{HTTPClient: &http.Client{Transport: rw}, Clock: clock})
 	c, err := a.Company(ctx, "example.test")
 	if err != nil {
 		t.Fatal(err)
