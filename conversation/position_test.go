@@ -259,12 +259,29 @@ func TestRememberEventsBoundsMemoryNotTheGuarantee(t *testing.T) {
 // streams, text-delta pieces included, and gives the control back at the
 // state event that ends the Company's turn; resumed at an idle cursor (a
 // restart), it returns at once instead of waiting on a stream.
+// untilIdle reads c's events with EventsOptions.UntilIdle to the end of
+// the turn (PA-7.7-02), failing at once if the loop goes on (readToEnd).
+func untilIdle(t *testing.T, c *conversation.Conversation) []conversation.Event {
+	t.Helper()
+	return readToEnd(t, c, &conversation.EventsOptions{UntilIdle: true}, func(ev conversation.Event) bool {
+		return ev.Type == conversation.EventState && ev.Status != conversation.StatusWorking
+	})
+}
+
 func TestPA_7_7_02_UntilIdleStreams(t *testing.T) {
 	release := make(chan struct{}, 4)
+	// stop ends what waits on the SDK, so that a test that fails early
+	// ends (the fake's Close waits for its Company Agent's turns).
+	stop := make(chan struct{})
 	e := newEnv(t, poppytest.ConversationOptions{Streaming: true, ReplyDelay: time.Nanosecond, Agent: func(tn *poppytest.Turn) {
-		<-release // the reply comes once the SDK streams
+		select {
+		case <-release: // the reply comes once the SDK streams
+		case <-stop:
+			return
+		}
 		tn.Reply(poppytest.Reply{Text: "Thanks, I have noted that.", Deltas: []string{"Thanks, ", "I have noted that."}})
 	}})
+	t.Cleanup(func() { close(stop) }) // runs before the fake's Close
 	// releaseOnStream lets the Company reply once a stream request came
 	// (or a long poll that waits for the reply).
 	releaseOnStream := func() {
@@ -277,13 +294,17 @@ func TestPA_7_7_02_UntilIdleStreams(t *testing.T) {
 						return
 					}
 				}
-				time.Sleep(time.Millisecond)
+				select {
+				case <-stop:
+					return
+				case <-time.After(time.Millisecond):
+				}
 			}
 		}()
 	}
 	releaseOnStream()
 	c := e.start(t, conversation.Text("Hello."), nil)
-	evs := collect(t, c, &conversation.EventsOptions{UntilIdle: true}, nil)
+	evs := untilIdle(t, c)
 	deltas := 0
 	for _, ev := range evs {
 		if ev.Type == conversation.EventTextDelta {
@@ -301,7 +322,7 @@ func TestPA_7_7_02_UntilIdleStreams(t *testing.T) {
 	if _, err := c.Send(ctx, conversation.Text("And the colour?"), nil); err != nil {
 		t.Fatal(err)
 	}
-	if got := texts(collect(t, c, &conversation.EventsOptions{UntilIdle: true}, nil)); len(got) != 2 {
+	if got := texts(untilIdle(t, c)); len(got) != 2 {
 		t.Fatalf("second turn %v", got)
 	}
 	// A restart at an idle cursor: the loop returns, with nothing, and
