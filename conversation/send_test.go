@@ -471,10 +471,29 @@ func TestPA_7_4_FieldsAsSent(t *testing.T) {
 func TestPA_7_4_04_MarkupInText(t *testing.T) {
 	var logs bytes.Buffer
 	e := newEnv(t, poppytest.ConversationOptions{})
-	_, err := conversation.Start(ctx, e.sess, conversation.Text(`{"a":1}`), &conversation.StartOptions{Options: conversation.Options{StrictText: true}})
-	// PA-7.4-04: strict mode refuses, and nothing is sent.
-	if !errors.Is(err, conversation.ErrMarkupInText) || len(e.convRequests()) != 0 {
-		t.Fatalf("err = %v, %d requests", err, len(e.convRequests()))
+	strict := &conversation.StartOptions{Options: conversation.Options{StrictText: true}}
+	for _, text := range []string{`{"a":1}`, `[1, 2]`, ` [{"sku":"m"}] `, `<b>hi</b>`} {
+		_, err := conversation.Start(ctx, e.sess, conversation.Text(text), strict)
+		// PA-7.4-04: strict mode refuses, and nothing is sent.
+		if !errors.Is(err, conversation.ErrMarkupInText) || len(e.convRequests()) != 0 {
+			t.Fatalf("%s: err = %v, %d requests", text, err, len(e.convRequests()))
+		}
+	}
+	// The same on a conversation under way, by Send.
+	sc, err := conversation.Start(ctx, e.sess, conversation.Text("Hello."), strict)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := len(e.convRequests())
+	for _, text := range []string{`{"a":1}`, `[1, 2]`, `["a","b"]`} {
+		// PA-7.4-04: strict mode refuses, and nothing is sent.
+		if _, err := sc.Send(ctx, conversation.Text(text), nil); !errors.Is(err, conversation.ErrMarkupInText) || len(e.convRequests()) != before {
+			t.Fatalf("Send %s: err = %v, %d requests", text, err, len(e.convRequests())-before)
+		}
+	}
+	// Prose that only holds brackets is not markup.
+	if _, err := sc.Send(ctx, conversation.Text("[1] The order, please (see {above})."), nil); err != nil {
+		t.Fatalf("prose refused: %v", err)
 	}
 	lg := slog.New(slog.NewTextHandler(&logs, nil))
 	c, err := conversation.Start(ctx, e.sess, conversation.Text(`<b>hello</b>`), &conversation.StartOptions{Options: conversation.Options{Logger: lg}})
