@@ -39,8 +39,8 @@ package conversation
 // returns. A has_more answer that never moves the cursor ends the loop
 // with ErrCursorStuck.
 //
-// Pacing is one rule, in one place (reader.pace, after every read of every
-// kind): a read that brought no event the loop had not read before is
+// Pacing is one rule, in one place (reader.pace, after every read of
+// every kind): a read that brought no event not handled before is
 // followed by a pause, from the start of that read, of 250 ms doubling to
 // 5 s while reads keep bringing nothing (PA-7.5-06, PA-7.5-09). What the
 // answer said does not matter: a cursor that moved (forward, backward, or
@@ -240,7 +240,7 @@ var ErrReading = errors.New("conversation: another Events loop is reading this c
 // cursor_expired also yields EventHistoryGap.
 //
 // Reads that bring nothing new are paced: a read that brought no event
-// not read before is followed by a pause, counted from its start, that
+// not handled before is followed by a pause, counted from its start, that
 // grows while reads bring nothing, from 250 ms to 5 s, whatever the
 // Company answered (a long poll returned at once, as spec 7.5 lets it, a
 // cursor of its own, has_more, a stream closed at once); a message sent
@@ -286,7 +286,8 @@ type reader struct {
 	scanning   bool
 	scanFor    string
 	scanCursor string
-	scanned    *idRing // event IDs the recoveries of this loop read (pacing)
+	scanned    *idRing // event IDs this recovery read (pacing)
+	onward     bool    // the recovery's last page was history it had not read (pacing)
 
 	// Checkpoints: events handled since the cursor was last saved.
 	ck           Checkpoint
@@ -296,7 +297,7 @@ type reader struct {
 	dirty        bool  // status or cursor changed without an event
 	saveErr      error // a checkpoint failed inside a stream read
 
-	fresh int // events this loop read that it had not read before (pacing)
+	fresh int // events handled that were not handled before (pacing)
 	idle  int // reads in a row that brought nothing new (pacing)
 	stuck int // has_more reads in a row whose cursor did not move
 }
@@ -396,10 +397,13 @@ func (r *reader) run(ctx context.Context) {
 // PA-7.5-09), applied after every read of the loop, JSON or stream,
 // answered or refused: it waits before the next read.
 //
-// A read that brought an event the loop had not read before (fresh > 0)
-// is followed by the next one at once: the Company has more to say, and
-// has_more: true is read again right away (PA-7.5-07). A read that brought
-// nothing new is followed by a pause, counted from the read's start, of
+// A read that brought an event not handled before (fresh > 0) is
+// followed by the next one at once: the Company has more to say, and
+// has_more: true is read again right away (PA-7.5-07). So is a page of a
+// recovery (A-32) that holds history this recovery had not read yet, so
+// that a long history is skipped quickly; but it is no news, and does not
+// start the pacing over: a Company that refuses every cursor is paced
+// all the same. A read that brought nothing new is followed by a pause, counted from the read's start, of
 // 250 ms doubling to 5 s (at most Options.MaxBackoff) while reads keep
 // bringing nothing, whatever the answer said: a cursor that moved, or
 // went back, or is a value of the Company's own; has_more; a long poll
@@ -415,6 +419,8 @@ func (r *reader) run(ctx context.Context) {
 // message sent.
 func (r *reader) pace(ctx context.Context, began time.Time, fresh int, failed bool, retryAfter time.Duration) error {
 	c := r.c
+	onward := r.onward
+	r.onward = false
 	if failed {
 		d := max(retryAfter, c.backoff(r.failures))
 		r.failures++
@@ -423,6 +429,9 @@ func (r *reader) pace(ctx context.Context, began time.Time, fresh int, failed bo
 	r.failures = 0
 	if fresh > 0 {
 		r.idle = 0
+		return nil
+	}
+	if onward {
 		return nil
 	}
 	d := min(idlePaceMin<<min(r.idle, 16), idlePaceMax, c.opts.MaxBackoff)
@@ -456,6 +465,7 @@ func (r *reader) startScan() {
 		return // nothing was handled: read from the beginning, as usual
 	}
 	r.scanning, r.scanFor, r.scanCursor = true, last, ""
+	r.scanned = newIDRing(r.c.opts.RememberEvents)
 }
 
 // scan does one JSON read of the recovery (see startScan). The page that
@@ -474,19 +484,14 @@ func (r *reader) scan(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if r.scanned == nil {
-		r.scanned = newIDRing(c.opts.RememberEvents)
-	}
-	k := -1
+	k, unread := -1, 0
 	for i := range evs {
 		if evs[i].ID == r.scanFor {
 			k = i
 		}
-		// Pacing: a page that holds only events read before, in this
-		// recovery or an earlier one of the loop, brought nothing new.
 		if !r.scanned.has(evs[i].ID) {
 			r.scanned.add(evs[i].ID)
-			r.fresh++
+			unread++
 		}
 	}
 	more := *p.HasMore
@@ -514,6 +519,9 @@ func (r *reader) scan(ctx context.Context) (bool, error) {
 	if err := r.noteMore(r.scanCursor, next); err != nil {
 		return false, err
 	}
+	// Pacing: a page of the history this recovery had not read goes on
+	// to the next at once; one it had read brought nothing.
+	r.onward = unread > 0
 	r.scanCursor = next
 	return false, nil
 }

@@ -219,7 +219,8 @@ func idleReads(t *testing.T, e *env, c *conversation.Conversation, opts *convers
 // (spec 7.5 lets it) is read, after a turn, no faster than the pace of
 // reads that bring nothing, in both read modes, whatever its empty answer
 // says besides: the request's cursor, as spec 7.5 has it, a cursor of its
-// own each time, or has_more with a cursor of its own.
+// own each time, has_more with a cursor of its own, or a cursor it then
+// refuses.
 func TestPA_7_5_06_CappedWaitAfterTurn(t *testing.T) {
 	answers := []struct {
 		name string
@@ -230,6 +231,9 @@ func TestPA_7_5_06_CappedWaitAfterTurn(t *testing.T) {
 		{"has_more and a cursor of its own", func(n int, page map[string]any) {
 			page["cursor"], page["has_more"] = fmt.Sprintf("pos_%d", n), true
 		}},
+		// The next read is refused with invalid_cursor, and the loop
+		// recovers by reading from the beginning: every read.
+		{"a cursor it then refuses", func(n int, page map[string]any) { page["cursor"] = fmt.Sprintf("gone_%d", n) }},
 	}
 	for _, a := range answers {
 		for _, longPoll := range []bool{false, true} {

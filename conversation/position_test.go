@@ -14,7 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/conversation"
+	"github.com/poppyproto/poppy/internal/testenv"
 	"github.com/poppyproto/poppy/keystore"
 	"github.com/poppyproto/poppy/poppytest"
 )
@@ -129,10 +131,44 @@ func TestPA_7_5_09_ResumeByStream(t *testing.T) {
 	}
 }
 
+// sleepClock is the fake's clock, keeping what the SDK sleeps.
+type sleepClock struct {
+	*poppytest.Clock
+	mu     sync.Mutex
+	sleeps []time.Duration
+}
+
+func (c *sleepClock) Sleep(ctx context.Context, d time.Duration) error {
+	c.mu.Lock()
+	c.sleeps = append(c.sleeps, d)
+	c.mu.Unlock()
+	return c.Clock.Sleep(ctx, d)
+}
+
+func (c *sleepClock) reset() {
+	c.mu.Lock()
+	c.sleeps = nil
+	c.mu.Unlock()
+}
+
+// pauses returns the sleeps of at least d since the last reset.
+func (c *sleepClock) pauses(d time.Duration) []time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []time.Duration
+	for _, s := range c.sleeps {
+		if s >= d {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
 // TestPA_7_5_09_LongHistoryRecovery: after invalid_cursor or
 // cursor_expired the conversation is read from its beginning, and none of
 // the more than 1,024 events handled before is yielded again; the events
-// after them are, once.
+// after them are, once. The history is skipped page after page at
+// once: the refused read is the one that is paced.
 func TestPA_7_5_09_LongHistoryRecovery(t *testing.T) {
 	for _, tc := range []struct{ name, code string }{
 		{"invalid_cursor", "invalid_cursor"},
@@ -140,8 +176,10 @@ func TestPA_7_5_09_LongHistoryRecovery(t *testing.T) {
 	} {
 		for _, stream := range []bool{false, true} {
 			t.Run(tc.name+"/stream="+strconv.FormatBool(stream), func(t *testing.T) {
-				e := newEnv(t, poppytest.ConversationOptions{Agent: quiet, Streaming: stream})
-				rw := e.withRewriter(t)
+				srv := poppytest.NewServer(t, &poppytest.Options{Conversations: poppytest.ConversationOptions{Agent: quiet, Streaming: stream}})
+				clock := &sleepClock{Clock: srv.Clock()}
+				e := &env{Env: testenv.NewOn(t, srv, &poppy.AgentOptions{Clock: clock})}
+				rw := e.withRewriterClock(t, clock)
 				c := e.start(t, conversation.Text("Hello."), nil)
 				first := appendMany(e, c.ID(), longHistory)
 				collect(t, c, nil, func(ev conversation.Event) bool { return ev.ID == first[len(first)-1] })
@@ -170,9 +208,13 @@ func TestPA_7_5_09_LongHistoryRecovery(t *testing.T) {
 					resp.Header = http.Header{"Content-Type": {"application/json"}}
 					return replaceBody(resp, []byte(b))
 				}
+				clock.reset()
 				evs := readAll(t, c, nil)
 				if !refused {
 					t.Fatal("no read was refused")
+				}
+				if p := clock.pauses(250 * time.Millisecond); len(p) > 1 {
+					t.Fatalf("the recovery paused %d times: %v", len(p), p)
 				}
 				// PA-7.5-09: nothing handled before is yielded again.
 				n := countIDs(evs)
