@@ -155,7 +155,7 @@ func TestDeclineUserRequest(t *testing.T) {
 	}
 }
 
-func TestPA_7_10_09_ParentClosesDirect(t *testing.T) {
+func TestParentClosesDirect(t *testing.T) {
 	e := newEnv(t, poppytest.ConversationOptions{})
 	parent := e.start(t, conversation.Text("Hello."), nil)
 	direct, err := conversation.StartDirect(ctx, e.sess, parent.ID(), conversation.Human("Hi."), nil)

@@ -98,7 +98,7 @@ func TestIdleReadsPaced(t *testing.T) {
 }
 
 // checkPaced fails unless the first 9 reads of rs are paced: 250 ms
-// doubling to 5 s apart, by the fake's clock (PA-7.5-06).
+// doubling to 5 s apart, by the fake's clock.
 func checkPaced(t *testing.T, label string, rs []poppytest.Request) {
 	t.Helper()
 	gaps := readGaps(rs)
@@ -240,13 +240,20 @@ func TestPA_7_5_06_CappedWaitAfterTurn(t *testing.T) {
 			t.Run(fmt.Sprintf("%s, LongPoll %v", a.name, longPoll), func(t *testing.T) {
 				e, rw, c, _ := afterTurn(t, poppytest.ConversationOptions{MaxWait: time.Millisecond}, nil)
 				rewritePages(rw, a.fn)
+				cursor := c.Cursor()
 				rs, evs := idleReads(t, e, c, &conversation.EventsOptions{LongPoll: longPoll})
 				if len(evs) != 0 {
 					t.Fatalf("%d events yielded", len(evs))
 				}
 				// PA-7.5-06: read again, without error, at the pace of
-				// reads that bring nothing.
+				// reads that bring nothing, with the same cursor when the
+				// Company answered it.
 				checkPaced(t, "", rs)
+				for i, r := range rs {
+					if got := query(t, r).Get("cursor"); a.name == "the request's cursor" && got != cursor {
+						t.Fatalf("read %d from cursor %q, want %q", i, got, cursor)
+					}
+				}
 			})
 		}
 	}

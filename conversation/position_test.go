@@ -302,7 +302,7 @@ func TestRememberEventsBoundsMemoryNotTheGuarantee(t *testing.T) {
 // state event that ends the Company's turn; resumed at an idle cursor (a
 // restart), it returns at once instead of waiting on a stream.
 // untilIdle reads c's events with EventsOptions.UntilIdle to the end of
-// the turn (PA-7.7-02), failing at once if the loop goes on (readToEnd).
+// the turn, failing at once if the loop goes on (readToEnd).
 func untilIdle(t *testing.T, c *conversation.Conversation) []conversation.Event {
 	t.Helper()
 	return readToEnd(t, c, &conversation.EventsOptions{UntilIdle: true}, func(ev conversation.Event) bool {
