@@ -11,10 +11,13 @@ package conversation_test
 import (
 	"bufio"
 	"context"
+	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -69,40 +72,85 @@ func (realClock) Sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// idleWindow is how long BenchmarkIdleReads and BenchmarkStuckCursorReads
-// watch a loop (whatever b.N is: the figure is reads per second).
-const idleWindow = 2 * time.Second
+// idleWindow is how long BenchmarkIdleReads watches its loops (whatever
+// b.N is: the figure is reads per second); stuckWindow bounds
+// BenchmarkStuckCursorReads, which ends sooner, with ErrCursorStuck.
+const (
+	idleWindow  = 2 * time.Second
+	stuckWindow = 10 * time.Second
+)
 
-// BenchmarkIdleReads counts the reads per second of an idle Events loop
+// BenchmarkIdleReads counts the reads per second of idle Events loops
 // against a Company that answers each long poll after 1 ms (MaxWait; spec
-// 7.5 lets it), over idleWindow.
+// 7.5 lets it), after a conversation turn (a message, and the reply read
+// to the end of the turn), over idleWindow: by stream request (the
+// default; the fake answers JSON) and by long poll, each against the
+// fake's answers as they are, and against the same answers carrying the
+// turn's events again under a cursor of the Company's own each time. The
+// four loops run at once, each with its own fake; the figure is the
+// highest of their rates, each of which the log shows.
 func BenchmarkIdleReads(b *testing.B) {
-	e := &env{Env: testenv.New(b, &poppytest.Options{Conversations: poppytest.ConversationOptions{Agent: quiet, MaxWait: time.Millisecond}}, &poppy.AgentOptions{Clock: realClock{}})}
-	e.sess = e.Session("alice")
-	c := e.start(b, conversation.Text("Hello."), nil)
-	collect(b, c, &conversation.EventsOptions{UntilIdle: true}, nil)
-	base := len(reads(e))
+	type loop struct {
+		name               string
+		longPoll, seenOwns bool
+		e                  *env
+		c                  *conversation.Conversation
+		base, n            int
+		err                error
+	}
+	loops := []*loop{
+		{name: "stream request"},
+		{name: "long poll", longPoll: true},
+		{name: "stream request, seen events under cursors of its own", seenOwns: true},
+		{name: "long poll, seen events under cursors of its own", longPoll: true, seenOwns: true},
+	}
+	for _, l := range loops {
+		e, rw, c, turn := afterTurn(b, poppytest.ConversationOptions{MaxWait: time.Millisecond}, realClock{})
+		if l.seenOwns {
+			raws := rawEvents(turn)
+			rewritePages(rw, func(n int, page map[string]any) {
+				page["events"], page["cursor"] = raws, fmt.Sprintf("pos_%d", n)
+			})
+		}
+		l.e, l.c = e, c
+	}
 	b.ResetTimer()
 	rctx, cancel := context.WithTimeout(ctx, idleWindow)
 	defer cancel()
+	var wg sync.WaitGroup
 	start := time.Now()
-	for _, err := range c.Events(rctx, nil) {
-		if err != nil && rctx.Err() == nil {
-			b.Fatal(err)
-		}
+	for _, l := range loops {
+		l.base = len(reads(l.e))
+		wg.Go(func() {
+			for _, err := range l.c.Events(rctx, &conversation.EventsOptions{LongPoll: l.longPoll}) {
+				if err != nil && rctx.Err() == nil {
+					l.err = err
+				}
+			}
+		})
 	}
+	wg.Wait()
 	el := time.Since(start)
 	b.StopTimer()
-	n := len(reads(e)) - base
-	if n < 1 {
-		b.Fatalf("implausible: %d reads", n)
+	worst := 0.0
+	for _, l := range loops {
+		if l.err != nil {
+			b.Fatalf("%s: %v", l.name, l.err)
+		}
+		l.n = len(reads(l.e)) - l.base
+		if l.n < 1 {
+			b.Fatalf("%s: implausible: %d reads", l.name, l.n)
+		}
+		rate := float64(l.n) / el.Seconds()
+		b.Logf("%s: %d reads in %v, %.2f reads/s", l.name, l.n, el, rate)
+		worst = max(worst, rate)
 	}
-	b.ReportMetric(float64(n)/el.Seconds(), "reads/s")
+	b.ReportMetric(worst, "reads/s")
 }
 
-// BenchmarkStuckCursorReads counts the reads per second against a Company
-// that answers every read with has_more: true, no events and the same
-// cursor, until the loop gives up (ErrCursorStuck) or idleWindow ends.
+// BenchmarkStuckCursorReads counts the reads sent to a Company that
+// answers every read with has_more: true, no events and the same cursor,
+// until the loop gives up with ErrCursorStuck (within stuckWindow).
 func BenchmarkStuckCursorReads(b *testing.B) {
 	e := &env{Env: testenv.New(b, &poppytest.Options{Conversations: poppytest.ConversationOptions{Agent: quiet, MaxWait: time.Millisecond}}, &poppy.AgentOptions{Clock: realClock{}})}
 	arm := stuckCompanyClock(b, e, 1<<30, realClock{})
@@ -111,7 +159,7 @@ func BenchmarkStuckCursorReads(b *testing.B) {
 	arm()
 	base := len(reads(e))
 	b.ResetTimer()
-	rctx, cancel := context.WithTimeout(ctx, idleWindow)
+	rctx, cancel := context.WithTimeout(ctx, stuckWindow)
 	defer cancel()
 	start := time.Now()
 	var last error
@@ -121,8 +169,8 @@ func BenchmarkStuckCursorReads(b *testing.B) {
 	el := time.Since(start)
 	b.StopTimer()
 	n := len(reads(e)) - base
-	if n < 1 {
-		b.Fatalf("implausible: %d reads", n)
+	if !errors.Is(last, conversation.ErrCursorStuck) {
+		b.Fatalf("after %d reads in %v: %v, want ErrCursorStuck", n, el, last)
 	}
 	b.ReportMetric(float64(n)/el.Seconds(), "reads/s")
 	b.ReportMetric(float64(n), "reads")

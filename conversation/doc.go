@@ -99,10 +99,19 @@
 //
 // EventsOptions.UntilIdle returns once the Company's turn is over (status
 // idle, queued or closed) and every event up to then was yielded,
-// streaming where the Company streams, text-delta pieces included. Reads
-// that bring nothing new are paced (250 ms doubling to 5 s while idle,
-// ended at once by a message sent), and a Company that keeps answering
-// has_more without moving its cursor ends the loop with ErrCursorStuck.
+// streaming where the Company streams, text-delta pieces included.
+//
+// Reads are paced by one rule, in both read modes: a read that brought no
+// event not handled before is followed by a pause, counted from its
+// start, of 250 ms doubling to 5 s while reads keep bringing nothing
+// (ended at once by a message sent), whatever the Company answered: a
+// long poll returned before its wait, a stream closed at once, a cursor
+// that moved (even backwards, or to a value of its own) over events
+// already handled, has_more, a refused cursor. A read that brought a new
+// event is followed by the next at once, and so is each page of history
+// a recovery from a refused cursor skips (A-32). A Company that keeps
+// answering has_more without moving its cursor ends the loop with
+// ErrCursorStuck.
 //
 // # Decisions on the specification's open points
 //
@@ -143,8 +152,10 @@
 //     alone), and one that answers JSON reads from the query; every
 //     reconnect sends Last-Event-ID alone, with no cursor query. A
 //     stream that closes, is cut or sends nothing for
-//     Options.StreamIdleTimeout is reconnected with capped, jittered
-//     backoff; errors come as the HTTP answer to the reconnect.
+//     Options.StreamIdleTimeout is reconnected at once if it brought a
+//     new event, else after the pause of a read that brought nothing
+//     (above); errors come as the HTTP answer to the reconnect, retried
+//     with capped, jittered backoff.
 //   - A-28 (a Direct as a parent): whatever the Company answers
 //     (conversation_not_found in poppytest) is returned as is.
 //   - A-29 (closing twice, handoff while queued): Close and Handoff send
@@ -163,6 +174,18 @@
 //     longer holds it, nor (a Company drops its oldest events first)
 //     anything before it: none of its events was handled, and all are
 //     yielded. Nothing is saved meanwhile, so a crash scans again.
+//
+// Pacing and has_more (spec 7.5 says "when has_more is true, the
+// Personal Agent reads again right away", and also lets a Company return
+// a long poll sooner than its wait): a has_more answer that brought an
+// event not handled before is read again at once (PA-7.5-07); one that
+// brought none is paced like any read that brought nothing, since it told
+// the User nothing and reading again at once could go on for ever. A
+// Company that pages through new events is never slowed by this; one
+// that answers "more" with nothing is read 250 ms, then 500 ms, up to 5 s
+// apart, and after 5 such answers at the same cursor the loop ends
+// (ErrCursorStuck). What is new is judged by event ID and position
+// (A-26), never by the cursor, which the SDK never compares (PA-7.5-05).
 //
 // Other choices: Company IDs are checked only against the alphabet and
 // length of spec 7.2 (a bad one is ErrProtocol); Company text (messages,

@@ -36,8 +36,18 @@ package conversation
 // The cursor is saved in the keystore by checkpoints (Checkpoint): after
 // each JSON page, before a stream waits for more bytes, every
 // Checkpoint.Events events or Checkpoint.Interval, and when the loop
-// returns. Reads that bring nothing new are paced, and a has_more answer
-// that never moves the cursor ends the loop with ErrCursorStuck.
+// returns. A has_more answer that never moves the cursor ends the loop
+// with ErrCursorStuck.
+//
+// Pacing is one rule, in one place (reader.pace, after every read of
+// every kind): a read that brought no event not handled before is
+// followed by a pause, from the start of that read, of 250 ms doubling to
+// 5 s while reads keep bringing nothing (PA-7.5-06, PA-7.5-09). What the
+// answer said does not matter: a cursor that moved (forward, backward, or
+// to a value of the Company's own), has_more, a wait cut short, a stream
+// closed at once, a refused cursor. A read that brought a new event is
+// followed by the next one at once (PA-7.5-07), and a message sent ends a
+// pause. A failed read waits out Retry-After or the failure backoff.
 //
 // Breaking out of the loop returns from the iterator: the request in
 // flight is cancelled with the iterator's own context, and no goroutine is
@@ -229,9 +239,11 @@ var ErrReading = errors.New("conversation: another Events loop is reading this c
 // skipping, by position, every event up to the last one handled (A-32);
 // cursor_expired also yields EventHistoryGap.
 //
-// Reads that bring nothing new are paced: a Company that answers a long
-// poll at once (spec 7.5 lets it) is read again after a pause that grows
-// while the conversation stays idle, from 250 ms to 5 s; a message sent
+// Reads that bring nothing new are paced: a read that brought no event
+// not handled before is followed by a pause, counted from its start, that
+// grows while reads bring nothing, from 250 ms to 5 s, whatever the
+// Company answered (a long poll returned at once, as spec 7.5 lets it, a
+// cursor of its own, has_more, a stream closed at once); a message sent
 // on the Conversation ends the pause.
 //
 // The cursor is saved in the keystore after the loop body returned from
@@ -265,7 +277,8 @@ type reader struct {
 	streamed  bool            // a stream was opened: reconnects send Last-Event-ID alone
 	deltas    map[string]bool // messages with pieces shown, not yet complete
 	stopped   bool            // the loop body broke
-	failures  int
+	failures  int             // failed reads in a row (the failure backoff)
+	more      bool            // the last page said has_more: the next read is without wait
 
 	// Recovery from invalid_cursor and cursor_expired (A-32): the
 	// conversation is read from its beginning by JSON, yielding nothing,
@@ -273,6 +286,8 @@ type reader struct {
 	scanning   bool
 	scanFor    string
 	scanCursor string
+	scanned    *idRing // event IDs this recovery read (pacing)
+	onward     bool    // the recovery's last page was history it had not read (pacing)
 
 	// Checkpoints: events handled since the cursor was last saved.
 	ck           Checkpoint
@@ -282,6 +297,7 @@ type reader struct {
 	dirty        bool  // status or cursor changed without an event
 	saveErr      error // a checkpoint failed inside a stream read
 
+	fresh int // events handled that were not handled before (pacing)
 	idle  int // reads in a row that brought nothing new (pacing)
 	stuck int // has_more reads in a row whose cursor did not move
 }
@@ -318,6 +334,14 @@ func (r *reader) run(ctx context.Context) {
 				r.caughtUp = false // the turn may have moved: look again
 			}
 		}
+		// A message sent before this read has its answer read by it: only
+		// one sent from now on ends the pause that may follow.
+		select {
+		case <-c.wake:
+		default:
+		}
+		// One read, of whichever kind; then the one rule of pacing.
+		began, fresh := c.clock.Now(), r.fresh
 		var done bool
 		var err error
 		switch {
@@ -331,8 +355,9 @@ func (r *reader) run(ctx context.Context) {
 		if err == nil && done {
 			return
 		}
+		failed := false
+		var retryAfter time.Duration
 		if err != nil {
-			var retryAfter time.Duration
 			switch {
 			case errors.Is(err, errStop):
 				return
@@ -346,20 +371,13 @@ func (r *reader) run(ctx context.Context) {
 				if !r.emit(ctx, Event{Type: EventHistoryGap}) {
 					return
 				}
-				continue
 			case errors.Is(err, ErrInvalidCursor):
 				// PA-7.13-03, A-32: the same recovery.
 				c.log.InfoContext(ctx, "conversation: invalid cursor; reading from the beginning", "conversation_id", c.id)
 				r.startScan()
-				continue
 			case retryable(err, &retryAfter):
 				c.log.DebugContext(ctx, "conversation: read failed, retrying", "conversation_id", c.id, "error", err)
-				if err := c.clock.Sleep(ctx, max(retryAfter, c.backoff(r.failures))); err != nil {
-					r.yield(Event{}, fmt.Errorf("conversation: %w", err))
-					return
-				}
-				r.failures++
-				continue
+				failed = true
 			default:
 				if errors.Is(err, ErrConversationClosed) {
 					c.setState(StatusClosed, "")
@@ -368,7 +386,60 @@ func (r *reader) run(ctx context.Context) {
 				return
 			}
 		}
+		if err := r.pace(ctx, began, r.fresh-fresh, failed, retryAfter); err != nil {
+			r.yield(Event{}, fmt.Errorf("conversation: %w", err))
+			return
+		}
 	}
+}
+
+// pace is the one rule of read pacing (spec 7.5, PA-7.5-06, PA-7.5-07,
+// PA-7.5-09), applied after every read of the loop, JSON or stream,
+// answered or refused: it waits before the next read.
+//
+// A read that brought an event not handled before (fresh > 0) is
+// followed by the next one at once: the Company has more to say, and
+// has_more: true is read again right away (PA-7.5-07). So is a page of a
+// recovery (A-32) that holds history this recovery had not read yet, so
+// that a long history is skipped quickly; but it is no news, and does not
+// start the pacing over: a Company that refuses every cursor is paced
+// all the same. A read that brought nothing new is followed by a pause, counted from the read's start, of
+// 250 ms doubling to 5 s (at most Options.MaxBackoff) while reads keep
+// bringing nothing, whatever the answer said: a cursor that moved, or
+// went back, or is a value of the Company's own; has_more; a long poll
+// held for less than its wait; a stream closed at once; a cursor refused.
+// None of these told the User anything, and the Company is asked again
+// no faster than a person could notice. A long poll that was held (or a
+// stream that stayed open) longer than the pause goes on at once. A
+// message sent on the Conversation ends the pause (its reply is worth
+// reading now), and the pacing starts over.
+//
+// A failed read (no answer, 5xx, 429) waits for Retry-After or the
+// failure backoff, whichever is longer (PA-4.3-27), not ended by a
+// message sent.
+func (r *reader) pace(ctx context.Context, began time.Time, fresh int, failed bool, retryAfter time.Duration) error {
+	c := r.c
+	onward := r.onward
+	r.onward = false
+	if failed {
+		d := max(retryAfter, c.backoff(r.failures))
+		r.failures++
+		return c.clock.Sleep(ctx, d)
+	}
+	r.failures = 0
+	if fresh > 0 {
+		r.idle = 0
+		return nil
+	}
+	if onward {
+		return nil
+	}
+	d := min(idlePaceMin<<min(r.idle, 16), idlePaceMax, c.opts.MaxBackoff)
+	r.idle++
+	if d -= c.clock.Now().Sub(began); d <= 0 {
+		return nil
+	}
+	return r.pause(ctx, d)
 }
 
 func (r *reader) finish(err error) {
@@ -389,11 +460,12 @@ func (r *reader) startScan() {
 	last := c.cursor
 	c.mu.Unlock()
 	r.streamed = false
-	r.stuck = 0
+	r.stuck, r.more = 0, false
 	if last == "" {
 		return // nothing was handled: read from the beginning, as usual
 	}
 	r.scanning, r.scanFor, r.scanCursor = true, last, ""
+	r.scanned = newIDRing(r.c.opts.RememberEvents)
 }
 
 // scan does one JSON read of the recovery (see startScan). The page that
@@ -408,30 +480,31 @@ func (r *reader) scan(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	r.failures = 0
 	evs, err := c.parseEvents(p)
 	if err != nil {
 		return false, err
 	}
-	k := -1
+	k, unread := -1, 0
 	for i := range evs {
 		if evs[i].ID == r.scanFor {
 			k = i
+		}
+		if !r.scanned.has(evs[i].ID) {
+			r.scanned.add(evs[i].ID)
+			unread++
 		}
 	}
 	more := *p.HasMore
 	switch {
 	case k >= 0:
 		r.scanning = false
-		_, err := r.deliverPage(ctx, p, evs[k+1:])
-		return false, err
+		return false, r.deliverPage(ctx, p, evs[k+1:])
 	case !more && r.scanCursor == "":
 		r.scanning = false
 		c.mu.Lock()
 		c.cursor = ""
 		c.mu.Unlock()
-		_, err := r.deliverPage(ctx, p, evs)
-		return false, err
+		return false, r.deliverPage(ctx, p, evs)
 	case !more:
 		r.scanning = false
 		c.mu.Lock()
@@ -443,9 +516,12 @@ func (r *reader) scan(ctx context.Context) (bool, error) {
 	if p.Cursor != nil && *p.Cursor != "" {
 		next = *p.Cursor
 	}
-	if err := r.noteMore(ctx, r.scanCursor, next); err != nil {
+	if err := r.noteMore(r.scanCursor, next); err != nil {
 		return false, err
 	}
+	// Pacing: a page of the history this recovery had not read goes on
+	// to the next at once; one it had read brought nothing.
+	r.onward = unread > 0
 	r.scanCursor = next
 	return false, nil
 }
@@ -517,6 +593,7 @@ func (r *reader) deliver(ctx context.Context, ev Event) (new bool, err error) {
 	c.seen.add(ev.ID)
 	c.cursor = ev.ID
 	c.mu.Unlock()
+	r.fresh++
 	if r.unsaved == 0 {
 		r.firstUnsaved = c.clock.Now()
 	}
@@ -556,74 +633,56 @@ type page struct {
 	Responder      string            `json:"responder"`
 }
 
-// poll does one JSON read and handles its events, following has_more.
-// done means the loop ends: the conversation is closed and read to its
-// end, or UntilIdle was met.
+// poll does one JSON read and handles its events. done means the loop
+// ends: the conversation is closed and read to its end, or UntilIdle was
+// met. After a has_more answer the next read is sent without wait
+// (PA-7.5-07); when it goes is pace's to say.
 func (r *reader) poll(ctx context.Context) (bool, error) {
 	c := r.c
 	c.mu.Lock()
 	cursor := c.cursor
-	noWait := c.status == StatusClosed
+	st := c.status
 	c.mu.Unlock()
 	catchUp := r.untilIdle && r.stream && !r.caughtUp
 	wait := 0
-	if !noWait && !catchUp && !(r.untilIdle && c.Status() != StatusWorking) {
+	if st != StatusClosed && !catchUp && !r.more && !(r.untilIdle && st != StatusWorking) {
 		wait = waitSeconds(c.opts.Wait)
 	}
-	for {
-		began := c.clock.Now()
-		p, err := r.readJSON(ctx, cursor, wait)
-		if err != nil {
-			return false, err
-		}
-		r.failures = 0
-		news, err := r.handlePage(ctx, p, cursor)
-		if err != nil {
-			return false, err
-		}
-		c.mu.Lock()
-		next := c.cursor
-		c.mu.Unlock()
-		if *p.HasMore {
-			// PA-7.5-07: read again at once, unless the cursor didn't move.
-			if err := r.noteMore(ctx, cursor, next); err != nil {
-				return false, err
-			}
-			cursor, wait = next, 0
-			continue
-		}
-		r.stuck = 0
-		st := c.Status()
-		switch {
-		case st == StatusClosed:
-			return true, nil // PA-7.12-02
-		case r.untilIdle && st != StatusWorking:
-			return true, nil // PA-7.7-02
-		}
-		if catchUp {
-			r.caughtUp = true // the turn goes on: stream it
-			return false, nil
-		}
-		if news > 0 || next != cursor {
-			r.idle = 0
-			return false, nil // PA-7.5-06, PA-7.7-01: read again
-		}
-		// Nothing new: the next read waits out the pace.
-		pace := min(idlePaceMin<<min(r.idle, 16), idlePaceMax, c.opts.MaxBackoff)
-		r.idle++
-		if d := pace - c.clock.Now().Sub(began); d > 0 {
-			if err := r.pause(ctx, d); err != nil {
-				return false, err
-			}
-		}
-		return false, nil
+	p, err := r.readJSON(ctx, cursor, wait)
+	if err != nil {
+		return false, err
 	}
+	return r.takePage(ctx, p, cursor, catchUp)
 }
 
-// noteMore checks that a has_more answer moved the cursor. One that did
-// not is read again after a backoff, and after stuckReads such answers in
-// a row it is the Company's error: reading on would never end.
-func (r *reader) noteMore(ctx context.Context, cursor, next string) error {
+// takePage handles a JSON page read from cursor (a long poll's, or the
+// answer of a Company that doesn't stream to a stream request): its
+// events, its cursor and state, has_more, and whether the loop ends.
+// catchUp says the page is UntilIdle's look at where the turn stands.
+func (r *reader) takePage(ctx context.Context, p *page, cursor string, catchUp bool) (done bool, err error) {
+	if err := r.handlePage(ctx, p, cursor); err != nil {
+		return false, err
+	}
+	if r.more = *p.HasMore; r.more {
+		return false, r.noteMore(cursor, r.c.Cursor())
+	}
+	r.stuck = 0
+	switch st := r.c.Status(); {
+	case st == StatusClosed:
+		return true, nil // PA-7.12-02
+	case r.untilIdle && st != StatusWorking:
+		return true, nil // PA-7.7-02
+	}
+	if catchUp {
+		r.caughtUp = true // the turn goes on: stream it
+	}
+	return false, nil // PA-7.5-06, PA-7.7-01: read again
+}
+
+// noteMore checks that a has_more answer moved the cursor: after
+// stuckReads answers in a row that did not, it is the Company's error,
+// since reading on would never end. (Each was paced: it brought nothing.)
+func (r *reader) noteMore(cursor, next string) error {
 	if next != cursor {
 		r.stuck = 0
 		return nil
@@ -632,7 +691,7 @@ func (r *reader) noteMore(ctx context.Context, cursor, next string) error {
 	if r.stuck >= stuckReads {
 		return fmt.Errorf("%w (%d answers in a row at cursor %q; %w)", ErrCursorStuck, r.stuck, clip(cursor), ErrProtocol)
 	}
-	return r.c.clock.Sleep(ctx, r.c.backoff(r.stuck-1))
+	return nil
 }
 
 // pause waits d, or less if a message is sent on the conversation (its
@@ -657,12 +716,11 @@ func (r *reader) pause(ctx context.Context, d time.Duration) error {
 
 // handlePage delivers a page's events and takes its cursor and state. A
 // page read from cursor that holds cursor's event again starts after it:
-// what comes before it was handled (PA-7.5-09, by position). It returns
-// how many events were new.
-func (r *reader) handlePage(ctx context.Context, p *page, cursor string) (int, error) {
+// what comes before it was handled (PA-7.5-09, by position).
+func (r *reader) handlePage(ctx context.Context, p *page, cursor string) error {
 	evs, err := r.c.parseEvents(p)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	if cursor != "" {
 		for i := len(evs) - 1; i >= 0; i-- {
@@ -677,16 +735,11 @@ func (r *reader) handlePage(ctx context.Context, p *page, cursor string) (int, e
 
 // deliverPage delivers evs, the new part of p, then takes p's cursor and
 // state and checkpoints.
-func (r *reader) deliverPage(ctx context.Context, p *page, evs []Event) (int, error) {
+func (r *reader) deliverPage(ctx context.Context, p *page, evs []Event) error {
 	c := r.c
-	news := 0
 	for _, ev := range evs {
-		isNew, err := r.deliver(ctx, ev)
-		if isNew {
-			news++
-		}
-		if err != nil {
-			return news, err
+		if _, err := r.deliver(ctx, ev); err != nil {
+			return err
 		}
 	}
 	c.mu.Lock()
@@ -701,7 +754,7 @@ func (r *reader) deliverPage(ctx context.Context, p *page, evs []Event) (int, er
 		r.dirty = true
 	}
 	c.mu.Unlock()
-	return news, r.checkpoint(ctx, true) // after each page
+	return r.checkpoint(ctx, true) // after each page
 }
 
 // parseEvents decodes and checks a page's events.
@@ -813,20 +866,11 @@ func (r *reader) streamOnce(ctx context.Context) (bool, error) {
 		if err != nil {
 			return false, err
 		}
-		if _, err := r.handlePage(ctx, p, cursor); err != nil {
-			return false, err
-		}
-		if *p.HasMore {
-			if err := r.noteMore(ctx, cursor, c.Cursor()); err != nil {
-				return false, err
-			}
-		}
-		return false, nil
+		return r.takePage(ctx, p, cursor, false)
 	}
 	r.streamed = true
 	idle.Reset(c.opts.StreamIdleTimeout)
 	body := &streamBody{ctx: ctx, rd: r, r: resp.Body, t: idle, d: c.opts.StreamIdleTimeout}
-	progress := false
 	for sev, err := range sse.Read(body, &sse.ReadConfig{MaxEventSize: c.opts.MaxEventBytes}) {
 		if r.saveErr != nil {
 			return false, r.saveErr
@@ -876,8 +920,6 @@ func (r *reader) streamOnce(ctx context.Context) (bool, error) {
 		if !isNew {
 			continue
 		}
-		progress = true
-		r.failures = 0
 		if ev.Type == EventState && ev.Status == StatusClosed {
 			r.dropPartials(ctx)
 			return !r.stopped, nil // PA-7.12-02
@@ -896,14 +938,7 @@ func (r *reader) streamOnce(ctx context.Context) (bool, error) {
 	if !r.dropPartials(ctx) {
 		return true, nil
 	}
-	if !progress {
-		r.failures++
-	}
-	// Reconnect after a short, growing, jittered pause.
-	if err := c.clock.Sleep(ctx, c.backoff(r.failures)); err != nil {
-		return false, err
-	}
-	return false, nil
+	return false, nil // reconnect, when pace says
 }
 
 // dropPartials voids the pieces of messages not received in full

@@ -165,13 +165,24 @@ func TestParentClosesDirect(t *testing.T) {
 	if err := parent.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	evs := collect(t, direct, nil, nil)
+	// The Direct's loop ends at its closed state (PA-7.12-02).
+	evs := readToEnd(t, direct, nil, func(ev conversation.Event) bool {
+		return ev.Type == conversation.EventState && ev.Status == conversation.StatusClosed
+	})
 	// PA-7.10-09: the Direct ends closed; later sends fail locally.
 	if last := evs[len(evs)-1]; last.Type != conversation.EventState || last.Status != conversation.StatusClosed {
 		t.Fatalf("last %+v", last)
 	}
+	if st := direct.Status(); st != conversation.StatusClosed {
+		t.Fatalf("the Direct's status is %s after its closed event", st)
+	}
+	before := len(e.convRequests())
 	if _, err := direct.Send(ctx, conversation.Human("Hello?"), nil); !errors.Is(err, conversation.ErrConversationClosed) {
 		t.Fatalf("err = %v", err)
+	}
+	// PA-7.10-09: locally: nothing reaches the Company.
+	if rs := e.convRequests()[before:]; len(rs) != 0 {
+		t.Fatalf("a Send on the closed Direct sent %d requests: %s %s", len(rs), rs[0].Method, rs[0].URL)
 	}
 }
 

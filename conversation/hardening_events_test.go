@@ -7,7 +7,9 @@ package conversation_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -63,9 +65,10 @@ func readGaps(rs []poppytest.Request) []time.Duration {
 	return out
 }
 
-// cancelAfterReads cancels once the Company has seen n more reads.
+// cancelAfterReads cancels once the Company has seen n more reads, or
+// after a minute, should the loop stop reading.
 func cancelAfterReads(e *env, n int) (context.Context, context.CancelFunc) {
-	rctx, cancel := context.WithCancel(ctx)
+	rctx, cancel := context.WithTimeout(ctx, time.Minute)
 	base := len(reads(e))
 	go func() {
 		for rctx.Err() == nil && len(reads(e)) < base+n {
@@ -91,18 +94,213 @@ func TestIdleReadsPaced(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	gaps := readGaps(reads(e)[base:])
+	checkPaced(t, "", reads(e)[base:])
+}
+
+// checkPaced fails unless the first 9 reads of rs are paced: 250 ms
+// doubling to 5 s apart, by the fake's clock.
+func checkPaced(t *testing.T, label string, rs []poppytest.Request) {
+	t.Helper()
+	gaps := readGaps(rs)
 	if len(gaps) < 8 {
-		t.Fatalf("%d reads", len(gaps)+1)
+		t.Fatalf("%s%d reads", label, len(gaps)+1)
 	}
 	for i, g := range gaps[:8] {
 		// The pause counts from the start of a read; the Company logs
 		// its arrival, a little later.
 		want := min(250*time.Millisecond<<i, 5*time.Second) * 95 / 100
 		if g < want {
-			t.Fatalf("read %d came %v after the one before, want at least %v (gaps %v)", i+1, g, want, gaps)
+			t.Fatalf("%sread %d came %v after the one before, want at least %v (gaps %v)", label, i+1, g, want, gaps)
 		}
 	}
+}
+
+// afterTurn starts a conversation with the fake's default Company Agent,
+// its requests through a rewriter and the agent on clock (nil: the fake's),
+// and takes one turn: a message, and the reply read to the end of the
+// turn. It returns the turn's events.
+func afterTurn(t testing.TB, co poppytest.ConversationOptions, clock poppy.Clock) (*env, *rewriter, *conversation.Conversation, []conversation.Event) {
+	t.Helper()
+	e := newEnvWith(t, co, &poppy.AgentOptions{Clock: clock})
+	rw := e.withRewriterClock(t, clock)
+	c := e.start(t, conversation.Text("Hello."), nil)
+	collect(t, c, &conversation.EventsOptions{UntilIdle: true}, nil)
+	if _, err := c.Send(ctx, conversation.Text("And the colour?"), nil); err != nil {
+		t.Fatal(err)
+	}
+	turn := collect(t, c, &conversation.EventsOptions{UntilIdle: true}, nil)
+	if len(texts(turn)) != 2 {
+		t.Fatalf("the turn: %v", texts(turn))
+	}
+	return e, rw, c, turn
+}
+
+// rewritePages has every JSON events read answered with the page the
+// fake gave, changed by fn (n counts the reads from 1). A cursor fn sets
+// that the fake doesn't know ("pos_…", a position named by a cursor of
+// the Company's own) stands for the fake's cursor of that page: a later
+// read from it reads from there.
+func rewritePages(rw *rewriter, fn func(n int, page map[string]any)) {
+	var mu sync.Mutex
+	n := 0
+	own := map[string]string{} // the Company's own cursor → the fake's
+	isRead := func(req *http.Request) bool {
+		return req.Method == http.MethodGet && strings.HasSuffix(req.URL.Path, "/events")
+	}
+	rw.mu.Lock()
+	defer rw.mu.Unlock()
+	rw.pre = func(req *http.Request) {
+		if !isRead(req) {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		q := req.URL.Query()
+		if fc, ok := own[q.Get("cursor")]; ok {
+			q.Set("cursor", fc)
+			req.URL.RawQuery = q.Encode()
+		}
+		if fc, ok := own[req.Header.Get("Last-Event-ID")]; ok {
+			req.Header.Set("Last-Event-ID", fc)
+		}
+	}
+	rw.fn = func(req *http.Request, resp *http.Response) *http.Response {
+		if !isRead(req) || resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
+			return resp
+		}
+		var page map[string]any
+		if err := json.NewDecoder(resp.Body).Decode(&page); err != nil {
+			return resp
+		}
+		fakeCursor, _ := page["cursor"].(string)
+		mu.Lock()
+		n++
+		fn(n, page)
+		if cur, _ := page["cursor"].(string); strings.HasPrefix(cur, "pos_") {
+			own[cur] = fakeCursor
+		}
+		mu.Unlock()
+		b, _ := json.Marshal(page)
+		return replaceBody(resp, b)
+	}
+}
+
+// rawEvents returns evs as the Company sent them, for a page's events.
+func rawEvents(evs []conversation.Event) []any {
+	out := make([]any, 0, len(evs))
+	for _, ev := range evs {
+		out = append(out, json.RawMessage(ev.Raw))
+	}
+	return out
+}
+
+// idleReads runs an Events loop until the Company has answered 9 more
+// reads, and returns them with what the loop yielded (its cancellation
+// aside).
+func idleReads(t *testing.T, e *env, c *conversation.Conversation, opts *conversation.EventsOptions) ([]poppytest.Request, []conversation.Event) {
+	t.Helper()
+	base := len(reads(e))
+	rctx, cancel := cancelAfterReads(e, 9)
+	defer cancel()
+	var evs []conversation.Event
+	for ev, err := range c.Events(rctx, opts) {
+		if err != nil {
+			if !errors.Is(err, context.Canceled) {
+				t.Fatal(err)
+			}
+			continue
+		}
+		evs = append(evs, ev)
+	}
+	return reads(e)[base:], evs
+}
+
+// TestPA_7_5_06_CappedWaitAfterTurn: a Company that caps wait at 1 ms
+// (spec 7.5 lets it) is read, after a turn, no faster than the pace of
+// reads that bring nothing, in both read modes, whatever its empty answer
+// says besides: the request's cursor, as spec 7.5 has it, a cursor of its
+// own each time, has_more with a cursor of its own, or a cursor it then
+// refuses.
+func TestPA_7_5_06_CappedWaitAfterTurn(t *testing.T) {
+	answers := []struct {
+		name string
+		fn   func(n int, page map[string]any)
+	}{
+		{"the request's cursor", func(int, map[string]any) {}},
+		{"a cursor of its own", func(n int, page map[string]any) { page["cursor"] = fmt.Sprintf("pos_%d", n) }},
+		{"has_more and a cursor of its own", func(n int, page map[string]any) {
+			page["cursor"], page["has_more"] = fmt.Sprintf("pos_%d", n), true
+		}},
+		// The next read is refused with invalid_cursor, and the loop
+		// recovers by reading from the beginning: every read.
+		{"a cursor it then refuses", func(n int, page map[string]any) { page["cursor"] = fmt.Sprintf("gone_%d", n) }},
+	}
+	for _, a := range answers {
+		for _, longPoll := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s, LongPoll %v", a.name, longPoll), func(t *testing.T) {
+				e, rw, c, _ := afterTurn(t, poppytest.ConversationOptions{MaxWait: time.Millisecond}, nil)
+				rewritePages(rw, a.fn)
+				cursor := c.Cursor()
+				rs, evs := idleReads(t, e, c, &conversation.EventsOptions{LongPoll: longPoll})
+				if len(evs) != 0 {
+					t.Fatalf("%d events yielded", len(evs))
+				}
+				// PA-7.5-06: read again, without error, at the pace of
+				// reads that bring nothing, with the same cursor when the
+				// Company answered it.
+				checkPaced(t, "", rs)
+				for i, r := range rs {
+					if got := query(t, r).Get("cursor"); a.name == "the request's cursor" && got != cursor {
+						t.Fatalf("read %d from cursor %q, want %q", i, got, cursor)
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestPA_7_5_09_SeenEventsUnderMovingCursor: a Company that answers each
+// long poll at once with events already handled, under a cursor that
+// changes every time, forward to values of its own or back to earlier
+// events, yields none of them (PA-7.5-09) and is read at the pace of
+// reads that bring nothing, in both read modes; so is a Company that
+// streams the events before Last-Event-ID again and closes each stream
+// at once.
+func TestPA_7_5_09_SeenEventsUnderMovingCursor(t *testing.T) {
+	for _, longPoll := range []bool{false, true} {
+		t.Run(fmt.Sprintf("LongPoll %v", longPoll), func(t *testing.T) {
+			e, rw, c, turn := afterTurn(t, poppytest.ConversationOptions{MaxWait: time.Millisecond}, nil)
+			raws := rawEvents(turn)
+			rewritePages(rw, func(n int, page map[string]any) {
+				page["events"] = raws
+				switch n % 3 {
+				case 0:
+					page["cursor"] = fmt.Sprintf("pos_%d", n)
+				case 1:
+					page["cursor"] = turn[0].ID // back to the turn's first event
+				default:
+					page["cursor"] = fmt.Sprintf("pos_%d", 1000-n) // "earlier" values of its own
+				}
+			})
+			rs, evs := idleReads(t, e, c, &conversation.EventsOptions{LongPoll: longPoll})
+			// PA-7.5-09: events handled before are skipped.
+			if len(evs) != 0 {
+				t.Fatalf("%d events yielded again", len(evs))
+			}
+			checkPaced(t, "", rs)
+		})
+	}
+	t.Run("stream", func(t *testing.T) {
+		// A stream that replays the events before Last-Event-ID and closes
+		// after the first.
+		e, _, c, _ := afterTurn(t, poppytest.ConversationOptions{Streaming: true, CloseStreamAfter: 1}, nil)
+		e.Srv.Conversations().SetFaults(poppytest.ConversationFaults{Replay: 2})
+		rs, evs := idleReads(t, e, c, nil)
+		if len(evs) != 0 {
+			t.Fatalf("%d events yielded again", len(evs))
+		}
+		checkPaced(t, "", rs)
+	})
 }
 
 // blockingClock is the fake clock, except that a sleep of at least block
@@ -165,14 +363,7 @@ func stuckCompany(t testing.TB, e *env, limit int) (arm func()) {
 // fake Company's).
 func stuckCompanyClock(t testing.TB, e *env, limit int, clock poppy.Clock) (arm func()) {
 	t.Helper()
-	rw := &rewriter{base: e.Srv.Client().Transport}
-	co, err := e.NewAgent(&poppy.AgentOptions{HTTPClient: &http.Client{Transport: rw}, Clock: clock}).Company(ctx, "example.test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if e.sess, err = co.Session(ctx, "alice", nil); err != nil {
-		t.Fatal(err)
-	}
+	rw := e.withRewriterClock(t, clock)
 	var mu sync.Mutex
 	n, armed := 0, false
 	rw.fn = func(req *http.Request, resp *http.Response) *http.Response {

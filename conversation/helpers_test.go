@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -48,16 +49,43 @@ func (e *env) start(t testing.TB, msg conversation.Message, opts *conversation.S
 }
 
 // collect reads events until pred says stop (or the loop ends), failing
-// on an error.
+// on an error; a loop that neither stops nor ends fails after a minute.
 func collect(t testing.TB, c *conversation.Conversation, opts *conversation.EventsOptions, stop func(conversation.Event) bool) []conversation.Event {
 	t.Helper()
+	return readEvents(t, c, opts, func(ev conversation.Event, _ context.CancelFunc) bool {
+		return stop != nil && stop(ev)
+	})
+}
+
+// readToEnd reads events until the loop ends by itself, which it must do
+// once it has yielded the event end matches: the loop body cancels the
+// loop's context there, so that a loop that goes on reading fails the
+// test at once with the cancellation, instead of waiting on a stream
+// that says nothing more.
+func readToEnd(t testing.TB, c *conversation.Conversation, opts *conversation.EventsOptions, end func(conversation.Event) bool) []conversation.Event {
+	t.Helper()
+	return readEvents(t, c, opts, func(ev conversation.Event, cancel context.CancelFunc) bool {
+		if end(ev) {
+			cancel()
+		}
+		return false
+	})
+}
+
+// readEvents ranges over c's events, for a minute at most, and fails on
+// an error; each event is kept, then handed to each with the loop's
+// cancel, and the loop breaks when each says so.
+func readEvents(t testing.TB, c *conversation.Conversation, opts *conversation.EventsOptions, each func(conversation.Event, context.CancelFunc) bool) []conversation.Event {
+	t.Helper()
+	rctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
 	var out []conversation.Event
-	for ev, err := range c.Events(ctx, opts) {
+	for ev, err := range c.Events(rctx, opts) {
 		if err != nil {
-			t.Fatalf("Events: %v", err)
+			t.Fatalf("Events, after %d events (the last %+v): %v", len(out), out[max(len(out)-1, 0):], err)
 		}
 		out = append(out, ev)
-		if stop != nil && stop(ev) {
+		if each(ev, cancel) {
 			break
 		}
 	}

@@ -14,7 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/conversation"
+	"github.com/poppyproto/poppy/internal/testenv"
 	"github.com/poppyproto/poppy/keystore"
 	"github.com/poppyproto/poppy/poppytest"
 )
@@ -129,10 +131,44 @@ func TestPA_7_5_09_ResumeByStream(t *testing.T) {
 	}
 }
 
+// sleepClock is the fake's clock, keeping what the SDK sleeps.
+type sleepClock struct {
+	*poppytest.Clock
+	mu     sync.Mutex
+	sleeps []time.Duration
+}
+
+func (c *sleepClock) Sleep(ctx context.Context, d time.Duration) error {
+	c.mu.Lock()
+	c.sleeps = append(c.sleeps, d)
+	c.mu.Unlock()
+	return c.Clock.Sleep(ctx, d)
+}
+
+func (c *sleepClock) reset() {
+	c.mu.Lock()
+	c.sleeps = nil
+	c.mu.Unlock()
+}
+
+// pauses returns the sleeps of at least d since the last reset.
+func (c *sleepClock) pauses(d time.Duration) []time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []time.Duration
+	for _, s := range c.sleeps {
+		if s >= d {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
 // TestPA_7_5_09_LongHistoryRecovery: after invalid_cursor or
 // cursor_expired the conversation is read from its beginning, and none of
 // the more than 1,024 events handled before is yielded again; the events
-// after them are, once.
+// after them are, once. The history is skipped page after page at
+// once: the refused read is the one that is paced.
 func TestPA_7_5_09_LongHistoryRecovery(t *testing.T) {
 	for _, tc := range []struct{ name, code string }{
 		{"invalid_cursor", "invalid_cursor"},
@@ -140,8 +176,10 @@ func TestPA_7_5_09_LongHistoryRecovery(t *testing.T) {
 	} {
 		for _, stream := range []bool{false, true} {
 			t.Run(tc.name+"/stream="+strconv.FormatBool(stream), func(t *testing.T) {
-				e := newEnv(t, poppytest.ConversationOptions{Agent: quiet, Streaming: stream})
-				rw := e.withRewriter(t)
+				srv := poppytest.NewServer(t, &poppytest.Options{Conversations: poppytest.ConversationOptions{Agent: quiet, Streaming: stream}})
+				clock := &sleepClock{Clock: srv.Clock()}
+				e := &env{Env: testenv.NewOn(t, srv, &poppy.AgentOptions{Clock: clock})}
+				rw := e.withRewriterClock(t, clock)
 				c := e.start(t, conversation.Text("Hello."), nil)
 				first := appendMany(e, c.ID(), longHistory)
 				collect(t, c, nil, func(ev conversation.Event) bool { return ev.ID == first[len(first)-1] })
@@ -170,9 +208,13 @@ func TestPA_7_5_09_LongHistoryRecovery(t *testing.T) {
 					resp.Header = http.Header{"Content-Type": {"application/json"}}
 					return replaceBody(resp, []byte(b))
 				}
+				clock.reset()
 				evs := readAll(t, c, nil)
 				if !refused {
 					t.Fatal("no read was refused")
+				}
+				if p := clock.pauses(250 * time.Millisecond); len(p) > 1 {
+					t.Fatalf("the recovery paused %d times: %v", len(p), p)
 				}
 				// PA-7.5-09: nothing handled before is yielded again.
 				n := countIDs(evs)
@@ -259,12 +301,29 @@ func TestRememberEventsBoundsMemoryNotTheGuarantee(t *testing.T) {
 // streams, text-delta pieces included, and gives the control back at the
 // state event that ends the Company's turn; resumed at an idle cursor (a
 // restart), it returns at once instead of waiting on a stream.
+// untilIdle reads c's events with EventsOptions.UntilIdle to the end of
+// the turn, failing at once if the loop goes on (readToEnd).
+func untilIdle(t *testing.T, c *conversation.Conversation) []conversation.Event {
+	t.Helper()
+	return readToEnd(t, c, &conversation.EventsOptions{UntilIdle: true}, func(ev conversation.Event) bool {
+		return ev.Type == conversation.EventState && ev.Status != conversation.StatusWorking
+	})
+}
+
 func TestPA_7_7_02_UntilIdleStreams(t *testing.T) {
 	release := make(chan struct{}, 4)
+	// stop ends what waits on the SDK, so that a test that fails early
+	// ends (the fake's Close waits for its Company Agent's turns).
+	stop := make(chan struct{})
 	e := newEnv(t, poppytest.ConversationOptions{Streaming: true, ReplyDelay: time.Nanosecond, Agent: func(tn *poppytest.Turn) {
-		<-release // the reply comes once the SDK streams
+		select {
+		case <-release: // the reply comes once the SDK streams
+		case <-stop:
+			return
+		}
 		tn.Reply(poppytest.Reply{Text: "Thanks, I have noted that.", Deltas: []string{"Thanks, ", "I have noted that."}})
 	}})
+	t.Cleanup(func() { close(stop) }) // runs before the fake's Close
 	// releaseOnStream lets the Company reply once a stream request came
 	// (or a long poll that waits for the reply).
 	releaseOnStream := func() {
@@ -277,13 +336,17 @@ func TestPA_7_7_02_UntilIdleStreams(t *testing.T) {
 						return
 					}
 				}
-				time.Sleep(time.Millisecond)
+				select {
+				case <-stop:
+					return
+				case <-time.After(time.Millisecond):
+				}
 			}
 		}()
 	}
 	releaseOnStream()
 	c := e.start(t, conversation.Text("Hello."), nil)
-	evs := collect(t, c, &conversation.EventsOptions{UntilIdle: true}, nil)
+	evs := untilIdle(t, c)
 	deltas := 0
 	for _, ev := range evs {
 		if ev.Type == conversation.EventTextDelta {
@@ -301,7 +364,7 @@ func TestPA_7_7_02_UntilIdleStreams(t *testing.T) {
 	if _, err := c.Send(ctx, conversation.Text("And the colour?"), nil); err != nil {
 		t.Fatal(err)
 	}
-	if got := texts(collect(t, c, &conversation.EventsOptions{UntilIdle: true}, nil)); len(got) != 2 {
+	if got := texts(untilIdle(t, c)); len(got) != 2 {
 		t.Fatalf("second turn %v", got)
 	}
 	// A restart at an idle cursor: the loop returns, with nothing, and

@@ -21,14 +21,23 @@ import (
 	"github.com/poppyproto/poppy/poppytest"
 )
 
-// rewriter is a RoundTripper that lets a test change answers.
+// rewriter is a RoundTripper that lets a test change requests (pre, on
+// a clone) and answers (fn).
 type rewriter struct {
 	base http.RoundTripper
 	mu   sync.Mutex
+	pre  func(req *http.Request)
 	fn   func(req *http.Request, resp *http.Response) *http.Response
 }
 
 func (rw *rewriter) RoundTrip(req *http.Request) (*http.Response, error) {
+	rw.mu.Lock()
+	pre := rw.pre
+	rw.mu.Unlock()
+	if pre != nil {
+		req = req.Clone(req.Context())
+		pre(req)
+	}
 	resp, err := rw.base.RoundTrip(req)
 	if err != nil {
 		return nil, err
@@ -45,8 +54,15 @@ func (rw *rewriter) RoundTrip(req *http.Request) (*http.Response, error) {
 // withRewriter gives e a Session whose requests pass through a rewriter.
 func (e *env) withRewriter(t testing.TB) *rewriter {
 	t.Helper()
+	return e.withRewriterClock(t, nil)
+}
+
+// withRewriterClock is withRewriter with the agent's clock given (nil:
+// the fake Company's).
+func (e *env) withRewriterClock(t testing.TB, clock poppy.Clock) *rewriter {
+	t.Helper()
 	rw := &rewriter{base: e.Srv.Client().Transport}
-	a := e.NewAgent(&poppy.AgentOptions{HTTPClient: &http.Client{Transport: rw}})
+	a := e.NewAgent(&poppy.AgentOptions{HTTPClient: &http.Client{Transport: rw}, Clock: clock})
 	c, err := a.Company(ctx, "example.test")
 	if err != nil {
 		t.Fatal(err)
@@ -455,10 +471,29 @@ func TestPA_7_4_FieldsAsSent(t *testing.T) {
 func TestPA_7_4_04_MarkupInText(t *testing.T) {
 	var logs bytes.Buffer
 	e := newEnv(t, poppytest.ConversationOptions{})
-	_, err := conversation.Start(ctx, e.sess, conversation.Text(`{"a":1}`), &conversation.StartOptions{Options: conversation.Options{StrictText: true}})
-	// PA-7.4-04: strict mode refuses, and nothing is sent.
-	if !errors.Is(err, conversation.ErrMarkupInText) || len(e.convRequests()) != 0 {
-		t.Fatalf("err = %v, %d requests", err, len(e.convRequests()))
+	strict := &conversation.StartOptions{Options: conversation.Options{StrictText: true}}
+	for _, text := range []string{`{"a":1}`, `[1, 2]`, ` [{"sku":"m"}] `, `<b>hi</b>`} {
+		_, err := conversation.Start(ctx, e.sess, conversation.Text(text), strict)
+		// PA-7.4-04: strict mode refuses, and nothing is sent.
+		if !errors.Is(err, conversation.ErrMarkupInText) || len(e.convRequests()) != 0 {
+			t.Fatalf("%s: err = %v, %d requests", text, err, len(e.convRequests()))
+		}
+	}
+	// The same on a conversation under way, by Send.
+	sc, err := conversation.Start(ctx, e.sess, conversation.Text("Hello."), strict)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := len(e.convRequests())
+	for _, text := range []string{`{"a":1}`, `[1, 2]`, `["a","b"]`} {
+		// PA-7.4-04: strict mode refuses, and nothing is sent.
+		if _, err := sc.Send(ctx, conversation.Text(text), nil); !errors.Is(err, conversation.ErrMarkupInText) || len(e.convRequests()) != before {
+			t.Fatalf("Send %s: err = %v, %d requests", text, err, len(e.convRequests())-before)
+		}
+	}
+	// Prose that only holds brackets is not markup.
+	if _, err := sc.Send(ctx, conversation.Text("[1] The order, please (see {above})."), nil); err != nil {
+		t.Fatalf("prose refused: %v", err)
 	}
 	lg := slog.New(slog.NewTextHandler(&logs, nil))
 	c, err := conversation.Start(ctx, e.sess, conversation.Text(`<b>hello</b>`), &conversation.StartOptions{Options: conversation.Options{Logger: lg}})

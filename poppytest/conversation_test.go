@@ -552,8 +552,13 @@ func TestCODirectConversations(t *testing.T) {
 		b, _ := json.Marshal(map[string]any{"parent_conversation_id": p, "message": map[string]any{"id": randMsgID(), "sender": "human", "text": "Hi, it's me."}})
 		return c.req("POST", "", string(b))
 	}
-	// CO-7.10-05: a user_requested event; the fake never starts a Direct.
-	srv.Conversations().RequestUser(parent, "A specialist needs the customer.")
+	// CO-7.10-05: a user_requested event with its short reason; the fake
+	// never starts a Direct.
+	const reason = "A specialist needs the customer."
+	srv.Conversations().RequestUser(parent, reason)
+	if evs := a.events(parent); evs[len(evs)-1]["type"] != "user_requested" || evs[len(evs)-1]["reason"] != reason {
+		t.Fatalf("after RequestUser, the last event is %v", evs[len(evs)-1])
+	}
 	if len(srv.Conversations().All()) != 1 {
 		t.Fatal("the fake started a conversation")
 	}
