@@ -168,19 +168,23 @@ func TestNoSecretsInOutput(t *testing.T) {
 	mcancel()
 	outputs = append(outputs, mcpErr.String())
 	collect()
-	model := newFakeModel(t, append([]func(string) []modelCall{
-		func(string) []modelCall { return []modelCall{{"poppy_sign_in", `{"domain":"example.test"}`}} },
-		func(string) []modelCall {
-			return []modelCall{{"example_test__mcp_search_products", `{"query":"fleece"}`}}
-		},
-	}, exchangeScript()...)...)
-	add("ask", "example.test", "exchange my jacket", "--base-url", model.URL+"/v1/", "--model", "scripted")
-	model.mu.Lock()
-	if len(model.bodies) < 4 {
-		t.Fatalf("ask: only %d model calls", len(model.bodies))
+	if askBuilt { // poppy ask runs only in a build with the tag openai (cmd_llm.go)
+		model := newFakeModel(t, append([]func(string) []modelCall{
+			func(string) []modelCall { return []modelCall{{"poppy_sign_in", `{"domain":"example.test"}`}} },
+			func(string) []modelCall {
+				return []modelCall{{"example_test__mcp_search_products", `{"query":"fleece"}`}}
+			},
+		}, exchangeScript()...)...)
+		add("ask", "example.test", "exchange my jacket", "--base-url", model.URL+"/v1/", "--model", "scripted")
+		model.mu.Lock()
+		if len(model.bodies) < 4 {
+			t.Fatalf("ask: only %d model calls", len(model.bodies))
+		}
+		outputs = append(outputs, model.bodies...)
+		model.mu.Unlock()
+	} else {
+		t.Log("poppy ask is not in this build (tag openai): left out")
 	}
-	outputs = append(outputs, model.bodies...)
-	model.mu.Unlock()
 
 	add("session", "example.test", "--scope", "poppy:read")
 	add("session", "example.test", "--scope", "poppy:write", "--scope", "addresses") // refused: a hint
