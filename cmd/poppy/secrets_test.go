@@ -18,6 +18,7 @@ import (
 	_ "modernc.org/sqlite"
 
 	"github.com/poppyproto/poppy/browser/headless"
+	"github.com/poppyproto/poppy/internal/realtest"
 	"github.com/poppyproto/poppy/keystore/keyring"
 	"github.com/poppyproto/poppy/poppytest"
 )
@@ -96,6 +97,7 @@ func TestNoSecretsInOutput(t *testing.T) {
 	add("ops", "confirm", "example.test", ids[0]) // approved by the standing permission
 	add("permissions", "list", "example.test")
 	add("permissions", "revoke", "example.test", perm[1])
+	realtest.WatchPATH() // a run without Chromium is not served from the cache once it is installed
 	if _, err := headless.LookPath(); err == nil {
 		trust := e.srv.BrowserTrust()
 		out := add("browse", "example.test", "https://example.test/account", "--screenshot", filepath.Join(e.dir, "shot.png"),
