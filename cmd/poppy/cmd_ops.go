@@ -167,18 +167,21 @@ func (f *flagApprover) Approve(ctx context.Context, req *operations.ApprovalRequ
 func (a *app) printOp(op *operations.Operation) {
 	o := a.out
 	o.printf("%s %s: %s\n", o.bold("Operation"), esc(op.ID), esc(string(op.State)))
-	o.kv("summary", esc(op.Summary), "revision", fmt.Sprint(op.Revision))
-	if len(op.Terms) > 0 {
-		o.printf("terms:\n%s", escLines(prettyBody(op.Terms), "  "))
-	}
+	// One list, so that every label is aligned with the others; the
+	// terms, on lines of their own, come last.
+	kv := []string{"summary", esc(op.Summary), "revision", fmt.Sprint(op.Revision)}
 	if !op.ExpiresAt.IsZero() && op.State == operations.StateProposed {
-		o.kv("expires", op.ExpiresAt.Local().Format("2006-01-02 15:04:05 MST"))
+		kv = append(kv, "expires", op.ExpiresAt.Local().Format("2006-01-02 15:04:05 MST"))
 	}
 	if op.URL != "" {
-		o.kv("page", esc(op.URL))
+		kv = append(kv, "page", esc(op.URL))
 	}
 	if op.Result != nil {
-		o.kv("result", esc(op.Result.Summary))
+		kv = append(kv, "result", esc(op.Result.Summary))
+	}
+	o.kv(kv...)
+	if len(op.Terms) > 0 {
+		o.printf("terms:\n%s", escLines(prettyBody(op.Terms), "  "))
 	}
 }
 
