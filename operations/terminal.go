@@ -111,13 +111,16 @@ func (t *Terminal) Approve(ctx context.Context, req *ApprovalRequest) (Decision,
 			t.printf("  Please answer \"yes\" or \"no\".\n")
 		}
 		t.printf("Type \"yes\" to approve or \"no\" to decline: ")
-		line, err := t.readLine()
+		line, err := termtext.ReadLine(t.in, maxAnswer)
+		if errors.Is(err, termtext.ErrLineTooLong) {
+			continue // neither yes nor no
+		}
 		if err != nil {
 			t.printf("\n")
 			if errors.Is(err, io.EOF) {
 				return Decline, ErrNoAnswer
 			}
-			return Decline, err
+			return Decline, fmt.Errorf("operations: reading the answer: %w", err)
 		}
 		if err := ctx.Err(); err != nil {
 			return Decline, err
@@ -199,37 +202,3 @@ func indentLines(s, indent string) string {
 }
 
 func (t *Terminal) printf(format string, args ...any) { _, _ = fmt.Fprintf(t.out, format, args...) }
-
-// readLine reads one line byte by byte, so that nothing after it is
-// consumed; what passes maxAnswer bytes is read and dropped. At the end of
-// the input it returns the last unterminated line, then io.EOF.
-func (t *Terminal) readLine() (string, error) {
-	var line []byte
-	var c [1]byte
-	n := 0
-	for {
-		k, err := t.in.Read(c[:])
-		if k == 1 {
-			if c[0] == '\n' {
-				break
-			}
-			if n++; n <= maxAnswer {
-				line = append(line, c[0])
-			}
-			continue
-		}
-		if errors.Is(err, io.EOF) {
-			if n == 0 {
-				return "", io.EOF
-			}
-			break
-		}
-		if err != nil {
-			return "", fmt.Errorf("operations: reading the answer: %w", err)
-		}
-	}
-	if n > maxAnswer {
-		return "", nil // too long: neither yes nor no
-	}
-	return strings.TrimSuffix(string(line), "\r"), nil
-}
