@@ -106,6 +106,15 @@ func runMCPServer(ctx context.Context, opts *mcpServerOptions) error {
 // askInstall is how to build a poppy that runs ask.
 const askInstall = "go install -tags openai github.com/poppyproto/poppy/cmd/poppy@latest (in a clone of the SDK: go install -tags openai ./cmd/poppy)"
 
+// askShortNote marks ask in "poppy --help" when this build does not run
+// it.
+func askShortNote() string {
+	if askBuilt {
+		return ""
+	}
+	return " (needs a build with -tags openai)"
+}
+
 // askBuildNote says whether this build runs ask, for ask --help.
 func askBuildNote() string {
 	if askBuilt {
@@ -127,7 +136,7 @@ func newCmdAsk(a *app, runF func(context.Context, *askOptions) error) *cobra.Com
 	opts := &askOptions{app: a}
 	cmd := &cobra.Command{
 		Use:   "ask DOMAIN TASK",
-		Short: "Let a model do a task at a Company with your Personal Agent's tools",
+		Short: "Let a model do a task at a Company with your Personal Agent's tools" + askShortNote(),
 		Long: `ask gives TASK to a model behind an OpenAI-compatible chat-completions
 endpoint (--base-url; local servers such as llama.cpp or Ollama work) with
 the Personal Agent's tools and those of DOMAIN, runs the tools it calls, and

@@ -83,6 +83,13 @@ func scriptParams(dir string) testscript.Params {
 	return testscript.Params{
 		Dir:                 dir,
 		RequireExplicitExec: true,
+		// [openai]: this build runs poppy ask (the build tag openai).
+		Condition: func(cond string) (bool, error) {
+			if cond == "openai" {
+				return askBuilt, nil
+			}
+			return false, fmt.Errorf("unknown condition %q", cond)
+		},
 		Setup: func(e *testscript.Env) error {
 			e.Setenv("XDG_CONFIG_HOME", filepath.Join(e.WorkDir, ".config"))
 			e.Setenv("HOME", e.WorkDir)
