@@ -67,9 +67,12 @@ if $smoke; then
   revs=("$after")
 fi
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
-declare -A rows
+declare -A rows shas
 for rev in "${revs[@]}"; do
-  sha=$(git rev-parse --short "$rev")
+  shas[$rev]=$(git rev-parse --short "$rev") # once: HEAD may move while this runs
+done
+for rev in "${revs[@]}"; do
+  sha=${shas[$rev]}
   src="$tmp/src-$sha"
   if $smoke; then
     src=$PWD
@@ -105,7 +108,7 @@ section=$(mktemp)
   echo "| Revision | \`poppy\`: cold build | peak memory | binary | tests: cold build | peak memory |"
   echo "| --- | --- | --- | --- | --- | --- |"
   for rev in "${revs[@]}"; do
-    sha=$(git rev-parse --short "$rev")
+    sha=${shas[$rev]}
     echo "| \`$sha\` ($rev) | ${rows[$sha]//|/ | } |"
   done
   echo
