@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	"golang.org/x/term"
@@ -171,31 +170,17 @@ func (t *Terminal) read(ctx context.Context, secret bool) (string, error) {
 	return t.readLine()
 }
 
-// readLine reads one line byte by byte, so nothing after it is consumed.
+// readLine reads one line (termtext.ReadLine), so nothing after it is
+// consumed.
 func (t *Terminal) readLine() (string, error) {
-	var line []byte
-	var c [1]byte
-	for {
-		n, err := t.in.Read(c[:])
-		if n == 1 {
-			if c[0] == '\n' {
-				break
-			}
-			if len(line) >= maxAnswerLine {
-				return "", errors.New("signin: the answer is too long")
-			}
-			line = append(line, c[0])
-			continue
-		}
-		if errors.Is(err, io.EOF) {
-			if len(line) == 0 {
-				return "", ErrNoAnswer
-			}
-			break
-		}
-		if err != nil {
-			return "", fmt.Errorf("signin: reading the answer: %w", err)
-		}
+	v, err := termtext.ReadLine(t.in, maxAnswerLine)
+	switch {
+	case errors.Is(err, io.EOF):
+		return "", ErrNoAnswer
+	case errors.Is(err, termtext.ErrLineTooLong):
+		return "", errors.New("signin: the answer is too long")
+	case err != nil:
+		return "", fmt.Errorf("signin: reading the answer: %w", err)
 	}
-	return strings.TrimSuffix(string(line), "\r"), nil
+	return v, nil
 }

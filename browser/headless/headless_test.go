@@ -37,9 +37,12 @@ func TestMain(m *testing.M) {
 }
 
 // needChromium skips the test when Chromium is missing, or fails it with
-// POPPY_TEST_REAL=1 (set by .ci/run).
+// POPPY_TEST_REAL=1 (set by .ci/run). The look-up is one go test's cache
+// sees (realtest.WatchPATH): a run that skipped is not served from the
+// cache once Chromium is installed.
 func needChromium(t *testing.T) {
 	t.Helper()
+	realtest.WatchPATH()
 	if _, err := headless.LookPath(); err != nil {
 		realtest.Missing(t, "headless Chromium", "no chromium on PATH (install the Debian package chromium, as .ci/run does)")
 	}

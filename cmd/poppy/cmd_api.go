@@ -351,10 +351,11 @@ func (a *app) printProposed(domain string, op *operations.Operation) {
 	o := a.out
 	o.printf("%s\n", o.bold("Proposed — not done until you approve:"))
 	o.printf("  %s\n", esc(op.Summary))
-	o.kv("  operation", esc(op.ID), "  revision", fmt.Sprint(op.Revision))
+	kv := []string{"  operation", esc(op.ID), "  revision", fmt.Sprint(op.Revision)}
 	if !op.ExpiresAt.IsZero() {
-		o.kv("  expires", op.ExpiresAt.Local().Format("2006-01-02 15:04:05 MST"))
+		kv = append(kv, "  expires", op.ExpiresAt.Local().Format("2006-01-02 15:04:05 MST"))
 	}
+	o.kv(kv...) // one list: the labels aligned
 	o.printf("\nTo review and approve it: %s\n", a.cmdline("ops", "confirm", shellQuote(domain), shellQuote(op.ID)))
 }
 

@@ -167,7 +167,9 @@ func (ch *chatSession) run(ctx context.Context, resume string) (err error) {
 		}
 		ch.conv = conv
 		ch.startEvents(ctx, fail)
-	} else {
+	} else if isTerminal(a.in) {
+		// A person at a terminal is told what to do; a piped stdin is
+		// read as it is, without a word.
 		fmt.Fprintln(a.out.prompt(), a.out.dim("Type your first message (/quit to leave)."))
 	}
 	for {

@@ -70,37 +70,40 @@ func runDiscover(ctx context.Context, opts *discoverOptions) error {
 	a.out.emit(d)
 	o := a.out
 	o.printf("%s %s\n", o.bold(esc(d.Name)), o.dim("("+esc(d.Domain)+", protocol "+esc(d.Protocol)+")"))
+	// One list, so that every label is aligned with the others.
+	var kv []string
 	if d.Issuer != "" {
-		o.kv("issuer", esc(d.Issuer))
+		kv = append(kv, "issuer", esc(d.Issuer))
 	}
 	if len(d.SignIn) == 0 {
-		o.printf("Sign-in: none offered\n")
+		kv = append(kv, "sign-in", "none offered")
 	}
 	for _, t := range d.SignIn {
-		o.kv("sign-in "+t.Type, escJoin(t.Scopes))
+		kv = append(kv, "sign-in "+t.Type, escJoin(t.Scopes))
 	}
 	for _, f := range d.Mediated {
 		secret := ""
 		if f.Secret {
 			secret = " (secret)"
 		}
-		o.kv("  asks for", esc(f.Label)+secret)
+		kv = append(kv, "  asks for", esc(f.Label)+secret)
 	}
 	for _, name := range sortedKeys(d.CustomScopes) {
-		o.kv("scope "+esc(name), esc(d.CustomScopes[name]))
+		kv = append(kv, "scope "+esc(name), esc(d.CustomScopes[name]))
 	}
 	for _, api := range d.APIs {
-		o.kv("api "+esc(api.Type), esc(api.URL)+"  "+esc(api.Description))
+		kv = append(kv, "api "+esc(api.Type), esc(api.URL)+"  "+esc(api.Description))
 	}
 	for _, p := range d.Protocols {
-		o.kv("protocol "+esc(p.Type), esc(p.Endpoint))
+		kv = append(kv, "protocol "+esc(p.Type), esc(p.Endpoint))
 	}
 	for _, name := range sortedKeys(d.Extensions) {
-		o.kv("extension "+esc(name), "version "+esc(d.Extensions[name].Version))
+		kv = append(kv, "extension "+esc(name), "version "+esc(d.Extensions[name].Version))
 	}
 	if d.BrowserSession != "" {
-		o.kv("browser sessions", esc(d.BrowserSession))
+		kv = append(kv, "browser sessions", esc(d.BrowserSession))
 	}
+	o.kv(kv...)
 	return nil
 }
 

@@ -127,10 +127,11 @@ func runInit(ctx context.Context, opts *initOptions) error {
 	a.out.emit(map[string]any{"client_id": id.ClientID(), "jwks_uri": id.JWKSURI(), "redirect_uri": cfg.redirectURI(),
 		"client_name": cfg.Name, "logo_uri": cfg.LogoURI, "signing_key": kids[0], "published_keys": kids, "rotated": opts.RotateKeys})
 	a.out.printf("%s\n", a.out.green("Agent identity ready."))
-	a.out.kv("client_id", id.ClientID(), "jwks_uri", id.JWKSURI(), "redirect_uri", cfg.redirectURI(), "signing key", kids[0])
+	kv := []string{"client_id", id.ClientID(), "jwks_uri", id.JWKSURI(), "redirect_uri", cfg.redirectURI(), "signing key", kids[0]}
 	if len(kids) > 1 {
-		a.out.kv("also published", kids[1])
+		kv = append(kv, "also published", kids[1])
 	}
+	a.out.kv(kv...)
 	a.out.printf("\nServe them at that URL: %s\n", a.cmdline("serve-identity"))
 	return nil
 }

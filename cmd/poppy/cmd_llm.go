@@ -10,28 +10,25 @@ package main
 // typed "yes", and never from a stdin that is not a terminal. The model
 // never approves anything: confirming is not one of its tools.
 //
-// The SDK's SSRF guard applies to the Agent's client for Company hosts;
-// the model client is a separate plain client, so that a model server on
-// loopback (llama.cpp, Ollama) can be reached.
+// ask's run is compiled only with the build tag "openai" (ask_openai.go):
+// the OpenAI client it is built on (llmtools/openai, openai-go) took 20
+// minutes and 2.3 GB to compile on a 2-core machine and most of the
+// binary's 67 MB, a cost a person who wants sign-in, api, chat and ops
+// should not pay. Without the tag the command is listed, checks its flags
+// and says how to build it (ask_stub.go). mcp-server stays in every build:
+// it needs only llmtools and the MCP SDK, which "poppy mcp" (package api)
+// compiles anyway.
 
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
-	"net/http"
 	"net/url"
-	"strings"
-	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"github.com/openai/openai-go/v3"
-	"github.com/openai/openai-go/v3/option"
 	"github.com/spf13/cobra"
 
 	"github.com/poppyproto/poppy/llmtools"
-	llmopenai "github.com/poppyproto/poppy/llmtools/openai"
-	"github.com/poppyproto/poppy/operations"
 )
 
 type nopWriteCloser struct{ io.Writer }
@@ -106,8 +103,25 @@ func runMCPServer(ctx context.Context, opts *mcpServerOptions) error {
 	return err
 }
 
-// askTimeout bounds each model call.
-const askTimeout = 5 * time.Minute
+// askInstall is how to build a poppy that runs ask.
+const askInstall = "go install -tags openai github.com/poppyproto/poppy/cmd/poppy@latest (in a clone of the SDK: go install -tags openai ./cmd/poppy)"
+
+// askShortNote marks ask in "poppy --help" when this build does not run
+// it.
+func askShortNote() string {
+	if askBuilt {
+		return ""
+	}
+	return " (needs a build with -tags openai)"
+}
+
+// askBuildNote says whether this build runs ask, for ask --help.
+func askBuildNote() string {
+	if askBuilt {
+		return "\nThis poppy was built with it."
+	}
+	return "\nThis poppy was built without it: poppy ask only says so."
+}
 
 type askOptions struct {
 	app      *app
@@ -122,7 +136,7 @@ func newCmdAsk(a *app, runF func(context.Context, *askOptions) error) *cobra.Com
 	opts := &askOptions{app: a}
 	cmd := &cobra.Command{
 		Use:   "ask DOMAIN TASK",
-		Short: "Let a model do a task at a Company with your Personal Agent's tools",
+		Short: "Let a model do a task at a Company with your Personal Agent's tools" + askShortNote(),
 		Long: `ask gives TASK to a model behind an OpenAI-compatible chat-completions
 endpoint (--base-url; local servers such as llama.cpp or Ollama work) with
 the Personal Agent's tools and those of DOMAIN, runs the tools it calls, and
@@ -134,7 +148,11 @@ An operation the Company proposes is done only if you approve it here, as
 only a typed "no" declines; no answer leaves it proposed. Without a
 terminal on stdin nothing is asked and nothing approved: the operation
 stays proposed, for "poppy ops confirm DOMAIN ID" later. The model can
-never approve. --max-steps bounds the model calls.`,
+never approve. --max-steps bounds the model calls.
+
+ask is compiled in only when poppy is built with the tag openai, since its
+OpenAI client is large:
+  ` + askInstall + askBuildNote(),
 		Example: `  OPENAI_API_KEY=... poppy ask example.com "exchange my jacket for a warmer one" --model gpt-4.1
   poppy ask example.com "what did I order last month?" --base-url http://127.0.0.1:8080/v1/ --model local
   poppy --json ask example.com "list my orders" --model gpt-4.1-mini --max-steps 4`,
@@ -164,80 +182,4 @@ never approve. --max-steps bounds the model calls.`,
 	f.StringVar(&opts.Model, "model", "", "the model name (required)")
 	f.IntVar(&opts.MaxSteps, "max-steps", 16, "the most model calls")
 	return cmd
-}
-
-func runAsk(ctx context.Context, opts *askOptions) error {
-	a := opts.app
-	agent, err := a.loadAgent(ctx)
-	if err != nil {
-		return err
-	}
-	k, err := llmtools.New(agent, a.profile, &llmtools.Options{
-		Approver: operations.ApproverFunc(a.approveOnTerminal), ApproveElsewhere: a.approveElsewhere, Logger: a.log})
-	if err != nil {
-		return err
-	}
-	defer k.Close()
-	if _, err := k.AddCompany(ctx, opts.Domain); err != nil {
-		return err
-	}
-	ropts := []option.RequestOption{
-		option.WithBaseURL(opts.BaseURL),
-		option.WithHTTPClient(&http.Client{Timeout: askTimeout}),
-		option.WithMaxRetries(1),
-	}
-	if key := a.env.getenv("OPENAI_API_KEY"); key != "" {
-		ropts = append(ropts, option.WithAPIKey(key))
-	} else {
-		ropts = append(ropts, option.WithAPIKey("none"))
-	}
-	client := openai.NewClient(ropts...)
-	answer, err := llmopenai.Ask(ctx, k, client, opts.Task, &llmopenai.AskOptions{
-		Model: opts.Model, MaxSteps: opts.MaxSteps, OnStep: a.printStep})
-	if err != nil {
-		return err
-	}
-	if a.out.json {
-		a.out.emit(map[string]string{"answer": answer})
-	} else {
-		a.out.printf("%s\n", esc(answer))
-	}
-	return nil
-}
-
-// approveOnTerminal is approve (cmd_ops.go), the one rule for every
-// approval: the model drives ask, and a stdin that is not a terminal is
-// never read for an answer, with or without --json; the operation then
-// stays proposed, and the model is told where the User approves it.
-func (a *app) approveOnTerminal(ctx context.Context, req *operations.ApprovalRequest) (operations.Decision, error) {
-	if !isTerminal(a.in) {
-		fmt.Fprintln(a.out.prompt(), "poppy: the Company proposes an operation; approval needs your answer on a terminal, so it stays proposed: "+
-			a.approveElsewhere(req.Domain, req.OperationID))
-	}
-	return a.approve(ctx, req)
-}
-
-// printStep shows one step of ask as it happens.
-func (a *app) printStep(s llmopenai.Step) {
-	if a.out.json {
-		a.out.emit(s)
-		return
-	}
-	switch s.Kind {
-	case "model":
-		if s.Text != "" {
-			a.out.printf("%s %s\n", a.out.dim(fmt.Sprintf("[%d] model:", s.N)), esc(oneLine(s.Text, 2000)))
-		}
-	case "tool":
-		a.out.printf("%s %s(%s)\n  → %s\n", a.out.dim(fmt.Sprintf("[%d] tool", s.N)), esc(s.Tool),
-			esc(oneLine(string(s.Args), 500)), esc(oneLine(string(s.Result), 500)))
-	}
-}
-
-func oneLine(s string, max int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if len(s) > max {
-		s = strings.ToValidUTF8(s[:max], "") + "…"
-	}
-	return s
 }

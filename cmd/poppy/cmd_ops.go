@@ -18,12 +18,10 @@ package main
 // script can't approve, nor decline, by what it pipes in.
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"strings"
 	"time"
 
@@ -128,85 +126,19 @@ func opJSON(op *operations.Operation) json.RawMessage {
 }
 
 // errNoAnswer: the User neither approved nor declined; the operation is
-// left as it is. errNoTerminal is the case of a stdin that is not a
-// terminal, where no answer is read.
-var (
-	errNoAnswer   = errors.New("poppy: no answer: the operation was neither approved nor declined")
-	errNoTerminal = fmt.Errorf("%w (approval needs your answer on a terminal, and stdin is not one)", errNoAnswer)
-)
+// left as it is (exit code 5). operations.ErrNoTerminal, the case of a
+// stdin that is not a terminal, where no answer is read, matches it.
+var errNoAnswer = operations.ErrNoAnswer
 
-// maxAsks is how often an answer that is neither "yes" nor "no" is asked
-// again before the question counts as unanswered.
-const maxAsks = 3
-
-// approve asks the User on the terminal (OPS 5.1): "yes" approves, "no"
-// declines, anything else is asked again; the end of input, or maxAsks
-// answers that are neither, is no answer (errNoAnswer), and so is a stdin
-// that is not a terminal, which is never read.
+// approve asks the User on the terminal (OPS 5.1) with the SDK's terminal
+// approver (operations.TerminalApprover), the one rule for every approval
+// the command asks: "yes" approves, "no" declines, anything else is asked
+// again; the end of input, or three answers that are neither, is no answer
+// (errNoAnswer), and so is a stdin that is not a terminal, which is never
+// read. The Company's text is shown through internal/companytext and
+// internal/termtext there.
 func (a *app) approve(ctx context.Context, req *operations.ApprovalRequest) (operations.Decision, error) {
-	if !isTerminal(a.in) {
-		return operations.Decline, errNoTerminal
-	}
-	w := a.out.prompt()
-	printApprovalRequest(w, a.out, req)
-	for i := range maxAsks {
-		if i > 0 {
-			fmt.Fprintln(w, `  Please answer "yes" or "no".`)
-		}
-		fmt.Fprint(w, `Type "yes" to approve or "no" to decline: `)
-		line, err := a.in.ReadLine(ctx)
-		if errors.Is(err, io.EOF) {
-			fmt.Fprintln(w)
-			return operations.Decline, errNoAnswer
-		}
-		if err != nil {
-			fmt.Fprintln(w)
-			return operations.Decline, err
-		}
-		switch strings.ToLower(strings.TrimSpace(line)) {
-		case "yes":
-			return operations.Approve, nil
-		case "no":
-			return operations.Decline, nil
-		}
-	}
-	return operations.Decline, errNoAnswer
-}
-
-// printApprovalRequest shows the User what an approval covers: the
-// Company, the summary and terms as it wrote them (escaped), the
-// operation, its revision and expiry, and why they are asked again.
-func printApprovalRequest(w io.Writer, o *output, req *operations.ApprovalRequest) {
-	fmt.Fprintf(w, "\n%s %s asks you to approve:\n", o.bold(esc(req.Company)), "("+esc(req.Domain)+")")
-	fmt.Fprintf(w, "  %s\n", esc(req.Summary))
-	if len(req.Terms) > 0 {
-		// Indented as they are, not decoded: every member shows, in the
-		// Company's order, duplicates included (operations' one reading).
-		var terms bytes.Buffer
-		if json.Indent(&terms, req.Terms, "", "  ") != nil {
-			terms.Reset()
-			terms.Write(req.Terms)
-		}
-		fmt.Fprintf(w, "  terms:\n%s", escLines(terms.String(), "    "))
-	}
-	if req.Ambiguity != nil {
-		why := req.Ambiguity.Error()
-		if ae := (*operations.AmbiguousTermsError)(nil); errors.As(req.Ambiguity, &ae) {
-			why = ae.Reason
-		}
-		fmt.Fprintf(w, "  Warning: these terms can be read more than one way (%s): the summary may not say what they say.\n", esc(why))
-	}
-	fmt.Fprintf(w, "  operation %s, revision %d", esc(req.OperationID), req.Revision)
-	if !req.ExpiresAt.IsZero() {
-		fmt.Fprintf(w, ", until %s", req.ExpiresAt.Local().Format("15:04:05 MST"))
-	}
-	fmt.Fprintln(w)
-	switch req.Reason {
-	case "terms_changed":
-		fmt.Fprintln(w, "  The terms changed since you approved them.")
-	case "user_approval_required":
-		fmt.Fprintln(w, "  The Company wants your own approval, not a standing permission.")
-	}
+	return operations.TerminalApprover(a.out.prompt(), a.in).Approve(ctx, req)
 }
 
 // flagApprover is the Approver of "ops confirm --approve": the User's
@@ -224,7 +156,9 @@ func (f *flagApprover) Approve(ctx context.Context, req *operations.ApprovalRequ
 		return f.a.approve(ctx, req)
 	}
 	w := f.a.out.prompt()
-	printApprovalRequest(w, f.a.out, req)
+	if err := operations.TerminalApprover(w, nil).Show(req); err != nil {
+		return operations.Decline, err
+	}
 	fmt.Fprintf(w, "Approved with --approve (revision %d).\n", req.Revision)
 	return operations.Approve, nil
 }
@@ -233,18 +167,21 @@ func (f *flagApprover) Approve(ctx context.Context, req *operations.ApprovalRequ
 func (a *app) printOp(op *operations.Operation) {
 	o := a.out
 	o.printf("%s %s: %s\n", o.bold("Operation"), esc(op.ID), esc(string(op.State)))
-	o.kv("summary", esc(op.Summary), "revision", fmt.Sprint(op.Revision))
-	if len(op.Terms) > 0 {
-		o.printf("terms:\n%s", escLines(prettyBody(op.Terms), "  "))
-	}
+	// One list, so that every label is aligned with the others; the
+	// terms, on lines of their own, come last.
+	kv := []string{"summary", esc(op.Summary), "revision", fmt.Sprint(op.Revision)}
 	if !op.ExpiresAt.IsZero() && op.State == operations.StateProposed {
-		o.kv("expires", op.ExpiresAt.Local().Format("2006-01-02 15:04:05 MST"))
+		kv = append(kv, "expires", op.ExpiresAt.Local().Format("2006-01-02 15:04:05 MST"))
 	}
 	if op.URL != "" {
-		o.kv("page", esc(op.URL))
+		kv = append(kv, "page", esc(op.URL))
 	}
 	if op.Result != nil {
-		o.kv("result", esc(op.Result.Summary))
+		kv = append(kv, "result", esc(op.Result.Summary))
+	}
+	o.kv(kv...)
+	if len(op.Terms) > 0 {
+		o.printf("terms:\n%s", escLines(prettyBody(op.Terms), "  "))
 	}
 }
 

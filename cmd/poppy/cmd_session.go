@@ -108,11 +108,12 @@ func runSession(ctx context.Context, opts *sessionOptions) error {
 		state = o.green("signed in")
 	}
 	o.printf("%s at %s: %s\n", o.bold("Session"), esc(c.Name()), state)
-	o.kv("session_id", esc(j.SessionID), "user_id", j.UserID, "profile", esc(j.Profile), "name", esc(j.Name),
-		"scopes", orNone(escJoin(j.Scopes)), "token", esc(j.TokenType)+", expires "+j.Expires.Local().Format(time.RFC3339))
+	kv := []string{"session_id", esc(j.SessionID), "user_id", j.UserID, "profile", esc(j.Profile), "name", esc(j.Name),
+		"scopes", orNone(escJoin(j.Scopes)), "token", esc(j.TokenType) + ", expires " + j.Expires.Local().Format(time.RFC3339)}
 	if j.Resource != "" {
-		o.kv("resource", esc(j.Resource))
+		kv = append(kv, "resource", esc(j.Resource))
 	}
+	o.kv(kv...)
 	if !j.SignedIn {
 		o.printf("\nTo act on your account: %s\n", a.cmdline("signin", shellQuote(opts.Domain)))
 	}

@@ -130,16 +130,18 @@ func runSignIn(ctx context.Context, opts *signInOptions) error {
 			}
 		}
 	}
+	if method != "" && !slices.Contains(eligible, method) && len(eligible) > 0 {
+		// Another method would do: exit 3 with the exact command to run,
+		// as for any refusal that needs a sign-in (signInHint).
+		msg := fmt.Sprintf("poppy: %s does not offer %s sign-in for %s; it offers: %s", c.Name(), method, strings.Join(scopes, " "), strings.Join(eligible, ", "))
+		return a.signInHint(errors.New(msg), c, domain, scopes)
+	}
 	if method == "" || !slices.Contains(eligible, method) {
 		msg := fmt.Sprintf("poppy: %s offers no sign-in for %s", c.Name(), strings.Join(scopes, " "))
 		if method != "" {
 			msg = fmt.Sprintf("poppy: %s does not offer %s sign-in for %s", c.Name(), method, strings.Join(scopes, " "))
 		}
-		hint := "run: " + a.cmdline("discover", shellQuote(domain)) + " to see what it offers"
-		if len(eligible) > 0 {
-			hint = "it offers: " + strings.Join(eligible, ", ")
-		}
-		return &hintError{err: errors.New(msg), hint: hint, code: exitError}
+		return &hintError{err: errors.New(msg), hint: "run: " + a.cmdline("discover", shellQuote(domain)) + " to see what it offers", code: exitError}
 	}
 	p := &cliPrompter{a: a, Terminal: signin.TerminalPrompter(a.out.prompt(), a.in), noOpen: opts.NoOpen}
 	defer p.stopCountdown()

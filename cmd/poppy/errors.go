@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
 
@@ -134,6 +135,9 @@ func (a *app) exit(ctx context.Context, cmd *cobra.Command, err error) int {
 		hint = "the Company refused the agent's identity: check that poppy serve-identity is reachable at the client_id URL (poppy identity shows it)"
 	case errors.Is(err, poppy.ErrInsecureURL):
 		hint = "the protocol requires HTTPS; --unsafe-allow-loopback-http allows http:// to this machine for development"
+	case unresolvedTestName(err) != "":
+		hint = unresolvedTestName(err) + " is a name for tests, which no DNS resolves: if it is poppy fake's Company, " +
+			"load the environment poppy fake printed in this shell first (poppy fake --env-file fake.env, then: set -a; . ./fake.env; set +a)"
 	}
 	msg := err.Error()
 	if a.out.json {
@@ -145,6 +149,25 @@ func (a *app) exit(ctx context.Context, cmd *cobra.Command, err error) int {
 		}
 	}
 	return code
+}
+
+// unresolvedTestName returns the host of err when it is a DNS "no such
+// host" for a name reserved for tests (RFC 2606: .test, .example,
+// .invalid), which resolves nowhere: most likely a Company of poppy fake
+// (example.test) reached without the environment it prints, whose
+// HTTPS_PROXY would have reached it. "" otherwise.
+func unresolvedTestName(err error) string {
+	var de *net.DNSError
+	if !errors.As(err, &de) || !de.IsNotFound {
+		return ""
+	}
+	host := strings.ToLower(strings.TrimSuffix(de.Name, "."))
+	for _, tld := range []string{"test", "example", "invalid"} {
+		if host == tld || strings.HasSuffix(host, "."+tld) {
+			return host
+		}
+	}
+	return ""
 }
 
 // helpCommand is the "poppy … --help" of cmd, the command a usage error

@@ -164,7 +164,7 @@ func snapshot(srv *poppytest.Server, domain string) *pageView {
 	return v
 }
 
-var pageTemplate = template.Must(template.New("page").Parse(`<!doctype html>
+var pageTemplate = template.Must(template.New("page").Funcs(template.FuncMap{"noun": noun}).Parse(`<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <title>poppy fake: {{.Domain}}</title>
 <meta name="viewport" content="width=device-width, initial-scale=1">
@@ -195,7 +195,7 @@ th { background: #f0f0f0; font-weight: 600; } code, .mono { font-family: ui-mono
 </script>
 </body></html>
 {{define "live"}}
-<p class="summary"><span><b>{{.Counts.Requests}}</b> requests</span><span class="{{if .Counts.Violations}}bad{{else}}ok{{end}}" id="violation-count"><b>{{.Counts.Violations}}</b> violations</span><span><b>{{len .Sessions}}</b> Sessions</span><span><b>{{.Counts.SignIns}}</b> sign-ins</span><span><b>{{len .Conversations}}</b> conversations</span><span><b>{{len .Operations}}</b> operations</span></p>
+<p class="summary"><span><b>{{.Counts.Requests}}</b> {{noun .Counts.Requests "request"}}</span><span class="{{if .Counts.Violations}}bad{{else}}ok{{end}}" id="violation-count"><b>{{.Counts.Violations}}</b> {{noun .Counts.Violations "violation"}}</span><span><b>{{len .Sessions}}</b> {{noun (len .Sessions) "Session"}}</span><span><b>{{.Counts.SignIns}}</b> {{noun .Counts.SignIns "sign-in"}}</span><span><b>{{len .Conversations}}</b> {{noun (len .Conversations) "conversation"}}</span><span><b>{{len .Operations}}</b> {{noun (len .Operations) "operation"}}</span></p>
 <h2>Violations: what the agent did wrong</h2>
 {{if .Violations}}<table id="violations"><tr><th>Rule</th><th>The rule</th><th>What happened</th><th>Agent</th><th>Request</th></tr>
 {{range .Violations}}<tr class="violation" data-rule="{{.Rule}}"><td class="rule">{{.Rule}}</td><td>{{.Text}}</td><td>{{.Detail}}</td><td class="mono">{{.Agent}}</td><td class="mono">{{if .Method}}#{{.Request}} {{.Method}} {{.URL}}{{end}}</td></tr>

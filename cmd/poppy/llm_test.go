@@ -158,6 +158,15 @@ func TestMCPServerWithoutElicitation(t *testing.T) {
 	}
 }
 
+// skipWithoutAsk skips a test of poppy ask's run in a build without it
+// (the build tag openai, cmd_llm.go); .ci/run runs them with the tag.
+func skipWithoutAsk(t *testing.T) {
+	t.Helper()
+	if !askBuilt {
+		t.Skip("poppy ask runs only in a build with the tag openai: go test -tags openai")
+	}
+}
+
 // fakeModel is a scripted chat-completions server: answer n is script[n]
 // given the request, a list of tool calls or (nil) the final text "done".
 type fakeModel struct {
@@ -222,6 +231,7 @@ func exchangeScript() []func(string) []modelCall {
 // after the User types "yes" on the terminal, and declined otherwise
 // (PA-OPS5-03); the API key is sent to the model server and never shown.
 func TestPTYAsk(t *testing.T) {
+	skipWithoutAsk(t)
 	for _, tc := range []struct {
 		typed     string
 		performed int
@@ -284,6 +294,7 @@ func TestPTYAsk(t *testing.T) {
 // Without a terminal on stdin, ask approves nothing, even when the piped
 // stdin says "yes"; --max-steps bounds the model calls.
 func TestAskNoTerminal(t *testing.T) {
+	skipWithoutAsk(t)
 	e := newCLIEnv(t, &poppytest.Options{})
 	e.init()
 	e.deviceSignIn(t)

@@ -19,6 +19,9 @@ package main
 //	waitfor FILE REGEXP [VAR]   wait until FILE matches; set VAR to the first group
 //	helpall                     every command's --help has examples of it, and a
 //	                            usage error names that command's --help
+//	loadenv FILE                set the NAME=value lines of FILE (poppy fake --env-file),
+//	                            as "set -a; . FILE; set +a" does in a shell
+//	httpget URL                 GET a loopback URL (poppy fake's page); the body is stdout
 
 import (
 	"bufio"
@@ -80,6 +83,13 @@ func scriptParams(dir string) testscript.Params {
 	return testscript.Params{
 		Dir:                 dir,
 		RequireExplicitExec: true,
+		// [openai]: this build runs poppy ask (the build tag openai).
+		Condition: func(cond string) (bool, error) {
+			if cond == "openai" {
+				return askBuilt, nil
+			}
+			return false, fmt.Errorf("unknown condition %q", cond)
+		},
 		Setup: func(e *testscript.Env) error {
 			e.Setenv("XDG_CONFIG_HOME", filepath.Join(e.WorkDir, ".config"))
 			e.Setenv("HOME", e.WorkDir)
@@ -95,6 +105,8 @@ func scriptParams(dir string) testscript.Params {
 			"await":   cmdAwait,
 			"waitfor": cmdWaitFor,
 			"helpall": cmdHelpAll,
+			"loadenv": cmdLoadEnv,
+			"httpget": cmdHTTPGet,
 		},
 	}
 }
@@ -353,4 +365,34 @@ func cmdHelpAll(ts *testscript.TestScript, neg bool, args []string) {
 		}
 		ts.Logf("%s: examples and usage error ok", name)
 	}
+}
+
+func cmdLoadEnv(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: loadenv FILE")
+	}
+	for _, line := range strings.Split(ts.ReadFile(args[0]), "\n") {
+		if k, v, ok := strings.Cut(line, "="); ok {
+			ts.Setenv(k, shellUnquote(v))
+		}
+	}
+}
+
+func cmdHTTPGet(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: httpget URL")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, args[0], nil)
+	ts.Check(err)
+	resp, err := http.DefaultTransport.RoundTrip(req) // no proxy: the URL is on loopback
+	ts.Check(err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	ts.Check(err)
+	if resp.StatusCode != http.StatusOK {
+		ts.Fatalf("httpget %s: %s", args[0], resp.Status)
+	}
+	_, _ = ts.Stdout().Write(b)
 }

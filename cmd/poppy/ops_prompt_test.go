@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"io"
 	"strings"
 	"testing"
 
@@ -18,8 +17,12 @@ func TestApprovePromptMarksAmbiguousTerms(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	printApprovalRequest(&out, &output{stdout: &out, stderr: io.Discard}, &operations.ApprovalRequest{Company: "Example", Domain: "example.test",
-		OperationID: op.ID, Revision: 1, Summary: op.Summary, Terms: op.Terms, Ambiguity: op.Ambiguity()})
+	// The prompt is the SDK's terminal approver's (the one ops confirm and
+	// ask use); Show is what it shows before asking.
+	if err := operations.TerminalApprover(&out, nil).Show(&operations.ApprovalRequest{Company: "Example", Domain: "example.test",
+		OperationID: op.ID, Revision: 1, Summary: op.Summary, Terms: op.Terms, Ambiguity: op.Ambiguity()}); err != nil {
+		t.Fatal(err)
+	}
 	s := out.String()
 	for _, want := range []string{`"9999.00"`, `"total.amount": "1.00"`, "Warning:", "more than one way"} {
 		if !strings.Contains(s, want) {

@@ -93,6 +93,15 @@ func (o *output) bold(s string) string  { return o.style("1", s) }
 func (o *output) green(s string) string { return o.style("32", s) }
 func (o *output) dim(s string) string   { return o.style("2", s) }
 
+// noun is word as it goes after the count n: "1 sign-in", "2 sign-ins",
+// "0 sign-ins".
+func noun(n int, word string) string {
+	if n == 1 {
+		return word
+	}
+	return word + "s"
+}
+
 // kv prints aligned "key: value" lines.
 func (o *output) kv(pairs ...string) {
 	w := 0

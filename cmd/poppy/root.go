@@ -10,9 +10,11 @@ import (
 	"io"
 	"log/slog"
 	"os/user"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/keystore"
@@ -131,6 +133,9 @@ Exit codes: 0 ok, 1 error, 2 usage error, 3 sign-in needed, 4 declined by the Us
 			c.Args, c.RunE = unknownSubcommand, showHelp
 		}
 		c.Args = wrapArgs(c.Args)
+		c.InitDefaultHelpFlag()
+		plainBoolFlags(c.Flags())
+		plainBoolFlags(c.PersistentFlags())
 	})
 	root.SetIn(a.in)
 	root.SetOut(a.stdout)
@@ -177,14 +182,16 @@ func eachCommand(c *cobra.Command, fn func(*cobra.Command)) {
 // (ops, mcp, permissions): an argument is a subcommand it doesn't have.
 func unknownSubcommand(cmd *cobra.Command, args []string) error {
 	if len(args) > 0 {
-		return fmt.Errorf("unknown command %q for %q", args[0], cmd.CommandPath())
+		return usageError{err: fmt.Errorf("unknown command %q for %q", args[0], cmd.CommandPath())}
 	}
 	return nil
 }
 
 func showHelp(cmd *cobra.Command, _ []string) error { return cmd.Help() }
 
-// wrapArgs makes argument-count errors usage errors (exit code 2).
+// wrapArgs makes argument-count errors usage errors (exit code 2) that
+// say in words what is wrong (argsError), not cobra's "accepts 2 arg(s),
+// received 1".
 func wrapArgs(v cobra.PositionalArgs) cobra.PositionalArgs {
 	if v == nil {
 		return nil
@@ -195,11 +202,109 @@ func wrapArgs(v cobra.PositionalArgs) cobra.PositionalArgs {
 			if errors.As(err, &ue) {
 				return err
 			}
-			return usageError{err: err}
+			return usageError{err: argsError(cmd, args, err)}
 		}
 		return nil
 	}
 }
+
+// argsError says what is wrong with the arguments of cmd, reading the
+// arguments it takes from its Use line ("confirm DOMAIN ID", "call DOMAIN
+// TOOL [JSON]", "mcp-server [DOMAIN...]"): which are missing, or which
+// were not expected. err, cobra's own, is the answer when the Use line
+// says nothing (a command that groups others).
+func argsError(cmd *cobra.Command, args []string, err error) error {
+	required, optional, variadic := useArgs(cmd.Use)
+	usage := "usage: " + cmd.CommandPath()
+	if u := strings.TrimPrefix(cmd.Use, cmd.Name()); strings.TrimSpace(u) != "" {
+		usage += u
+	}
+	switch {
+	case len(args) < len(required):
+		missing := required[len(args):]
+		verb := "is"
+		if len(missing) > 1 {
+			verb = "are"
+		}
+		return fmt.Errorf("%s: %s %s missing (%s)", cmd.CommandPath(), joinAnd(missing), verb, usage)
+	case !variadic && len(args) > len(required)+len(optional):
+		extra := args[len(required)+len(optional):]
+		if len(required)+len(optional) == 0 {
+			return fmt.Errorf("%s takes no arguments, and was given %s (%s)", cmd.CommandPath(), quoteArgs(extra), usage)
+		}
+		noun := "argument"
+		if len(extra) > 1 {
+			noun = "arguments"
+		}
+		return fmt.Errorf("%s: unexpected %s %s (%s)", cmd.CommandPath(), noun, quoteArgs(extra), usage)
+	}
+	return err
+}
+
+// useArgs reads the positional arguments of a Use line: required ones
+// (DOMAIN), optional ones ([JSON]), and whether the last repeats
+// (DOMAIN..., [DOMAIN...]). Flags written in it (--action ACTION,
+// [--eq PATH=JSON]...) are skipped.
+func useArgs(use string) (required, optional []string, variadic bool) {
+	words := strings.Fields(use)
+	for i := 1; i < len(words); i++ {
+		w := words[i]
+		switch {
+		case strings.HasPrefix(w, "[-"):
+			for i < len(words) && !strings.Contains(words[i], "]") {
+				i++
+			}
+		case strings.HasPrefix(w, "-"):
+			if i+1 < len(words) && !strings.HasPrefix(words[i+1], "[") && !strings.HasPrefix(words[i+1], "-") {
+				i++ // the flag's value
+			}
+		case strings.HasPrefix(w, "["):
+			name := strings.Trim(w, "[].")
+			variadic = variadic || strings.HasSuffix(w, "...") || strings.HasSuffix(w, "...]")
+			if name != "" && name != "flags" {
+				optional = append(optional, name)
+			}
+		default:
+			variadic = variadic || strings.HasSuffix(w, "...")
+			required = append(required, strings.TrimSuffix(w, "..."))
+		}
+	}
+	return required, optional, variadic
+}
+
+// joinAnd joins names as a sentence does: "A", "A and B", "A, B and C".
+func joinAnd(names []string) string {
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
+}
+
+// quoteArgs quotes arguments the User typed, for an error message.
+func quoteArgs(args []string) string {
+	q := make([]string, len(args))
+	for i, a := range args {
+		q[i] = strconv.Quote(a)
+	}
+	return strings.Join(q, " ")
+}
+
+// plainBoolFlags makes the boolean flags of fs show in help as gh's and
+// kubectl's do, "--json", not "--json[=true|false]" (pflag's way for a
+// value with IsBoolFlag): the value is wrapped in one without that
+// method. The flag still takes no argument (NoOptDefVal "true") and still
+// accepts --json=false.
+func plainBoolFlags(fs *pflag.FlagSet) {
+	fs.VisitAll(func(f *pflag.Flag) {
+		if _, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && f.Value.Type() == "bool" {
+			f.Value = plainBool{f.Value}
+			f.NoOptDefVal = "true"
+		}
+	})
+}
+
+// plainBool is a boolean flag's value without IsBoolFlag (plainBoolFlags).
+type plainBool struct{ pflag.Value }
 
 // setup applies the global flags before any command runs.
 func (a *app) setup(cmd *cobra.Command) error {

@@ -18,6 +18,7 @@ import (
 	_ "modernc.org/sqlite"
 
 	"github.com/poppyproto/poppy/browser/headless"
+	"github.com/poppyproto/poppy/internal/realtest"
 	"github.com/poppyproto/poppy/keystore/keyring"
 	"github.com/poppyproto/poppy/poppytest"
 )
@@ -96,6 +97,7 @@ func TestNoSecretsInOutput(t *testing.T) {
 	add("ops", "confirm", "example.test", ids[0]) // approved by the standing permission
 	add("permissions", "list", "example.test")
 	add("permissions", "revoke", "example.test", perm[1])
+	realtest.WatchPATH() // a run without Chromium is not served from the cache once it is installed
 	if _, err := headless.LookPath(); err == nil {
 		trust := e.srv.BrowserTrust()
 		out := add("browse", "example.test", "https://example.test/account", "--screenshot", filepath.Join(e.dir, "shot.png"),
@@ -168,19 +170,23 @@ func TestNoSecretsInOutput(t *testing.T) {
 	mcancel()
 	outputs = append(outputs, mcpErr.String())
 	collect()
-	model := newFakeModel(t, append([]func(string) []modelCall{
-		func(string) []modelCall { return []modelCall{{"poppy_sign_in", `{"domain":"example.test"}`}} },
-		func(string) []modelCall {
-			return []modelCall{{"example_test__mcp_search_products", `{"query":"fleece"}`}}
-		},
-	}, exchangeScript()...)...)
-	add("ask", "example.test", "exchange my jacket", "--base-url", model.URL+"/v1/", "--model", "scripted")
-	model.mu.Lock()
-	if len(model.bodies) < 4 {
-		t.Fatalf("ask: only %d model calls", len(model.bodies))
+	if askBuilt { // poppy ask runs only in a build with the tag openai (cmd_llm.go)
+		model := newFakeModel(t, append([]func(string) []modelCall{
+			func(string) []modelCall { return []modelCall{{"poppy_sign_in", `{"domain":"example.test"}`}} },
+			func(string) []modelCall {
+				return []modelCall{{"example_test__mcp_search_products", `{"query":"fleece"}`}}
+			},
+		}, exchangeScript()...)...)
+		add("ask", "example.test", "exchange my jacket", "--base-url", model.URL+"/v1/", "--model", "scripted")
+		model.mu.Lock()
+		if len(model.bodies) < 4 {
+			t.Fatalf("ask: only %d model calls", len(model.bodies))
+		}
+		outputs = append(outputs, model.bodies...)
+		model.mu.Unlock()
+	} else {
+		t.Log("poppy ask is not in this build (tag openai): left out")
 	}
-	outputs = append(outputs, model.bodies...)
-	model.mu.Unlock()
 
 	add("session", "example.test", "--scope", "poppy:read")
 	add("session", "example.test", "--scope", "poppy:write", "--scope", "addresses") // refused: a hint

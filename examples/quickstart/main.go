@@ -142,9 +142,10 @@ func run(ctx context.Context, out io.Writer) error {
 		return err
 	}
 
-	if err := browse(ctx, step, company, c, sess); err != nil {
-		return err
-	}
+	// A browser joined to the Session (spec 5) is examples/browser, a
+	// program of its own: the DevTools Protocol client it needs is large,
+	// and of no use without Chromium.
+	step("browser: go run ./examples/browser joins a headless Chromium to a Session (it needs the Debian package chromium)")
 
 	if err := converse(ctx, step, sess); err != nil {
 		return err

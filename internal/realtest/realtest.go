@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -111,4 +112,39 @@ func outputs() []io.Writer {
 		ws = append(ws, tty)
 	}
 	return ws
+}
+
+// pathMu serializes WatchPATH's changes of directory.
+var pathMu sync.Mutex
+
+// WatchPATH makes go test's cache see the directories of PATH, for a test
+// that looks for a program there (Chromium) and skips without it. go test
+// serves a passing run again from its cache while the environment
+// variables the test read and the files within its module it opened or
+// stat'ed are unchanged; it does not look again at files outside the
+// module, so exec.LookPath's stat of the program's file is not seen, and a
+// run that skipped would be served after Chromium is installed. A
+// directory the test changed into is seen (its modification time, which
+// installing a program there changes), wherever it is: WatchPATH changes
+// into each directory of PATH and back. (That is how cmd/go's test cache
+// reads the test log as of Go 1.26: a "chdir" entry is hashed with the
+// directory's stat wherever it is, "stat" and "open" entries only inside
+// the module; checked by installing Chromium into a PATH directory between
+// two runs.) Call it before the look-up, from a test that is not parallel:
+// the working directory is the process's.
+func WatchPATH() {
+	pathMu.Lock()
+	defer pathMu.Unlock()
+	wd, err := os.Getwd()
+	if err != nil {
+		return
+	}
+	for _, dir := range filepath.SplitList(os.Getenv("PATH")) {
+		if filepath.IsAbs(dir) {
+			_ = os.Chdir(dir)
+		}
+	}
+	if err := os.Chdir(wd); err != nil {
+		panic("realtest: can't return to the working directory: " + err.Error())
+	}
 }

@@ -3,6 +3,7 @@ package realtest
 import (
 	"bytes"
 	"io"
+	"os"
 	"strings"
 	"testing"
 
@@ -57,3 +58,16 @@ func TestNoSummary(t *testing.T) {
 }
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// WatchPATH leaves the working directory as it found it.
+func TestWatchPATHKeepsTheWorkingDirectory(t *testing.T) {
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", t.TempDir()+string(os.PathListSeparator)+"relative"+string(os.PathListSeparator)+os.TempDir())
+	WatchPATH()
+	if now, _ := os.Getwd(); now != wd {
+		t.Fatalf("the working directory is %s, want %s", now, wd)
+	}
+}

@@ -1,10 +1,14 @@
 // Package termtext makes text from an untrusted party, such as a Company,
 // safe to print on a terminal: a Company's name, a user code or an error
 // description must not move the cursor, retitle the terminal, clear the
-// screen or hide text with escape sequences.
+// screen or hide text with escape sequences. ReadLine reads what a person
+// types at a terminal prompt, one line at a time (signin.Terminal,
+// operations.TerminalApprover).
 package termtext
 
 import (
+	"errors"
+	"io"
 	"strconv"
 	"strings"
 	"unicode"
@@ -76,4 +80,45 @@ func safe(s string) bool {
 // like), since what is printed here is exactly what was sent.
 func unsafeRune(r rune) bool {
 	return companytext.Unsafe(r) || unicode.Is(unicode.Cf, r)
+}
+
+// ErrLineTooLong is returned by ReadLine for a line longer than its bound;
+// the line was read to its end and dropped.
+var ErrLineTooLong = errors.New("the line is too long")
+
+// ReadLine reads one line a person typed from r, without its "\n" or
+// "\r\n". It reads byte by byte, so that nothing after the line is
+// consumed (the next prompt's answer stays for it). A line longer than max
+// bytes is read to its end and dropped: ErrLineTooLong. At the end of the
+// input it returns the last unterminated line, then io.EOF; any other
+// error of r is returned as it is.
+func ReadLine(r io.Reader, max int) (string, error) {
+	var line []byte
+	var c [1]byte
+	n := 0
+	for {
+		k, err := r.Read(c[:])
+		if k == 1 {
+			if c[0] == '\n' {
+				break
+			}
+			if n++; n <= max {
+				line = append(line, c[0])
+			}
+			continue
+		}
+		if errors.Is(err, io.EOF) {
+			if n == 0 {
+				return "", io.EOF
+			}
+			break
+		}
+		if err != nil {
+			return "", err
+		}
+	}
+	if n > max {
+		return "", ErrLineTooLong
+	}
+	return strings.TrimSuffix(string(line), "\r"), nil
 }

@@ -1,6 +1,8 @@
 package termtext
 
 import (
+	"errors"
+	"io"
 	"strings"
 	"testing"
 
@@ -85,5 +87,21 @@ func BenchmarkFloorCopy(b *testing.B) {
 	s := strings.Repeat("Example Company — Orders & Returns ", 4)
 	for b.Loop() {
 		sink = strings.Clone(s)
+	}
+}
+
+// ReadLine takes one line and leaves what follows; a line too long is
+// read to its end and dropped; the end of input gives the last line, then
+// io.EOF.
+func TestReadLine(t *testing.T) {
+	r := strings.NewReader("yes\r\n" + strings.Repeat("x", 10) + "\nno\nlast")
+	for _, want := range []struct {
+		line string
+		err  error
+	}{{"yes", nil}, {"", ErrLineTooLong}, {"no", nil}, {"last", nil}, {"", io.EOF}} {
+		line, err := ReadLine(r, 5)
+		if line != want.line || !errors.Is(err, want.err) || (want.err == nil) != (err == nil) {
+			t.Fatalf("ReadLine = %q, %v; want %q, %v", line, err, want.line, want.err)
+		}
 	}
 }

@@ -67,7 +67,9 @@ type Options struct {
 	// Key signs the agent's assertions. Nil means a fresh key; give one to
 	// share the identity with a child process (SigningKey.MarshalPrivateJWK).
 	Key *poppy.SigningKey
-	// Extensions are the identity's poppy_extensions.
+	// Extensions are the identity's extensions, the client metadata's
+	// "extensions" member (spec 4.1): name → major version, as
+	// poppy.IdentityConfig.Extensions.
 	Extensions map[string]string
 	// Handler is served behind the identity's handler on Host, e.g. a
 	// sign-in callback. It may also be mounted later with

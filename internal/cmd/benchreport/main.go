@@ -13,6 +13,10 @@
 // and fails when a figure is off its floor by far more than noise could
 // explain: it checks that the benchmarks still run and still measure what
 // they name, not how fast this machine is.
+//
+// The report's "Build cost" section (the cold build of the default poppy
+// and of the tree's tests, before and after a change) is written by
+// buildcost.sh beside this file, and kept as it is here.
 package main
 
 import (
@@ -283,6 +287,10 @@ func main() {
 		fmt.Fprintf(&b, "| %s | %s %s (`%s`) | %s | %s | %s |\n", r.what, num(fig), r.unit, r.figure, floor, ratio, r.goal)
 	}
 	b.WriteString("\nThe benchmarks are in the root package (`bench_test.go`, `bench_renew_test.go`), in `conversation` (`bench_test.go`) and in `keystore/sqlitestore` (`events_bench_test.go`, which runs conversation's event throughput in memory, with the cursor in SQLite and the floor in one run, and `multiproc_bench_test.go`), a module of its own. Run them yourself with\n`go test -run '^$' -bench . -benchmem -count 6 .` (or `./conversation`, `./keystore/sqlitestore`) and compare with `go tool benchstat`. For rates (events/s), the ratio is the figure over its floor: higher is better.\n\n")
+	// The build cost section (buildcost.sh writes it) is kept as it is.
+	if old, err := os.ReadFile(*out); err == nil {
+		b.WriteString(section(string(old), "## Build cost"))
+	}
 	b.WriteString("## benchstat\n\n```\n")
 	b.Write(stat)
 	b.WriteString("```\n")
@@ -364,4 +372,18 @@ func num(f float64) string {
 	default:
 		return strconv.FormatFloat(f, 'g', 3, 64)
 	}
+}
+
+// section returns the section of the Markdown text md that starts with the
+// line heading, up to the next "## " heading; "" when md has none.
+func section(md, heading string) string {
+	i := strings.Index(md, "\n"+heading+"\n")
+	if i < 0 {
+		return ""
+	}
+	sec := md[i+1:]
+	if j := strings.Index(sec[len(heading):], "\n## "); j >= 0 {
+		sec = sec[:len(heading)+j+1]
+	}
+	return sec
 }

@@ -12,7 +12,7 @@ import (
 
 // browse joins a headless Chromium to the Session (spec 5) and reads the
 // Company's page there, when Chromium is installed.
-func browse(ctx context.Context, step func(string, ...any), company *poppytest.Server, c *poppy.Company, sess *poppy.Session) error {
+func browse(ctx context.Context, step func(string, ...any), company *poppytest.Server, sess *poppy.Session) error {
 	if _, err := headless.LookPath(); err != nil {
 		step("browser: no Chromium found; install the Debian package chromium to see a browser join the Session")
 		return nil
