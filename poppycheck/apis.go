@@ -117,9 +117,12 @@ func (p *prober) resourceRequestRetry(ctx context.Context, d time.Duration, s *s
 // request that needs sign-in with sign_in_required (CO-6-10).
 func (p *prober) openAPI(ctx context.Context, s *session, api map[string]any) {
 	p.step = "openapi"
+	// The rules seen by calling the API, which need its description.
+	calls := []string{"CO-6-03", "CO-6-09", "CO-6-10", "CO-4.3-01", "CO-4.3-02", "CO-4.3-03", "CO-4.3-04", "CO-4.3-05", "CO-4.3-09", "CO-4.3-19", "CO-4.4-02"}
 	raw, _ := api["url"].(string)
 	if ok, why := p.okURL(raw); !ok {
 		p.fail("CO-6-02", nil, "openapi url %q: %s", raw, why)
+		p.notObserved("the OpenAPI description couldn't be read (CO-6-02): the check knows no call to make", calls...)
 		return
 	}
 	req, _ := http.NewRequest(http.MethodGet, raw, nil)
@@ -144,6 +147,7 @@ func (p *prober) openAPI(ctx context.Context, s *session, api map[string]any) {
 		if p.stop == nil && ctx.Err() == nil && !errors.Is(err, errStepStopped) {
 			p.fail("CO-6-02", r.ex, "GET %s got no answer", raw)
 		}
+		p.notObserved("the OpenAPI description couldn't be read (CO-6-02): the check knows no call to make", calls...)
 		return
 	}
 	if r.status == http.StatusUnauthorized || r.status == http.StatusForbidden {
@@ -166,6 +170,7 @@ func (p *prober) openAPI(ctx context.Context, s *session, api map[string]any) {
 		}
 	}
 	if !p.check("CO-6-02", r.status == http.StatusOK && err == nil && okVer, r.ex, "the OpenAPI description at %s: status %d, openapi %q, parse error %v", raw, r.status, ver, errText(err)) {
+		p.notObserved("the OpenAPI description couldn't be read (CO-6-02): the check knows no call to make", calls...)
 		return
 	}
 	base := raw
@@ -178,7 +183,6 @@ func (p *prober) openAPI(ctx context.Context, s *session, api map[string]any) {
 	} else if bu, err := url.Parse(raw); err == nil {
 		base = bu.Scheme + "://" + bu.Host
 	}
-	calls := []string{"CO-6-03", "CO-6-09", "CO-6-10", "CO-4.3-01", "CO-4.3-02", "CO-4.3-03", "CO-4.3-04", "CO-4.3-05", "CO-4.3-09", "CO-4.3-19", "CO-4.4-02"}
 	if ok, why := p.okURL(base + "/"); !ok {
 		// No rule names the description's servers: an agent can't call
 		// this API, and the check says so rather than judge it.
@@ -288,6 +292,10 @@ func (p *prober) callOpen(ctx context.Context, s *session, base string, candidat
 		if err != nil {
 			return
 		}
+		if c.mod == proofStale && r.status < 300 && s.nonce(u(target).Host) != "" {
+			p.notObserved(nonceFreshness, c.rule)
+			continue
+		}
 		code, _, has := challenge(r.header, "DPoP")
 		if !has {
 			code, _, _ = challenge(r.header, "Bearer")
@@ -375,4 +383,13 @@ func jsonBody(v any) []byte {
 	enc.SetEscapeHTML(false)
 	_ = enc.Encode(v)
 	return bytes.TrimSpace(b.Bytes())
+}
+
+// u parses a URL the check built itself.
+func u(raw string) *url.URL {
+	v, _ := url.Parse(raw)
+	if v == nil {
+		return &url.URL{}
+	}
+	return v
 }

@@ -737,3 +737,66 @@ func TestConformantCompanies(t *testing.T) {
 		})
 	}
 }
+
+// TestNonceFreshness: RFC 9449 (section 4.3) lets a Company that requires
+// DPoP nonces judge a proof's freshness by its nonce rather than its iat,
+// as oidc-provider does: with nonces required, a Company that takes a
+// proof ten minutes old whose nonce is fresh fails neither CO-4.3-05 nor
+// CO-4.3-08 (the check can't see the iat check there); without nonces, the
+// same Company fails both.
+func TestNonceFreshness(t *testing.T) {
+	for _, nonces := range []bool{true, false} {
+		srv := poppytest.NewServer(t, &poppytest.Options{Tokens: poppytest.TokenOptions{RequireNonce: nonces}})
+		layer := &company{srv: srv, answer: func(req *http.Request) *http.Response {
+			cl := claims(req.Header.Get("DPoP"))
+			iat, _ := cl["iat"].(float64)
+			if iat == 0 || srv.Clock().Now().Unix()-int64(iat) < 5*60 {
+				return nil
+			}
+			if req.URL.Path == "/oauth/token" {
+				return answerJSON(http.StatusOK, `{"access_token":"pst_acceptedStaleProof0123456789","token_type":"DPoP","expires_in":600,"scope":"","session_id":"`+form(req).Get("session_id")+`","signed_in":false}`,
+					"Cache-Control", "no-store")
+			}
+			return answerJSON(http.StatusOK, `{"products":[]}`)
+		}}
+		rep := runWith(t, srv, &poppycheck.Options{HTTPClient: layer.client()})
+		got := failedSet(rep)
+		for _, rule := range []string{"CO-4.3-05", "CO-4.3-08"} {
+			r, _ := rep.Result(rule)
+			// CO-4.3-05, CO-4.3-08
+			switch {
+			case nonces && r.Status != poppycheck.NotObserved:
+				t.Errorf("nonces required: %s %s (%s), want not observed", rule, r.Status, r.Detail)
+			case !nonces && r.Status != poppycheck.Failed:
+				t.Errorf("no nonces: %s %s (%s), want failed", rule, r.Status, r.Reason)
+			}
+		}
+		if nonces && len(got) > 0 || !nonces && !slices.Equal(got, []string{"CO-4.3-05", "CO-4.3-08"}) {
+			t.Errorf("nonces %v: failed %v", nonces, got)
+		}
+	}
+}
+
+// TestNarrowerScopeAnswer: a Company may answer the probe for a scope a
+// signed-out Session lacks by issuing less than asked, saying so in scope
+// (RFC 6749 section 5.1): a token of scope "" escalates nothing, and
+// passes CO-4.3-16; one that grants the scope asked fails it
+// (TestProbeTokensStayApart).
+func TestNarrowerScopeAnswer(t *testing.T) {
+	srv := poppytest.NewServer(t, nil)
+	c := &company{srv: srv, answer: func(req *http.Request) *http.Response {
+		if req.Method == http.MethodPost && req.URL.Path == "/oauth/token" {
+			if f := form(req); f.Get("scope") == "poppy:read" && f.Get("grant_type") == "urn:ietf:params:oauth:grant-type:jwt-bearer" {
+				return answerJSON(http.StatusOK, `{"access_token":"pst_narrowerThanAsked0123456789","token_type":"DPoP","expires_in":3600,"scope":"","session_id":"`+f.Get("session_id")+`","signed_in":false}`,
+					"Cache-Control", "no-store")
+			}
+		}
+		return nil
+	}}
+	rep := runWith(t, srv, &poppycheck.Options{HTTPClient: c.client()})
+	noFailures(t, rep)
+	// CO-4.3-16
+	if r, _ := rep.Result("CO-4.3-16"); r.Status != poppycheck.Passed {
+		t.Errorf("CO-4.3-16: %s (%s)", r.Status, r.Reason)
+	}
+}

@@ -197,6 +197,12 @@ func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 
 const grantJWTBearer = "urn:ietf:params:oauth:grant-type:jwt-bearer"
 
+// nonceFreshness is why a stale proof that a Company requiring nonces took
+// shows nothing: RFC 9449 section 4.3 (step 11) lets a server judge a
+// proof's freshness by its nonce instead of its iat, and the proof's nonce
+// was fresh.
+const nonceFreshness = "the Company requires DPoP nonces and took a proof ten minutes old with a fresh nonce: RFC 9449 section 4.3 lets it judge freshness by the nonce instead of iat"
+
 // startSession starts a Session for a fresh User and checks the answer
 // (CO-4.1-01, CO-4.2-05..07).
 func (p *prober) startSession(ctx context.Context) *session {
@@ -293,9 +299,18 @@ func (p *prober) tokenProbes(ctx context.Context, s *session) {
 	}
 	// A scope beyond the Session's (a signed-out Session has none).
 	r, m, err := p.tokenRequest(ctx, s, url.Values{"grant_type": {grantJWTBearer}, "session_id": {s.id}, "scope": {"poppy:read"}}, false)
-	if err == nil && r != nil {
-		p.check("CO-4.3-16", m == nil && errorCode(r.body) == "invalid_scope", r.ex,
+	switch scope, hasScope := m["scope"].(string); {
+	case err != nil || r == nil:
+	case m == nil:
+		p.check("CO-4.3-16", errorCode(r.body) == "invalid_scope", r.ex,
 			"asking a signed-out Session for scope poppy:read answered %d %q", r.status, errorCode(r.body))
+	default:
+		// RFC 6749 section 5.1 lets a Company issue less than asked, and
+		// say so in scope: a token that grants nothing the Session lacks
+		// escalates nothing. One whose scope is absent grants what was
+		// asked.
+		p.check("CO-4.3-16", hasScope && strings.TrimSpace(scope) == "", r.ex,
+			"asking a signed-out Session for scope poppy:read answered %d with a token of scope %q (present: %v)", r.status, scope, hasScope)
 	}
 	// A token endpoint proof the Company must refuse: iat ten minutes
 	// old, as from an agent whose clock is off (CO-4.3-08).
@@ -329,6 +344,10 @@ func (p *prober) staleTokenProof(ctx context.Context, s *session) {
 		var m map[string]any
 		_ = json.Unmarshal(r.body, &m)
 		p.secretsOf(m)
+		if s.nonce(tu.Host) != "" {
+			p.notObserved(nonceFreshness, "CO-4.3-08")
+			return
+		}
 	} else {
 		p.checkTokenError(r)
 	}
