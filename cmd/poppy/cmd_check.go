@@ -291,7 +291,7 @@ func runCheck(ctx context.Context, opts *checkOptions) error {
 		} else {
 			a.out.emit(rep)
 		}
-	} else {
+	} else if !rep.IdentityRefused { // nothing was checked: the error says why, and what to do
 		if err := rep.WriteTable(a.stdout); err != nil {
 			return err
 		}
