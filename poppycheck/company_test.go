@@ -380,7 +380,7 @@ func (p *typist) Ask(ctx context.Context, q poppycheck.Question) (string, error)
 // (which would give a short value away), though the failures show the very
 // requests that carried them.
 func TestTypedValuesNeverShown(t *testing.T) {
-	creds := map[string]string{"email": "ab@x.test", "password": "hunter2"}
+	creds := map[string]string{"email": "ab@example.test", "password": "hunter2"}
 	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInOptions{Disable: []string{"direct", "device"},
 		Accounts: []poppytest.Account{{ID: "acct_1", Credentials: creds, RequireCode: true}}}})
 	// The layer breaks two rules, so that the report shows the request
@@ -417,13 +417,18 @@ func TestTypedValuesNeverShown(t *testing.T) {
 			t.Fatalf("%s: %s, evidence %+v: the report doesn't show the request", r, x.Status, x.Evidence)
 		}
 	}
-	for name, v := range map[string]string{"the password": "hunter2", "the email": "ab@x.test", "the one-time code": code} {
+	for name, v := range map[string]string{"the password": "hunter2", "the email": "ab@example.test", "the one-time code": code} {
 		if strings.Contains(shown, v) {
 			t.Errorf("the report shows %s", name)
 		}
 		if strings.Contains(shown, poppycheck.Fingerprint(v)) {
 			t.Errorf("the report shows the fingerprint of %s", name)
 		}
+	}
+	// Only what was typed is redacted: the Company's domain, a stretch of
+	// the email address, is still shown.
+	if r, _ := rep.Result("CO-3-06"); !strings.Contains(r.Detail, `"example.test"`) {
+		t.Errorf("CO-3-06: %s", r.Detail)
 	}
 }
 

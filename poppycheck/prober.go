@@ -199,16 +199,19 @@ func Fingerprint(secret string) string {
 
 // redactNow cleans a text leaving the run now (a log record): each
 // registered secret, whole, becomes its fingerprint, and what a person
-// typed is redacted.
+// typed becomes redact.Mark.
 func (p *prober) redactNow(s string) string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	s = fingerprints(s, p.sortedSecrets())
-	return redact.Secrets(s, mapKeys(p.typed))
+	s = replaceForms(s, longestFirst(p.secrets), Fingerprint)
+	return replaceForms(s, longestFirst(p.typed), typedMark)
 }
 
-func (p *prober) sortedSecrets() []string {
-	vs := mapKeys(p.secrets)
+func typedMark(string) string { return redact.Mark }
+
+// longestFirst lists a set of secrets, longest first.
+func longestFirst(set map[string]bool) []string {
+	vs := mapKeys(set)
 	sort.Slice(vs, func(i, j int) bool { return len(vs[i]) > len(vs[j]) })
 	return vs
 }
@@ -221,20 +224,18 @@ func mapKeys(m map[string]bool) []string {
 	return out
 }
 
-// fingerprints replaces each secret in s, and its URL-encoded and
-// JSON-escaped forms, by its fingerprint; secrets longest first, so a
-// secret that contains another is replaced whole.
-func fingerprints(s string, secrets []string) string {
+// replaceForms replaces each secret in s, and its URL-encoded and
+// JSON-escaped forms, by mark(secret); secrets longest first, so a secret
+// that contains another is replaced whole.
+func replaceForms(s string, secrets []string, mark func(string) string) string {
 	for _, v := range secrets {
-		if strings.Contains(s, v) {
-			s = strings.ReplaceAll(s, v, Fingerprint(v))
-		}
-		if q := url.QueryEscape(v); q != v && strings.Contains(s, q) {
-			s = strings.ReplaceAll(s, q, Fingerprint(v))
-		}
+		forms := []string{v, url.QueryEscape(v), url.PathEscape(v)}
 		if b, err := json.Marshal(v); err == nil {
-			if e := string(b[1 : len(b)-1]); e != v && strings.Contains(s, e) {
-				s = strings.ReplaceAll(s, e, Fingerprint(v))
+			forms = append(forms, string(b[1:len(b)-1]))
+		}
+		for i, f := range forms {
+			if (i == 0 || f != v) && strings.Contains(s, f) {
+				s = strings.ReplaceAll(s, f, mark(v))
 			}
 		}
 	}
@@ -242,12 +243,14 @@ func fingerprints(s string, secrets []string) string {
 }
 
 // scrub cleans every text of the report, once, when every secret of the
-// run is known: each secret, whole, becomes its fingerprint, and what a
-// person typed, any stretch of a secret the Company cut (redact.Secrets)
-// and the JSON-escaped forms of either become redact.Mark. The texts are
-// cleaned as one (NUL-separated), so that the secrets are indexed once.
-// Bodies are cut to maxShownBody only after they are cleaned, so a cut
-// never splits a secret.
+// run is known: each secret, whole or URL-encoded or JSON-escaped, becomes
+// its fingerprint, and what a person typed redact.Mark; then any stretch
+// of a secret the Company cut short (redact.Secrets, the SDK's scrubber).
+// What a person typed is only ever matched whole: a stretch of an email
+// address would be the Company's own domain. The texts are cleaned as one
+// (NUL-separated), so that the secrets are indexed once. Bodies are cut to
+// maxShownBody only after they are cleaned, so a cut never splits a
+// secret.
 func (p *prober) scrub(rep *Report) {
 	var texts []*string
 	add := func(s *string) {
@@ -302,14 +305,14 @@ func (p *prober) scrub(rep *Report) {
 		}
 	}
 	p.mu.Lock()
-	secrets := p.sortedSecrets()
-	all := append(mapKeys(p.typed), secrets...)
+	secrets, typed := longestFirst(p.secrets), longestFirst(p.typed)
 	p.mu.Unlock()
 	parts := make([]string, len(texts))
 	for i, t := range texts {
 		parts[i] = strings.ToValidUTF8(strings.ReplaceAll(*t, "\x00", ""), "\uFFFD")
 	}
-	joined := redact.Secrets(fingerprints(strings.Join(parts, "\x00"), secrets), all)
+	joined := replaceForms(strings.Join(parts, "\x00"), secrets, Fingerprint)
+	joined = redact.Secrets(replaceForms(joined, typed, typedMark), secrets)
 	for i, s := range strings.Split(joined, "\x00") {
 		if i < len(texts) {
 			*texts[i] = s
