@@ -363,6 +363,7 @@ func TestEveryKnobClassified(t *testing.T) {
 func TestMisconfigurations(t *testing.T) {
 	for _, k := range append(slices.Clone(misconfigurations), runtimeKnobs...) {
 		t.Run(k.name+"/"+k.rule, func(t *testing.T) {
+			t.Parallel() // each run has a fake of its own; most of a run is waiting on long polls
 			opts := k.opts
 			srv := poppytest.NewServer(t, &opts)
 			if k.after != nil {

@@ -317,6 +317,7 @@ func TestCO_4_7_07_EchoedCredentials(t *testing.T) {
 		{"short, inside an ID", pin, `"sgn_a4711b 2026-04-11T00:00:00Z"`, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInOptions{Disable: []string{"direct", "device"}, Accounts: accounts}})
 			layer := &company{srv: srv, edit: func(req *http.Request, resp *http.Response) {
 				if req.URL.Path == "/poppy/sign-in" {
@@ -678,6 +679,7 @@ func TestCO_7_5_03_IdleRead(t *testing.T) {
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			opts := c.opts
 			srv := poppytest.NewServer(t, &opts)
 			layer := &company{srv: srv, answer: c.answer}
@@ -729,6 +731,7 @@ func TestConformantCompanies(t *testing.T) {
 		"Web.SameSite None, RevokeOnRejoin":     {Web: poppytest.WebOptions{SameSite: http.SameSiteNoneMode, RevokeOnRejoin: true}},
 	} {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			srv := poppytest.NewServer(t, &o)
 			var p poppycheck.Person
 			if strings.HasSuffix(name, "(interactive)") {
