@@ -469,10 +469,13 @@ func Run(ctx context.Context, domain string, opts *Options) (*Report, error) {
 	defer cancel()
 	rep := &Report{Domain: target.Host, ClientID: opts.Agent.ClientID(), Interactive: opts.Person != nil, Started: time.Now()}
 	p.run(rctx, target)
-	if p.aborted == "" && ctx.Err() == nil && rctx.Err() != nil {
-		p.aborted = fmt.Sprintf("the run's time limit (%v) ran out", limit)
-	} else if p.aborted == "" && ctx.Err() != nil {
+	// The time limit, or the caller's ctx, is why the run stopped, whatever
+	// the step it stopped in made of the requests it cut.
+	switch {
+	case ctx.Err() != nil:
 		p.aborted = "stopped: " + ctx.Err().Error()
+	case rctx.Err() != nil:
+		p.aborted = fmt.Sprintf("the run's time limit (%v) ran out", limit)
 	}
 	rep.Duration = time.Since(rep.Started)
 	rep.Requests = p.sent
