@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/poppyproto/poppy/internal/netguard"
 	"github.com/poppyproto/poppy/internal/retry"
 	"github.com/poppyproto/poppy/keystore"
 )
@@ -162,7 +163,7 @@ func NewAgent(identity *Identity, opts *AgentOptions) (*Agent, error) {
 	}
 	base := o.HTTPClient
 	if base == nil {
-		base = newDefaultClient(&dialGuard{allowLoopback: o.UnsafeAllowLoopbackHTTP, allow: slices.Clone(o.AllowNetworks)})
+		base = newDefaultClient(&netguard.Guard{AllowLoopback: o.UnsafeAllowLoopbackHTTP, Allow: slices.Clone(o.AllowNetworks)})
 	}
 	a.client = a.secureClient(base)
 	direct := *a.client

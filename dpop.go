@@ -36,12 +36,11 @@ type dpopKey struct {
 }
 
 func newDPoPKey(priv *ecdsa.PrivateKey) (*dpopKey, error) {
-	x, y, err := jose.PublicJWK(&priv.PublicKey)
+	// PA-4.3-06: typ dpop+jwt, ES256, the public key only.
+	header, err := jose.DPoPHeader(&priv.PublicKey)
 	if err != nil {
 		return nil, err
 	}
-	// PA-4.3-06: typ dpop+jwt, ES256, the public key only.
-	header := []byte(`{"typ":"dpop+jwt","alg":"ES256","jwk":{"kty":"EC","crv":"P-256","x":"` + x + `","y":"` + y + `"}}`)
 	s, err := jose.NewSigner(priv, header)
 	if err != nil {
 		return nil, err
@@ -53,34 +52,15 @@ func newDPoPKey(priv *ecdsa.PrivateKey) (*dpopKey, error) {
 	return &dpopKey{signer: s, jkt: jkt}, nil
 }
 
-// proof signs a DPoP proof for one request (PA-4.3-05..11). htu is the
-// request URL without query and fragment; ath is the token's hash, or "" at
-// the token endpoint; nonce is the origin's nonce, or "".
+// proof signs a DPoP proof for one request (jose.Proof; PA-4.3-05..11).
+// htu is the request URL without query and fragment; ath is the token's
+// hash, or "" at the token endpoint; nonce is the origin's nonce, or "".
 func (k *dpopKey) proof(method, htu, ath, nonce string, now time.Time) (string, error) {
-	c := jose.NewClaims(168+len(htu)+len(nonce)).
-		Random("jti", 16). // 128 bits: what assertions need too (A-04)
-		String("htm", method).
-		String("htu", htu).
-		Int("iat", now.Unix())
-	if ath != "" {
-		c.String("ath", ath)
-	}
-	if nonce != "" {
-		c.String("nonce", nonce)
-	}
-	return k.signer.Sign(c.Bytes())
+	return jose.Proof(k.signer, method, htu, ath, nonce, now)
 }
 
-// htuOf returns the URL without query and fragment (PA-4.3-08).
-func htuOf(u *url.URL) string {
-	scheme := strings.ToLower(u.Scheme)
-	host := strings.ToLower(u.Host)
-	path := u.EscapedPath()
-	if path == "" {
-		path = "/"
-	}
-	return scheme + "://" + host + path
-}
+// htuOf returns the URL without query and fragment (jose.HTU; PA-4.3-08).
+func htuOf(u *url.URL) string { return jose.HTU(u) }
 
 // storedKey is the keystore form of a DPoP private key.
 type storedKey struct {

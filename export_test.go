@@ -8,6 +8,8 @@ import (
 	"net/netip"
 	"net/url"
 	"time"
+
+	"github.com/poppyproto/poppy/internal/netguard"
 )
 
 // GuardOptions builds the SDK's default client for a test: a resolver, the
@@ -24,7 +26,7 @@ type GuardOptions struct {
 
 // GuardedClient returns the client newDefaultClient builds with o.
 func GuardedClient(o GuardOptions) *http.Client {
-	g := &dialGuard{allowLoopback: o.AllowLoopback, allow: o.Allow, resolver: o.Resolver, roots: o.Roots, proxyFunc: o.Proxy}
+	g := &netguard.Guard{AllowLoopback: o.AllowLoopback, Allow: o.Allow, Resolver: o.Resolver, Roots: o.Roots, ProxyFunc: o.Proxy}
 	c := newDefaultClient(g)
 	if o.HeaderTimeout > 0 {
 		c.Transport.(*headerTimeoutTransport).d = o.HeaderTimeout
@@ -32,8 +34,8 @@ func GuardedClient(o GuardOptions) *http.Client {
 	return c
 }
 
-// IsPublicAddr is isPublicAddr.
-var IsPublicAddr = isPublicAddr
+// IsPublicAddr is the guard's rule for an address (netguard.IsPublic).
+var IsPublicAddr = netguard.IsPublic
 
 // DefaultTransportLimits reports the default client's header cap, idle
 // timeout and header timeout.

@@ -23,6 +23,8 @@ import (
 	"testing"
 	"time"
 	"unicode"
+
+	"github.com/poppyproto/poppy/internal/netguard"
 )
 
 func FuzzFreshness(f *testing.F) {
@@ -114,7 +116,7 @@ func FuzzResponseError(f *testing.F) {
 }
 
 // refAton is inet_aton(3) written another way, with strconv, as the
-// reference FuzzHostAddr checks hostAddr against.
+// reference FuzzHostAddr checks netguard.HostAddr against.
 func refAton(host string) (netip.Addr, bool) {
 	parts := strings.Split(strings.TrimSuffix(host, "."), ".")
 	if len(parts) > 4 {
@@ -166,7 +168,7 @@ func FuzzHostAddr(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, host string) {
-		got, numeric := hostAddr(host)
+		got, numeric := netguard.HostAddr(host)
 		if got.IsValid() && !numeric {
 			t.Fatalf("%q read as %v but not numeric", host, got)
 		}

@@ -66,8 +66,7 @@ func NewSigningKey(priv *ecdsa.PrivateKey, kid string) (*SigningKey, error) {
 	if err != nil {
 		return nil, configError("signing key: %v", err)
 	}
-	header := jose.NewClaims(64).String("alg", "ES256").String("kid", kid).String("typ", "JWT").Bytes()
-	s, err := jose.NewSigner(priv, header)
+	s, err := jose.NewSigner(priv, jose.AssertionHeader(kid, "JWT"))
 	if err != nil {
 		return nil, configError("signing key: %v", err)
 	}
@@ -372,42 +371,25 @@ func (id *Identity) Handler(next http.Handler) http.Handler {
 	})
 }
 
-const assertionLifetime = 60 * time.Second
+const assertionLifetime = jose.AssertionLifetime
 
 // clientAssertion returns a fresh private_key_jwt client assertion
-// (RFC 7523 section 3; PA-4.1-07, PA-4.1-09): iss = sub = client_id, aud the
-// token endpoint, 60 s lifetime, 128-bit jti.
+// (jose.ClientAssertion: RFC 7523 section 3; PA-4.1-07, PA-4.1-09): aud the
+// token endpoint.
 func (id *Identity) clientAssertion(aud string, now time.Time) (string, error) {
-	k := id.keys.Load().keys[0]
-	p := jose.NewClaims(256).
-		String("iss", id.clientID).
-		String("sub", id.clientID).
-		String("aud", aud).
-		Int("iat", now.Unix()).
-		Int("exp", now.Add(assertionLifetime).Unix()).
-		String("jti", jose.RandomID(16)).
-		Bytes()
-	return k.signer.Sign(p)
+	return jose.ClientAssertion(id.keys.Load().keys[0].signer, id.clientID, aud, now)
 }
 
-// sessionAssertion returns a fresh Session assertion (spec 4.2): iss the
-// client_id, sub the User ID, aud the token endpoint as a single string.
+// sessionAssertion returns a fresh Session assertion (spec 4.2,
+// jose.SessionAssertion): iss the client_id, sub the User ID, aud the token
+// endpoint as a single string.
 func (id *Identity) sessionAssertion(tokenEndpoint, userID string, now time.Time) (string, error) {
-	k := id.keys.Load().keys[0]
-	p := jose.NewClaims(256).
-		String("iss", id.clientID).   // PA-4.2-06
-		String("sub", userID).        // PA-4.2-07
-		String("aud", tokenEndpoint). // PA-4.2-08
-		Int("iat", now.Unix()).       // PA-4.2-09
-		Int("exp", now.Add(assertionLifetime).Unix()).
-		String("jti", jose.RandomID(16)). // PA-4.2-10
-		Bytes()
-	return k.signer.Sign(p)
+	return jose.SessionAssertion(id.keys.Load().keys[0].signer, id.clientID, userID, tokenEndpoint, now)
 }
 
 // BrowserAssertionType is the typ header of a browser assertion (spec 5
 // step 1).
-const BrowserAssertionType = "poppy-browser+jwt"
+const BrowserAssertionType = jose.BrowserAssertionType
 
 // BrowserAssertion is a signed browser assertion (spec 5 step 1), which
 // joins a browser the agent controls to a Session. The signed JWT is a
@@ -485,26 +467,12 @@ func (s *Session) SignBrowserAssertion(returnTo string) (*BrowserAssertion, erro
 		IssuedAt: time.Unix(now.Unix(), 0), ExpiresAt: time.Unix(now.Add(assertionLifetime).Unix(), 0)}, nil
 }
 
-// browserAssertion signs the claims of a browser assertion (spec 5 step 1)
-// with the current signing key, typ poppy-browser+jwt.
+// browserAssertion signs a browser assertion (spec 5 step 1,
+// jose.BrowserAssertion) with the current signing key, typ
+// poppy-browser+jwt (PA-5-03..08).
 func (id *Identity) browserAssertion(endpoint, userID, sessionID, returnTo string, now time.Time) (string, error) {
 	k := id.keys.Load().keys[0]
-	claims := jose.NewClaims(512).
-		String("iss", id.clientID).      // PA-5-04
-		String("sub", userID).           // PA-5-04
-		String("aud", endpoint).         // PA-5-05
-		String("session_id", sessionID). // PA-5-06
-		String("return_to", returnTo).
-		Int("iat", now.Unix()).                        // PA-5-04
-		Int("exp", now.Add(assertionLifetime).Unix()). // PA-5-08
-		String("jti", jose.RandomID(16)).              // PA-5-04: 128 random bits
-		Bytes()
-	h := jose.NewClaims(96).String("alg", "ES256").String("kid", k.kid).String("typ", BrowserAssertionType) // PA-5-03
-	signer, err := jose.NewSigner(k.priv, h.Bytes())
-	if err != nil {
-		return "", err
-	}
-	return signer.Sign(claims)
+	return jose.BrowserAssertion(k.priv, k.kid, id.clientID, userID, endpoint, sessionID, returnTo, now)
 }
 
 // userIDPrefix marks User IDs the SDK makes.

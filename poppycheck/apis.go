@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/url"
 	"slices"
@@ -23,7 +24,6 @@ type proofMod int
 const (
 	proofOK        proofMod = iota
 	proofStale              // iat ten minutes old
-	proofOtherURL           // htu of another path
 	proofOtherKey           // signed by a key the token isn't bound to
 	proofBadSigned          // the signature doesn't verify
 )
@@ -32,13 +32,20 @@ const (
 // proof for it, retrying once on use_dpop_nonce (CO-4.3-10) and on a
 // short 429 (CO-4.3-21).
 func (p *prober) resourceRequest(ctx context.Context, s *session, method, rawURL string, body []byte, hdr http.Header, token string, mod proofMod) (*reply, error) {
-	return p.resourceRequestRetry(ctx, s, method, rawURL, body, hdr, token, mod, true)
+	return p.resourceRequestRetry(ctx, 0, s, method, rawURL, body, hdr, token, mod, true)
 }
 
-// resourceRequestRetry is resourceRequest; without retry429 a 429 is
-// returned as it is (the Mediated Sign-In rate limit probe counts its
-// attempts and must not send another).
-func (p *prober) resourceRequestRetry(ctx context.Context, s *session, method, rawURL string, body []byte, hdr http.Header, token string, mod proofMod, retry429 bool) (*reply, error) {
+// resourceRequestWithin is resourceRequest with a timeout of its own, d
+// (a long poll's).
+func (p *prober) resourceRequestWithin(ctx context.Context, d time.Duration, s *session, method, rawURL string, body []byte, hdr http.Header, token string, mod proofMod) (*reply, error) {
+	return p.resourceRequestRetry(ctx, d, s, method, rawURL, body, hdr, token, mod, true)
+}
+
+// resourceRequestRetry is resourceRequest with a timeout d (0: the
+// request timeout); without retry429 a 429 is returned as it is (the
+// Mediated Sign-In rate limit probe counts its attempts and must not send
+// another).
+func (p *prober) resourceRequestRetry(ctx context.Context, d time.Duration, s *session, method, rawURL string, body []byte, hdr http.Header, token string, mod proofMod, retry429 bool) (*reply, error) {
 	if token == "" {
 		token = s.token
 	}
@@ -53,10 +60,6 @@ func (p *prober) resourceRequestRetry(ctx context.Context, s *session, method, r
 		switch mod {
 		case proofStale:
 			now = now.Add(-10 * time.Minute)
-		case proofOtherURL:
-			c := *u
-			c.Path = strings.TrimSuffix(c.Path, "/") + "/poppy-check-other"
-			target = htu(&c)
 		case proofOtherKey:
 			if key, err = newDPoPKey(); err != nil {
 				return nil, err
@@ -84,7 +87,7 @@ func (p *prober) resourceRequestRetry(ctx context.Context, s *session, method, r
 		}
 		req.Header.Set("Authorization", "DPoP "+token)
 		req.Header.Set("DPoP", proof)
-		r, err := p.send(ctx, req, body)
+		r, err := p.sendWithin(ctx, req, body, d)
 		if err != nil {
 			return r, err
 		}
@@ -109,9 +112,12 @@ func (p *prober) resourceRequestRetry(ctx context.Context, s *session, method, r
 // request that needs sign-in with sign_in_required (CO-6-10).
 func (p *prober) openAPI(ctx context.Context, s *session, api map[string]any) {
 	p.step = "openapi"
+	// The rules seen by calling the API, which need its description.
+	calls := []string{"CO-6-03", "CO-6-09", "CO-6-10", "CO-4.3-01", "CO-4.3-02", "CO-4.3-03", "CO-4.3-05", "CO-4.3-09", "CO-4.3-19", "CO-4.4-02"}
 	raw, _ := api["url"].(string)
-	if !isHTTPS(raw) {
-		p.fail("CO-6-02", nil, "openapi url %q is not an https URL", raw)
+	if ok, why := p.okURL(raw); !ok {
+		p.fail("CO-6-02", nil, "openapi url %q: %s", raw, why)
+		p.notObserved("the OpenAPI description couldn't be read (CO-6-02): the check knows no call to make", calls...)
 		return
 	}
 	req, _ := http.NewRequest(http.MethodGet, raw, nil)
@@ -133,7 +139,10 @@ func (p *prober) openAPI(ctx context.Context, s *session, api map[string]any) {
 		}
 	}
 	if err != nil {
-		p.fail("CO-6-02", r.ex, "GET %s got no answer", raw)
+		if p.stop == nil && ctx.Err() == nil && !errors.Is(err, errStepStopped) {
+			p.fail("CO-6-02", r.ex, "GET %s got no answer", raw)
+		}
+		p.notObserved("the OpenAPI description couldn't be read (CO-6-02): the check knows no call to make", calls...)
 		return
 	}
 	if r.status == http.StatusUnauthorized || r.status == http.StatusForbidden {
@@ -156,6 +165,7 @@ func (p *prober) openAPI(ctx context.Context, s *session, api map[string]any) {
 		}
 	}
 	if !p.check("CO-6-02", r.status == http.StatusOK && err == nil && okVer, r.ex, "the OpenAPI description at %s: status %d, openapi %q, parse error %v", raw, r.status, ver, errText(err)) {
+		p.notObserved("the OpenAPI description couldn't be read (CO-6-02): the check knows no call to make", calls...)
 		return
 	}
 	base := raw
@@ -168,15 +178,20 @@ func (p *prober) openAPI(ctx context.Context, s *session, api map[string]any) {
 	} else if bu, err := url.Parse(raw); err == nil {
 		base = bu.Scheme + "://" + bu.Host
 	}
-	open, closed := safeGets(doc)
-	if open == "" {
-		p.notObserved("the OpenAPI description has no GET without parameters that a signed-out Session may call", "CO-6-03", "CO-6-09", "CO-4.3-02", "CO-4.3-03", "CO-4.3-05", "CO-4.3-09", "CO-4.3-19")
-	} else {
-		p.callOpen(ctx, s, base+open)
+	if ok, why := p.okURL(base + "/"); !ok {
+		// No rule names the description's servers: an agent can't call
+		// this API, and the check says so rather than judge it.
+		p.note("the OpenAPI description at %s names the server %s, %s", raw, base, why)
+		p.notObserved("the OpenAPI description's server is not a URL an agent can call", calls...)
+		return
 	}
-	if closed == "" {
-		p.notObserved("the OpenAPI description has no GET without parameters that needs scopes", "CO-6-10")
+	open, closed := safeGets(doc)
+	if len(open) == 0 {
+		p.notObserved("the OpenAPI description has no GET without parameters that a signed-out Session may call", "CO-6-03", "CO-6-09", "CO-4.3-01", "CO-4.3-02", "CO-4.3-03", "CO-4.3-05", "CO-4.3-09", "CO-4.3-19")
 	} else {
+		p.callOpen(ctx, s, base, open)
+	}
+	if closed != "" {
 		p.step = "openapi sign-in required"
 		p.openClosed = base + closed
 		r, err := p.resourceRequest(ctx, s, http.MethodGet, base+closed, nil, http.Header{"Accept": {"application/json"}}, "", proofOK)
@@ -187,18 +202,60 @@ func (p *prober) openAPI(ctx context.Context, s *session, api map[string]any) {
 			p.check("CO-4.4-02", r.status == http.StatusForbidden || r.status == http.StatusUnauthorized, r.ex,
 				"GET %s, which the description says needs scopes, refused a signed-out token: %d", closed, r.status)
 		}
+	} else if p.openClosed == "" {
+		p.notObserved("the OpenAPI description has no GET without parameters that needs scopes", "CO-6-10")
 	}
 }
 
-// callOpen calls a GET a signed-out Session may make, then spoils it.
-func (p *prober) callOpen(ctx context.Context, s *session, target string) {
+// needsSignIn reports an answer that says the request needs a signed-in
+// Session or more scopes (spec 6: 403 sign_in_required or
+// insufficient_scope): the token was taken, the request wasn't allowed.
+func needsSignIn(r *reply) bool {
+	code, _, _ := challenge(r.header, "DPoP")
+	if code == "" {
+		code, _, _ = challenge(r.header, "Bearer")
+	}
+	return r.status == http.StatusForbidden && (code == "sign_in_required" || code == "insufficient_scope")
+}
+
+// callOpen calls the GETs the description lets a signed-out Session make,
+// in turn, until one takes the token; a GET that answers it needs a sign-in
+// after all (a description can't put scopes on every scheme) is the one
+// that needs a sign-in, not a failure. It then spoils the request that
+// worked in each way a Company must refuse.
+func (p *prober) callOpen(ctx context.Context, s *session, base string, candidates []string) {
 	p.step = "openapi call"
 	accept := http.Header{"Accept": {"application/json"}}
-	r, err := p.resourceRequest(ctx, s, http.MethodGet, target, nil, accept, "", proofOK)
-	if err != nil {
+	var r *reply
+	target := ""
+	for _, path := range candidates {
+		t := base + path
+		got, err := p.resourceRequest(ctx, s, http.MethodGet, t, nil, accept, "", proofOK)
+		if err != nil {
+			return
+		}
+		if needsSignIn(got) {
+			if code, _, _ := challenge(got.header, "DPoP"); p.openClosed == "" && code == "sign_in_required" {
+				p.openClosed = t
+				p.pass("CO-6-10", got.ex, "GET %s with a signed-out token answered %d, WWW-Authenticate %q", path, got.status, got.get("WWW-Authenticate"))
+			}
+			continue
+		}
+		if got.status >= 500 {
+			p.note("GET %s answered %d", t, got.status)
+			continue
+		}
+		r, target = got, t
+		break
+	}
+	if r == nil {
+		p.notObserved("every GET the description lets a signed-out Session make answered that it needs a sign-in, or a server error",
+			"CO-6-03", "CO-6-09", "CO-4.3-01", "CO-4.3-02", "CO-4.3-03", "CO-4.3-05", "CO-4.3-09", "CO-4.3-19")
 		return
 	}
-	ok := r.status >= 200 && r.status < 300
+	// The token was taken unless the answer is an authentication error:
+	// what else a GET answers (a 404 of an empty list) is the API's.
+	ok := r.status != http.StatusUnauthorized && r.status != http.StatusForbidden
 	p.check("CO-6-03", ok, r.ex, "GET %s with the DPoP Session Token answered %d", target, r.status)
 	if ok {
 		p.openURL = target
@@ -229,21 +286,37 @@ func (p *prober) callOpen(ctx context.Context, s *session, target string) {
 		if err != nil {
 			return
 		}
+		if c.mod == proofStale && r.status < 300 && s.nonce(u(target).Host) != "" {
+			p.notObserved(nonceFreshness, c.rule)
+			continue
+		}
 		code, _, has := challenge(r.header, "DPoP")
-		p.check(c.rule, r.status == http.StatusUnauthorized && code == "invalid_dpop_proof", r.ex, "%s answered %d, WWW-Authenticate %q", c.what, r.status, r.get("WWW-Authenticate"))
+		if !has {
+			code, _, _ = challenge(r.header, "Bearer")
+		}
+		// a failed proof check answers 400 or 401 (the spec gives
+		// no status at resources; the SDK takes either), with
+		// invalid_dpop_proof or use_dpop_nonce (spec 4.3); a proof by
+		// another key than the token's may also be invalid_token.
+		refused := code == "invalid_dpop_proof" || code == "use_dpop_nonce" || c.mod == proofOtherKey && code == "invalid_token"
+		p.check(c.rule, (r.status == http.StatusUnauthorized || r.status == http.StatusBadRequest) && refused, r.ex, "%s answered %d, WWW-Authenticate %q", c.what, r.status, r.get("WWW-Authenticate"))
 		if r.status >= 400 {
-			p.check("CO-4.3-09", has && (code == "invalid_dpop_proof" || code == "use_dpop_nonce"), r.ex,
+			p.check("CO-4.3-09", has && refused, r.ex,
 				"%s: WWW-Authenticate %q (a DPoP challenge with invalid_dpop_proof or use_dpop_nonce)", c.what, r.get("WWW-Authenticate"))
 		}
 	}
 }
 
-// safeGets finds in the description a GET without required parameters
+// maxOpenCandidates bounds the GETs callOpen tries.
+const maxOpenCandidates = 4
+
+// safeGets finds in the description the GETs without required parameters
 // that a signed-out Session may call (a security requirement with no
-// scopes, or none) and one that needs scopes.
-func safeGets(doc *openapi3.T) (open, closed string) {
+// scopes, or none), at most maxOpenCandidates of them, and one that needs
+// scopes.
+func safeGets(doc *openapi3.T) (open []string, closed string) {
 	if doc.Paths == nil {
-		return "", ""
+		return nil, ""
 	}
 	paths := doc.Paths.InMatchingOrder()
 	slices.Sort(paths)
@@ -279,8 +352,8 @@ func safeGets(doc *openapi3.T) (open, closed string) {
 		if needs && closed == "" {
 			closed = path
 		}
-		if !needs && open == "" {
-			open = path
+		if !needs && len(open) < maxOpenCandidates {
+			open = append(open, path)
 		}
 	}
 	return open, closed
@@ -304,4 +377,13 @@ func jsonBody(v any) []byte {
 	enc.SetEscapeHTML(false)
 	_ = enc.Encode(v)
 	return bytes.TrimSpace(b.Bytes())
+}
+
+// u parses a URL the check built itself.
+func u(raw string) *url.URL {
+	v, _ := url.Parse(raw)
+	if v == nil {
+		return &url.URL{}
+	}
+	return v
 }

@@ -193,9 +193,12 @@ func TestEveryObservableRule(t *testing.T) {
 
 // A knob is one Options switch and what the check must make of it.
 type knob struct {
-	name  string // the Options field path
-	opts  poppytest.Options
-	rule  string // the rule the check reports failed
+	name string // the Options field path
+	opts poppytest.Options
+	rule string // the rule the check reports failed
+	// also are the other rules the switch breaks, which the check
+	// reports failed too; no other rule may fail.
+	also  []string
 	after func(*poppytest.Server)
 	// check, if set, gives the check's options: the opt-in probe that
 	// sees the rule.
@@ -226,7 +229,8 @@ var misconfigurations = []knob{
 	// CO-3-03
 	{name: "Misconfig.InsecureRedirect", opts: poppytest.Options{Discovery: poppytest.DiscoveryOptions{RedirectWellKnown: []string{"http://provider.test/example/poppy.json"}}, Misconfig: poppytest.Misconfig{InsecureRedirect: true}}, rule: "CO-3-03"},
 	// CO-3-06: the document at the end of the redirect speaks for the provider.
-	{name: "Misconfig.ProviderDomain", opts: poppytest.Options{Discovery: poppytest.DiscoveryOptions{RedirectWellKnown: []string{"https://provider.test/example/poppy.json"}}, Misconfig: poppytest.Misconfig{ProviderDomain: "provider.test"}}, rule: "CO-3-06"},
+	// CO-3-02: the document at the end of the redirect doesn't speak for the domain asked.
+	{name: "Misconfig.ProviderDomain", opts: poppytest.Options{Discovery: poppytest.DiscoveryOptions{RedirectWellKnown: []string{"https://provider.test/example/poppy.json"}}, Misconfig: poppytest.Misconfig{ProviderDomain: "provider.test"}}, rule: "CO-3-06", also: []string{"CO-3-02"}},
 	// CO-3-04: a protocol_version that isn't major.minor.
 	{name: "Discovery.ProtocolVersion", opts: poppytest.Options{Discovery: poppytest.DiscoveryOptions{ProtocolVersion: "1"}}, rule: "CO-3-04"},
 	// CO-3-07: apis and agent without auth.
@@ -245,7 +249,9 @@ var misconfigurations = []knob{
 	{name: "Discovery.DocumentFields", opts: poppytest.Options{Discovery: poppytest.DiscoveryOptions{DocumentFields: map[string]any{"extensions": map[string]any{"giftwrap": map[string]any{"version": "1"}}}}}, rule: "CO-3.3-01"},
 	// CO-3.3-01: Noise adds "x_unknown" to every JSON object, the extensions
 	// map included, where a member's name is an extension's name.
-	{name: "Noise", opts: poppytest.Options{Noise: true}, rule: "CO-3.3-01"},
+	// CO-4.4-03: and to custom_scopes, where it is a scope without a
+	// description.
+	{name: "Noise", opts: poppytest.Options{Noise: true}, rule: "CO-3.3-01", also: []string{"CO-4.4-03"}},
 	// CO-7.4-06: Conversations.Noise adds context to the Company's messages.
 	{name: "Conversations.Noise", opts: poppytest.Options{Conversations: poppytest.ConversationOptions{Noise: true}}, rule: "CO-7.4-06"},
 	// CO-4.7-06: no rate limit on failed Mediated Sign-Ins, seen by the
@@ -357,6 +363,7 @@ func TestEveryKnobClassified(t *testing.T) {
 func TestMisconfigurations(t *testing.T) {
 	for _, k := range append(slices.Clone(misconfigurations), runtimeKnobs...) {
 		t.Run(k.name+"/"+k.rule, func(t *testing.T) {
+			t.Parallel() // each run has a fake of its own; most of a run is waiting on long polls
 			opts := k.opts
 			srv := poppytest.NewServer(t, &opts)
 			if k.after != nil {
@@ -370,6 +377,19 @@ func TestMisconfigurations(t *testing.T) {
 			r, _ := rep.Result(k.rule)
 			if r.Status != poppycheck.Failed {
 				t.Fatalf("%s: %s (%s), want failed", k.rule, r.Status, r.Reason)
+			}
+			// Only the rules the switch breaks: a false failure is as
+			// much a defect of the check as a missed one.
+			want := append([]string{k.rule}, k.also...)
+			for _, f := range rep.Failed() {
+				if !slices.Contains(want, f.Rule) {
+					t.Errorf("%s failed too, which the switch doesn't break: %s (%s)", f.Rule, f.Detail, f.Step)
+				}
+			}
+			for _, id := range k.also {
+				if r, _ := rep.Result(id); r.Status != poppycheck.Failed {
+					t.Errorf("%s: %s (%s), want failed", id, r.Status, r.Reason)
+				}
 			}
 			if r.Evidence == nil || r.Evidence.Method == "" || r.Evidence.URL == "" {
 				t.Errorf("%s failed without the request and the answer: %+v", k.rule, r.Evidence)

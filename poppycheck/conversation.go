@@ -32,7 +32,19 @@ type event struct {
 	typ string
 }
 
-func (p *prober) conversation(ctx context.Context, s *session, proto map[string]any) {
+// holdSlack is how much longer than wait the check waits for a long poll's
+// answer before it calls the read held past wait (CO-7.5-03): room for the
+// network and a busy Company, not for a Company that ignores wait.
+const holdSlack = 5 * time.Second
+
+// holdWait is the wait of the read on an idle conversation (CO-7.5-03).
+const holdWait = 2
+
+// conversation walks a conversation at the protocol's endpoint with
+// Session s. It returns false, having checked nothing, when the start
+// answered that the conversation needs a signed-in Session (the
+// interactive run then walks it again, signed in).
+func (p *prober) conversation(ctx context.Context, s *session, proto map[string]any) bool {
 	p.step = "conversation start"
 	ep, _ := proto["endpoint"].(string)
 	ep = strings.TrimSuffix(ep, "/")
@@ -40,7 +52,7 @@ func (p *prober) conversation(ctx context.Context, s *session, proto map[string]
 	if res, _ := proto["resource"].(string); res != "" {
 		t, ok := p.resourceToken(ctx, s, res, "CO-3-12")
 		if !ok {
-			return
+			return true
 		}
 		token = t
 	}
@@ -50,7 +62,17 @@ func (p *prober) conversation(ctx context.Context, s *session, proto map[string]
 	body := jsonBody(msg)
 	r, err := p.resourceRequest(ctx, s, http.MethodPost, ep, body, jsonHdr, token, proofOK)
 	if err != nil {
-		return
+		return true
+	}
+	if code, _, _ := challenge(r.header, "DPoP"); r.status == http.StatusForbidden && code == "sign_in_required" && !s.signed {
+		// spec 7.11: a Company may need a signed-in Session to talk;
+		// that answer is spec 6's, and the conversation rules aren't
+		// seen without a sign-in.
+		p.notObserved("the conversation endpoint answered a signed-out Session sign_in_required: its conversations need a sign-in (run with --interactive)",
+			"CO-7.3-01", "CO-7.3-02", "CO-7.3-03", "CO-7.5-01", "CO-7.5-02", "CO-7.5-03", "CO-7.5-04", "CO-7.5-06", "CO-7.5-07",
+			"CO-7.2-05", "CO-7.2-06", "CO-7.7-01", "CO-7.7-02", "CO-7.12-01", "CO-7.12-02", "CO-7.12-03", "CO-7.13-01", "CO-7.13-02", "CO-7.13-03", "CO-7.3-05",
+			"CO-7.6-01", "CO-7.6-02", "CO-7.6-04", "CO-7.6-05", "CO-3-12")
+		return false
 	}
 	var start map[string]any
 	_ = json.Unmarshal(r.body, &start)
@@ -58,7 +80,7 @@ func (p *prober) conversation(ctx context.Context, s *session, proto map[string]
 	ok := r.status == http.StatusCreated && id != "" && hasStatusResponder(start)
 	p.check("CO-7.3-01", ok, r.ex, "starting a conversation answered %d with conversation_id %q, status %v, responder %v", r.status, id, start["status"], start["responder"])
 	if !ok {
-		return
+		return true
 	}
 	if _, hasRes := proto["resource"]; hasRes {
 		p.pass("CO-3-12", r.ex, "the conversation endpoint took a token issued for its resource")
@@ -66,7 +88,7 @@ func (p *prober) conversation(ctx context.Context, s *session, proto map[string]
 	p.check("CO-7.7-01", true, r.ex, "the start answered status %v and responder %v", start["status"], start["responder"])
 	p.check("CO-7.2-05", idRE.MatchString(id), r.ex, "conversation ID %q", id)
 	p.check("CO-7.2-06", prefixRE.MatchString(id), r.ex, "conversation ID %q starts with a short kind prefix", id)
-	if s.token == token {
+	if s.token == token && !s.signed {
 		p.pass("CO-4.3-17", r.ex, "the Session Token issued without resource works at the conversation endpoint too")
 	}
 
@@ -92,26 +114,20 @@ func (p *prober) conversation(ctx context.Context, s *session, proto map[string]
 				}
 			}
 		}
-		p.check("CO-7.3-02", count == 1, nil, "the message sent twice is in the conversation %d time(s)", count)
+		if count == 0 {
+			// The Company keeps events as long as it chooses (spec 7.5):
+			// a message no longer there can't be counted.
+			p.notObserved("the conversation's events no longer hold the first message (the Company keeps events as long as it chooses)", "CO-7.3-02")
+		} else {
+			p.check("CO-7.3-02", count == 1, nil, "the message sent twice is in the conversation %d time(s)", count)
+		}
 		p.check("CO-7.5-02", len(evs) > 0, nil, "a read without cursor returned %d event(s) from the beginning", len(evs))
-		// Read again after the cursor: nothing it returned before comes back.
+		// Read again after the cursor, waiting: nothing it returned
+		// before comes back, and the Company holds the read up to wait
+		// seconds at most (CO-7.5-03).
 		if cursor != "" {
 			p.step = "conversation read after cursor"
-			start := time.Now()
-			later, c2, ok2 := p.readEvents(ctx, s, base+"/events?cursor="+url.QueryEscape(cursor)+"&wait=1", token)
-			if ok2 {
-				seen := false
-				for _, e := range later {
-					for _, old := range evs {
-						seen = seen || e.id == old.id
-					}
-				}
-				p.check("CO-7.5-02", !seen, nil, "a read after cursor %q returned none of the events before it", cursor)
-				if len(later) == 0 {
-					p.check("CO-7.5-07", c2 == cursor, nil, "a read with no events answered cursor %q for the request's %q", c2, cursor)
-					p.check("CO-7.5-03", time.Since(start) < 10*time.Second, nil, "a read with wait=1 and no events returned after %v", time.Since(start).Round(time.Millisecond))
-				}
-			}
+			p.idleRead(ctx, s, base, cursor, token, evs)
 		}
 	}
 	p.step = "conversation stream"
@@ -143,7 +159,7 @@ func (p *prober) conversation(ctx context.Context, s *session, proto map[string]
 	p.step = "conversation close"
 	r, err = p.resourceRequest(ctx, s, http.MethodPost, base+"/close", []byte("{}"), jsonHdr, token, proofOK)
 	if err != nil {
-		return
+		return true
 	}
 	var closed map[string]any
 	_ = json.Unmarshal(r.body, &closed)
@@ -164,6 +180,49 @@ func (p *prober) conversation(ctx context.Context, s *session, proto map[string]
 		code := errorCode(r.body)
 		p.check("CO-7.12-03", r.status == http.StatusConflict && code == "conversation_closed", r.ex, "a message to the closed conversation answered %d %q", r.status, code)
 	}
+	return true
+}
+
+// idleRead reads the conversation after cursor, the last event there is,
+// with wait=2 (holdWait): nothing read before comes back (CO-7.5-02), the
+// cursor of an empty read is the request's (CO-7.5-07), and the Company
+// answers within wait, with an empty events list when nothing came
+// (CO-7.5-03). It may answer sooner (CO-7.5-05: a MAY), so only a read
+// held past wait (plus holdSlack) or answered without an events list
+// breaks the rule.
+func (p *prober) idleRead(ctx context.Context, s *session, base, cursor, token string, before []event) {
+	u := base + "/events?cursor=" + url.QueryEscape(cursor) + "&wait=" + fmt.Sprint(holdWait)
+	limit := holdWait*time.Second + holdSlack
+	start := time.Now()
+	r, err := p.resourceRequestWithin(ctx, limit, s, http.MethodGet, u, nil, http.Header{"Accept": {"application/json"}}, token, proofOK)
+	took := time.Since(start).Round(time.Millisecond)
+	if err != nil {
+		if isTimeout(err) && ctx.Err() == nil {
+			// CO-7.5-03
+			p.fail("CO-7.5-03", r.ex, "a read with wait=%d on an idle conversation got no answer within %v: the Company held it past wait", holdWait, limit)
+		}
+		return
+	}
+	later, c2, ok := p.readPage(r)
+	if !ok {
+		// CO-7.5-03: a read that times out returns an empty events list
+		// (CO-7.5-06 says what else was wrong).
+		if r.status == http.StatusOK {
+			p.fail("CO-7.5-03", r.ex, "a read with wait=%d on an idle conversation answered after %v without an events list", holdWait, took)
+		}
+		return
+	}
+	p.check("CO-7.5-03", true, r.ex, "a read with wait=%d on an idle conversation answered after %v with %d event(s)", holdWait, took, len(later))
+	seen := false
+	for _, e := range later {
+		for _, old := range before {
+			seen = seen || e.id == old.id
+		}
+	}
+	p.check("CO-7.5-02", !seen, nil, "a read after cursor %q returned none of the events before it", cursor)
+	if len(later) == 0 {
+		p.check("CO-7.5-07", c2 == cursor, nil, "a read with no events answered cursor %q for the request's %q", c2, cursor)
+	}
 }
 
 func hasStatusResponder(m map[string]any) bool {
@@ -172,15 +231,50 @@ func hasStatusResponder(m map[string]any) bool {
 	return st != "" && rs != ""
 }
 
-// readEvents reads a page of events as JSON and checks it (CO-7.5-01,
-// CO-7.5-04, CO-7.5-06, CO-7.2-05, CO-7.4-02, CO-7.4-03, CO-7.4-06,
-// CO-7.7-05).
+// maxPages bounds the pages one read follows through has_more.
+const maxPages = 10
+
+// readEvents reads the events as JSON, following has_more (spec 7.5: the
+// agent reads again right away) for at most maxPages pages, and checks
+// each page (readPage). It returns the events and the last cursor.
 func (p *prober) readEvents(ctx context.Context, s *session, u, token string) ([]event, string, bool) {
-	start := time.Now()
-	r, err := p.resourceRequest(ctx, s, http.MethodGet, u, nil, http.Header{"Accept": {"application/json"}}, token, proofOK)
-	if err != nil {
-		return nil, "", false
+	var all []event
+	cursor := ""
+	for page := 0; page < maxPages; page++ {
+		next := u
+		if page > 0 {
+			next = u + "?cursor=" + url.QueryEscape(cursor)
+			if strings.Contains(u, "?") {
+				next = u + "&cursor=" + url.QueryEscape(cursor)
+			}
+		}
+		start := time.Now()
+		r, err := p.resourceRequest(ctx, s, http.MethodGet, next, nil, http.Header{"Accept": {"application/json"}}, token, proofOK)
+		if err != nil {
+			return nil, "", false
+		}
+		if !strings.Contains(next, "wait=") {
+			p.check("CO-7.5-04", time.Since(start) < 5*time.Second, r.ex, "a read without wait returned after %v", time.Since(start).Round(time.Millisecond))
+		}
+		evs, c, ok := p.readPage(r)
+		if !ok {
+			return nil, "", false
+		}
+		all = append(all, evs...)
+		cursor = c
+		var m map[string]any
+		_ = json.Unmarshal(r.body, &m)
+		if more, _ := m["has_more"].(bool); !more || c == "" || strings.Contains(u, "cursor=") {
+			break
+		}
 	}
+	return all, cursor, true
+}
+
+// readPage checks one read's answer (CO-7.5-01, CO-7.5-06, CO-7.2-05,
+// CO-7.4-02, CO-7.4-03, CO-7.4-06, CO-7.7-05) and returns its events and
+// cursor.
+func (p *prober) readPage(r *reply) ([]event, string, bool) {
 	var page map[string]any
 	_ = json.Unmarshal(r.body, &page)
 	raw, okEvents := page["events"].([]any)
@@ -193,15 +287,11 @@ func (p *prober) readEvents(ctx context.Context, s *session, u, token string) ([
 		return nil, "", false
 	}
 	p.check("CO-7.7-01", true, r.ex, "the read answered status and responder")
-	if !strings.Contains(u, "wait=") {
-		p.check("CO-7.5-04", time.Since(start) < 5*time.Second, r.ex, "a read without wait returned after %v", time.Since(start).Round(time.Millisecond))
-	}
 	cursor, _ := page["cursor"].(string)
 	var out []event
 	for _, e := range raw {
 		m, _ := e.(map[string]any)
-		ev := p.checkEvent(m, r.ex)
-		out = append(out, ev)
+		out = append(out, p.checkEvent(m, r.ex))
 	}
 	return out, cursor, true
 }
@@ -267,13 +357,6 @@ func (p *prober) stream(ctx context.Context, s *session, u, token string) {
 }
 
 func (p *prober) readStream(ctx context.Context, s *session, u, token, lastID string) (ids []string, streamed bool, err error) {
-	p.mu.Lock()
-	if p.sent >= p.max {
-		p.mu.Unlock()
-		return nil, false, errBudget
-	}
-	p.sent++
-	p.mu.Unlock()
 	pu, _ := url.Parse(u)
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
@@ -281,25 +364,23 @@ func (p *prober) readStream(ctx context.Context, s *session, u, token, lastID st
 	if err != nil {
 		return nil, false, err
 	}
-	p.secret(proof)
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	p.secret(proof, token)
+	req, _ := http.NewRequest(http.MethodGet, u, nil)
 	req.Header.Set("Accept", "text/event-stream")
 	req.Header.Set("Authorization", "DPoP "+token)
 	req.Header.Set("DPoP", proof)
-	req.Header.Set("User-Agent", "poppy-check")
 	if lastID != "" {
 		req.Header.Set("Last-Event-ID", lastID)
 	}
-	ex := &Exchange{Method: http.MethodGet, URL: p.redact(u), RequestHeader: p.headers(req.Header)}
-	resp, err := p.hc.Do(req)
+	resp, ex, done, err := p.start(ctx, req, nil, 3*time.Second)
 	if err != nil {
 		return nil, false, err
 	}
+	defer done()
 	defer resp.Body.Close()
-	ex.Status, ex.ResponseHeader = resp.StatusCode, p.headers(resp.Header)
 	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, maxShownBody))
-		ex.ResponseBody = p.showBody(b)
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, keptBody))
+		ex.ResponseBody = keep(b)
 		p.fail("CO-7.5-06", ex, "a read with Accept: text/event-stream answered %d", resp.StatusCode)
 		return nil, false, errors.New("poppycheck: stream refused")
 	}

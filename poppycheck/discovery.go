@@ -38,12 +38,31 @@ type company struct {
 
 var versionRE = regexp.MustCompile(`^[0-9]+\.[0-9]+$`)
 
-// discover fetches poppy.json, following redirects one hop at a time
-// (CO-3-01..03), and checks the document (CO-3-04..13, CO-3.3-01,
+// hostOf is a host as organization.domain and poppy_domains are compared
+// with it (A-01): lower-cased, without port, trailing dot and one leading
+// "www.".
+func hostOf(h string) string {
+	u := url.URL{Host: strings.TrimSpace(h)}
+	h = strings.ToLower(strings.TrimSuffix(u.Hostname(), "."))
+	return strings.TrimPrefix(h, "www.")
+}
+
+// urlDetail is what a report says of a document's URL: the URL, and what
+// is wrong with it when something is.
+func (p *prober) urlDetail(raw string) (bool, string) {
+	ok, why := p.okURL(raw)
+	if ok {
+		return true, fmt.Sprintf("%q", raw)
+	}
+	return false, fmt.Sprintf("%q (%s)", raw, why)
+}
+
+// discover fetches poppy.json from target, following redirects one hop at
+// a time (CO-3-01..03), and checks the document (CO-3-04..13, CO-3.3-01,
 // CO-4.4-03, CO-4.4-04, CO-6-01, CO-OPS2-01).
-func (p *prober) discover(ctx context.Context, domain string) bool {
+func (p *prober) discover(ctx context.Context, target *url.URL) bool {
 	p.step = "discovery"
-	u := "https://" + domain + "/.well-known/poppy.json"
+	u := target.Scheme + "://" + target.Host + "/.well-known/poppy.json"
 	var r *reply
 	redirected := false
 	for hop := 0; ; hop++ {
@@ -52,12 +71,15 @@ func (p *prober) discover(ctx context.Context, domain string) bool {
 		var err error
 		r, err = p.send(ctx, req, nil)
 		if err != nil {
+			if p.stop != nil || ctx.Err() != nil {
+				return false // the caller's to allow, or the caller stopped: not the Company's failure
+			}
 			if hop == 0 {
-				p.fail("CO-3-01", r.ex, "GET %s got no answer: %v", u, p.redact(err.Error()))
+				p.fail("CO-3-01", r.ex, "GET %s got no answer: %v", u, err)
 			} else {
 				p.fail("CO-3-02", r.ex, "the redirect target %s got no answer", u)
 			}
-			p.aborted = "discovery failed: " + p.redact(err.Error())
+			p.aborted = "discovery failed: " + err.Error()
 			return false
 		}
 		if r.status < 300 || r.status > 399 || r.status == http.StatusNotModified {
@@ -73,8 +95,8 @@ func (p *prober) discover(ctx context.Context, domain string) bool {
 			p.aborted = "discovery: a redirect without a usable Location"
 			return false
 		}
-		if !p.check("CO-3-03", next.Scheme == "https", r.ex, "redirect %d of the well-known URL to %s", r.status, next.Redacted()) {
-			p.aborted = "discovery: a redirect to a non-HTTPS URL, which an agent never follows"
+		if ok, why := p.okURL(next.String()); !p.check("CO-3-03", ok, r.ex, "redirect %d of the well-known URL to %s%s", r.status, next.Redacted(), paren(why)) {
+			p.aborted = "discovery: a redirect to a URL an agent never follows"
 			return false
 		}
 		if hop+1 >= maxRedirects {
@@ -95,26 +117,45 @@ func (p *prober) discover(ctx context.Context, domain string) bool {
 		p.aborted = "discovery: poppy.json is not JSON"
 		return false
 	}
+	ex := r.ex
+	// spec 3.1: a Personal Agent must not use a document whose major
+	// version it doesn't support; the check knows 0.1 and says so, once,
+	// rather than report a document of another version against 0.1's
+	// rules.
+	v, _ := doc["protocol_version"].(string)
+	if versionRE.MatchString(v) {
+		major, minor, _ := strings.Cut(v, ".")
+		if strings.TrimLeft(major, "0") != "" {
+			p.otherVersion = v
+			p.aborted = fmt.Sprintf("the Company's poppy.json follows protocol version %s; this check knows version 0.1 only, whose agents must not use a document of another major version (spec 3.1)", v)
+			return false
+		}
+		if strings.TrimLeft(minor, "0") != "1" {
+			p.note("poppy.json follows protocol version %s; the check knows 0.1 and checks the rules of 0.1, which a newer minor version keeps", v)
+		}
+	}
 	p.cachingNote("poppy.json", r)
 	if etag := r.get("ETag"); etag != "" {
 		p.revalidate(ctx, u, etag)
 	}
-	c := &company{domain: domain, doc: doc, signIn: map[string][]string{}}
+	c := &company{domain: target.Host, doc: doc, signIn: map[string][]string{}}
 	p.c = c
-	ex := r.ex
 
-	v, _ := doc["protocol_version"].(string)
 	p.check("CO-3-04", versionRE.MatchString(v), ex, "protocol_version %q", v)
 	org, _ := doc["organization"].(map[string]any)
 	name, _ := org["name"].(string)
 	c.org, _ = org["domain"].(string)
-	p.check("CO-3-05", org != nil && strings.TrimSpace(name) != "" && c.org != "", ex, "organization name %q, domain %q", name, c.org)
-	asked := strings.TrimPrefix(strings.ToLower(domain), "www.")
-	got := strings.TrimPrefix(strings.ToLower(c.org), "www.")
-	p.check("CO-3-06", got == asked, ex, "organization.domain %q for the domain %q", c.org, domain)
-	if redirected {
-		p.check("CO-3-02", got == asked, ex, "the document served after the redirect speaks for %q", c.org)
+	orgOK := p.check("CO-3-05", org != nil && strings.TrimSpace(name) != "" && c.org != "", ex, "organization name %q, domain %q", name, c.org)
+	asked, got := hostOf(target.Host), hostOf(c.org)
+	if c.org != "" {
+		orgOK = p.check("CO-3-06", got == asked, ex, "organization.domain %q for the domain %q", c.org, target.Host) && orgOK
+		if redirected {
+			p.check("CO-3-02", got == asked, ex, "the document served after the redirect speaks for %q", c.org)
+		}
 	} else {
+		p.notObserved("organization.domain is absent (CO-3-05)", "CO-3-06", "CO-3-02")
+	}
+	if !redirected {
 		p.notObserved("the well-known URL answered without a redirect", "CO-3-02")
 	}
 
@@ -126,8 +167,9 @@ func (p *prober) discover(ctx context.Context, domain string) bool {
 	needsAuth := hasAgent || hasAPIs || c.browserEP != ""
 	c.issuer, _ = auth["issuer"].(string)
 	if auth != nil || needsAuth {
-		okIssuer := auth != nil && isHTTPS(c.issuer)
-		p.check("CO-3-07", okIssuer, ex, "auth %s, issuer %q", present(auth != nil), c.issuer)
+		okIssuer, issuer := p.urlDetail(c.issuer)
+		okIssuer = okIssuer && auth != nil
+		p.check("CO-3-07", okIssuer, ex, "auth %s, issuer %s", present(auth != nil), issuer)
 		if !okIssuer {
 			c.issuer = ""
 		}
@@ -142,8 +184,9 @@ func (p *prober) discover(ctx context.Context, domain string) bool {
 			m, _ := e.(map[string]any)
 			typ, _ := m["type"].(string)
 			ep, _ := m["endpoint"].(string)
-			p.check("CO-3-09", typ != "" && isHTTPS(ep), ex, "agent.protocols[%d]: type %q, endpoint %q", i, typ, ep)
-			if m != nil {
+			okEP, epText := p.urlDetail(ep)
+			p.check("CO-3-09", typ != "" && okEP, ex, "agent.protocols[%d]: type %q, endpoint %s", i, typ, epText)
+			if m != nil && okEP {
 				c.protocols = append(c.protocols, m)
 			}
 		}
@@ -161,7 +204,22 @@ func (p *prober) discover(ctx context.Context, domain string) bool {
 	}
 	p.signInTypes(auth, ex)
 	p.extensions(doc, ex)
+	if !orgOK {
+		// spec 3.1: an agent uses a document only when organization
+		// names the domain it asked for; the rest of the document is
+		// checked above, and nothing an agent would do with it.
+		p.aborted = "poppy.json doesn't speak for the domain asked (organization): an agent must not use it"
+		return false
+	}
 	return true
+}
+
+// paren is " (why)", or "" for no why.
+func paren(why string) string {
+	if why == "" {
+		return ""
+	}
+	return " (" + why + ")"
 }
 
 // signInTypes checks auth.direct, device, mediated and custom_scopes
@@ -179,6 +237,7 @@ func (p *prober) signInTypes(auth map[string]any, ex *Exchange) {
 		switch typ {
 		case "mediated":
 			ep, _ := t["endpoint"].(string)
+			okEP, epText := p.urlDetail(ep)
 			fields, _ := t["fields"].([]any)
 			okFields := len(fields) > 0
 			for _, f := range fields {
@@ -188,8 +247,10 @@ func (p *prober) signInTypes(auth map[string]any, ex *Exchange) {
 				_, isBool := fm["secret"].(bool)
 				okFields = okFields && n != "" && l != "" && isBool
 			}
-			p.check("CO-3-11", ok && isHTTPS(ep) && okFields && okScopes, ex, "auth.mediated: endpoint %q, %d fields (each with name, label and secret: %v), scopes %v", ep, len(fields), okFields, scopes)
-			p.c.mediated = t
+			p.check("CO-3-11", ok && okEP && okFields && okScopes, ex, "auth.mediated: endpoint %s, %d fields (each with name, label and secret: %v), scopes %v", epText, len(fields), okFields, scopes)
+			if okEP {
+				p.c.mediated = t
+			}
 		default:
 			p.check("CO-3-11", ok && okScopes, ex, "auth.%s scopes %v", typ, scopes)
 		}
@@ -220,7 +281,8 @@ func (p *prober) extensions(doc map[string]any, ex *Exchange) {
 		ver, _ := m["version"].(string)
 		if name == "operations" {
 			ep, _ := m["endpoint"].(string)
-			p.check("CO-OPS2-01", ver == "1" && isHTTPS(ep), ex, "extensions.operations: version %q, endpoint %q", ver, ep)
+			okEP, epText := p.urlDetail(ep)
+			p.check("CO-OPS2-01", ver == "1" && okEP, ex, "extensions.operations: version %q, endpoint %s", ver, epText)
 			p.check("CO-3.3-01", true, ex, "extension %q is defined with the protocol", name)
 			continue
 		}
@@ -244,13 +306,15 @@ func (p *prober) metadata(ctx context.Context) bool {
 	}
 	iu, _ := url.Parse(c.issuer)
 	path := strings.TrimSuffix(iu.EscapedPath(), "/")
-	mu := "https://" + iu.Host + "/.well-known/oauth-authorization-server" + path
+	mu := iu.Scheme + "://" + iu.Host + "/.well-known/oauth-authorization-server" + path
 	req, _ := http.NewRequest(http.MethodGet, mu, nil)
 	req.Header.Set("Accept", "application/json")
 	r, err := p.send(ctx, req, nil)
 	if err != nil {
-		p.fail("CO-3.2-02", r.ex, "GET %s got no answer", mu)
-		p.aborted = "no metadata"
+		if p.stop == nil && ctx.Err() == nil {
+			p.fail("CO-3.2-02", r.ex, "GET %s got no answer", mu)
+		}
+		p.abort("no metadata")
 		return false
 	}
 	var meta map[string]any
@@ -267,30 +331,52 @@ func (p *prober) metadata(ctx context.Context) bool {
 		return false
 	}
 	c.meta = meta
+	// CO-3.2-03: the domain whose poppy.json names the issuer is the one
+	// the check asked (A-01: compared without port and leading www.).
 	domains, _ := strings_(meta["poppy_domains"])
-	if !p.check("CO-3.2-03", slices.Contains(domains, c.org), r.ex, "poppy_domains %v, organization.domain %q", domains, c.org) {
-		p.aborted = "poppy_domains doesn't list organization.domain: an agent must not use this Company"
+	listed := slices.ContainsFunc(domains, func(d string) bool { return hostOf(d) == hostOf(c.domain) })
+	if !p.check("CO-3.2-03", listed, r.ex, "poppy_domains %v, the domain asked %q", domains, c.domain) {
+		p.aborted = "poppy_domains doesn't list the domain: an agent must not use this Company"
 		return false
 	}
 	c.tokenEP, _ = meta["token_endpoint"].(string)
 	c.revokeEP, _ = meta["revocation_endpoint"].(string)
-	p.check("CO-3.2-04", isHTTPS(c.tokenEP) && isHTTPS(c.revokeEP), r.ex, "token_endpoint %q, revocation_endpoint %q", c.tokenEP, c.revokeEP)
+	okToken, tokenText := p.urlDetail(c.tokenEP)
+	okRevoke, revokeText := p.urlDetail(c.revokeEP)
+	p.check("CO-3.2-04", okToken && okRevoke, r.ex, "token_endpoint %s, revocation_endpoint %s", tokenText, revokeText)
+	if !okRevoke {
+		c.revokeEP = ""
+	}
 	c.authzEP, _ = meta["authorization_endpoint"].(string)
 	c.deviceEP, _ = meta["device_authorization_endpoint"].(string)
 	if _, ok := c.signIn["direct"]; ok {
-		p.check("CO-3.2-05", isHTTPS(c.authzEP), r.ex, "Direct Sign-In offered; authorization_endpoint %q", c.authzEP)
+		okAuthz, authzText := p.urlDetail(c.authzEP)
+		p.check("CO-3.2-05", okAuthz, r.ex, "Direct Sign-In offered; authorization_endpoint %s", authzText)
 	}
 	if _, ok := c.signIn["device"]; ok {
-		p.check("CO-3.2-05", isHTTPS(c.deviceEP), r.ex, "Device Sign-In offered; device_authorization_endpoint %q", c.deviceEP)
+		okDevice, deviceText := p.urlDetail(c.deviceEP)
+		p.check("CO-3.2-05", okDevice, r.ex, "Device Sign-In offered; device_authorization_endpoint %s", deviceText)
+		if !okDevice {
+			c.deviceEP = ""
+		}
 	}
 	if len(c.signIn) == 0 || (c.signIn["direct"] == nil && c.signIn["device"] == nil) {
 		p.notObserved("the Company offers neither Direct nor Device Sign-In", "CO-3.2-05")
 	}
-	if !isHTTPS(c.tokenEP) {
-		p.aborted = "no token endpoint"
+	if !okToken {
+		p.aborted = "no token endpoint an agent can use"
 		return false
 	}
 	return true
+}
+
+// abort stops the run with why, unless it already stopped.
+func (p *prober) abort(why string) {
+	p.mu.Lock()
+	if p.aborted == "" {
+		p.aborted = why
+	}
+	p.mu.Unlock()
 }
 
 // cachingNote records the caching headers of a document (PA-3-04: agents
@@ -334,11 +420,6 @@ func present(b bool) string {
 		return "present"
 	}
 	return "absent"
-}
-
-func isHTTPS(s string) bool {
-	u, err := url.Parse(s)
-	return err == nil && u.Scheme == "https" && u.Host != "" && u.User == nil
 }
 
 // strings_ reads a JSON array of strings.
@@ -435,5 +516,3 @@ func parseAuthParams(s string) map[string]string {
 	}
 	return out
 }
-
-var _ = fmt.Sprintf

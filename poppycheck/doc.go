@@ -38,18 +38,42 @@
 // # Bounds
 //
 // A run sends at most Options.MaxRequests requests (400), each bounded by
-// Options.RequestTimeout (20 s) and reading at most 1 MiB of any answer;
-// redirects of the well-known URL are followed one hop at a time, at most
-// five, and only to https; streams are read for at most 3 s; a Retry-After
-// is waited out only up to 10 s; a Device Sign-In polls at most 120 times
-// and an interactive sign-in waits at most [SignInTimeout].
+// Options.RequestTimeout (20 s) and reading at most 1 MiB of any answer,
+// the whole run by Options.MaxDuration (5 minutes, 30 with a person); a
+// step whose requests time out twice stops there. Redirects of the
+// well-known URL are followed one hop at a time, at most five, and only to
+// https; streams are read for at most 3 s; a Retry-After is waited out
+// only up to 10 s; a Device Sign-In polls at most 120 times and an
+// interactive sign-in waits at most [SignInTimeout].
+//
+// # Where it connects
+//
+// Only where an agent of the SDK would: it signs with the SDK's code
+// (client assertions for the token endpoint wherever they go, A-03) and
+// holds to the SDK's address rule, whatever client it is given. A URL in
+// the Company's documents at an address that isn't public
+// (169.254.169.254, 10.0.0.7, [::ffff:127.0.0.1]) fails the rule that
+// names it and is never asked anything; the Company's own domain at one,
+// or a certificate from an authority the client doesn't trust, is a
+// [*NotReachedError] for the caller to allow
+// (Options.UnsafeAllowLoopbackHTTP, Options.AllowNetworks,
+// Options.RootCAs), not a failure of the Company.
 //
 // # Secrets
 //
 // The report never holds a token, proof, assertion, code or credential:
 // every one the run sent or received is replaced, wherever it appears, by
-// its [Fingerprint]. Text from the Company is escaped when WriteTable
-// prints it.
+// its [Fingerprint], and what a person typed, whatever its length, by
+// "[redacted]". A failure shows the decoded claims of the JWTs its request
+// carried ([Signed]), never the JWTs. Text from the Company is escaped
+// when WriteTable prints it.
+//
+// # In a CI
+//
+// [Report.WriteJUnit] writes JUnit XML; a [Baseline] of expected failures
+// turns a listed failure into an expected one and a listed rule that
+// passes into a failure ([Report.Judge]), so a baseline only shrinks;
+// Options.Only keeps some rules or sections.
 //
 // docs/check.md lists the rules the check sees and, for each it can't,
 // why.

@@ -17,8 +17,8 @@ func runAgainst(t *testing.T, srv *poppytest.Server, person poppycheck.Person) *
 	return runWith(t, srv, &poppycheck.Options{Person: person})
 }
 
-// runWith is runAgainst with the check's options (Agent, HTTPClient and
-// Clock are set here).
+// runWith is runAgainst with the check's options (Agent and Clock are set
+// here, and HTTPClient when the options have none).
 func runWith(t *testing.T, srv *poppytest.Server, opts *poppycheck.Options) *poppycheck.Report {
 	t.Helper()
 	agent, err := poppycheck.NewAgent("https://agent.test/check/")
@@ -27,7 +27,10 @@ func runWith(t *testing.T, srv *poppytest.Server, opts *poppycheck.Options) *pop
 	}
 	srv.HandleAgent("agent.test", agent.Handler())
 	o := *opts
-	o.Agent, o.HTTPClient, o.Clock = agent, srv.Client(), srv.Clock()
+	o.Agent, o.Clock = agent, srv.Clock()
+	if o.HTTPClient == nil {
+		o.HTTPClient = srv.Client()
+	}
 	rep, err := poppycheck.Run(context.Background(), "example.test", &o)
 	if err != nil {
 		t.Fatal(err)

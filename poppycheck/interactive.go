@@ -9,8 +9,6 @@ package poppycheck
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
@@ -64,7 +62,10 @@ type signedIn struct {
 	life    float64 // refresh_token_expires_in, 0 if none
 }
 
-func (p *prober) interactive(ctx context.Context, open string) {
+// interactive runs the sign-ins. conv is the conversation protocol entry,
+// if any; convSignIn says its conversation needed a signed-in Session,
+// which the first sign-in then gives it.
+func (p *prober) interactive(ctx context.Context, open string, conv map[string]any, convSignIn bool) {
 	var done []signedIn
 	for _, typ := range []string{"direct", "device", "mediated"} {
 		scopes := p.c.signIn[typ]
@@ -105,6 +106,9 @@ func (p *prober) interactive(ctx context.Context, open string) {
 	for _, d := range done {
 		p.moreScope(ctx, d)
 	}
+	if convSignIn {
+		p.conversation(ctx, done[0].s, conv)
+	}
 	// Before the sign-out below: the operation needs the signed-in Session.
 	p.operation(ctx, done[0])
 	p.accountToken(ctx, done[0], open)
@@ -133,8 +137,15 @@ func (p *prober) afterSignIn(ctx context.Context, in *signedIn, pre string) {
 	if pre != "" && pre != in.s.token {
 		if r, err := p.resourceRequest(ctx, in.s, http.MethodGet, p.openClosed, nil, accept, pre, proofOK); err == nil {
 			code, _, _ := challenge(r.header, "DPoP")
-			p.check("CO-4.4-13", r.status == http.StatusForbidden && code == "sign_in_required", r.ex,
-				"the Session's signed-out token from before the sign-in answered %d %q at %s", r.status, code, p.openClosed)
+			if r.status == http.StatusUnauthorized && code == "invalid_token" {
+				// The Company revoked the older token when it issued
+				// the signed-in one (A-08 leaves that open): it grants
+				// nothing, and shows nothing of the rule.
+				p.notObserved("the Company revoked the Session's signed-out token when it issued the signed-in one (invalid_token), which A-08 allows", "CO-4.4-13")
+			} else {
+				p.check("CO-4.4-13", r.status == http.StatusForbidden && code == "sign_in_required", r.ex,
+					"the Session's signed-out token from before the sign-in answered %d %q at %s", r.status, code, p.openClosed)
+			}
 		}
 	}
 }
@@ -227,7 +238,7 @@ func (p *prober) direct(ctx context.Context, s *session, scopes []string) *signe
 	}
 	code := cb.Get("code")
 	p.secret(code)
-	ex := &Exchange{Method: http.MethodGet, URL: p.redact(a.RedirectURI() + "?" + cb.Encode())}
+	ex := &Exchange{Method: http.MethodGet, URL: a.RedirectURI() + "?" + cb.Encode()}
 	if e := cb.Get("error"); e != "" {
 		p.check("CO-4.5-04", e == "access_denied" && cb.Get("state") == state && cb.Get("iss") == c.issuer, ex,
 			"the declined sign-in came back with error %q, the state %s, iss %q", e, sameOrNot(cb.Get("state") == state), cb.Get("iss"))
@@ -258,37 +269,32 @@ func sameOrNot(b bool) string {
 	return "changed"
 }
 
-// deviceSecrets lists the secrets of a device authorization answer.
-func deviceSecrets(body []byte) []string {
+// deviceCodes registers the secrets of a device authorization answer: the
+// device code, and the user code, which a person types.
+func (p *prober) deviceCodes(body []byte) {
 	var m map[string]any
 	_ = json.Unmarshal(body, &m)
 	dc, _ := m["device_code"].(string)
-	return []string{dc}
+	uc, _ := m["user_code"].(string)
+	p.secret(dc)
+	p.typedSecret(uc)
 }
 
 // device runs Device Sign-In (spec 4.6): the person opens the link; the
 // run polls at the interval, within expires_in and at most 120 polls.
 func (p *prober) device(ctx context.Context, s *session, scopes []string) *signedIn {
-	c, a := p.c, p.opts.Agent
-	ca, err := a.clientAssertion(c.deviceEP, p.clock.Now())
-	if err != nil {
+	c := p.c
+	if c.deviceEP == "" {
 		return nil
 	}
-	p.secret(ca)
-	f := url.Values{"scope": {strings.Join(scopes, " ")}, "client_id": {a.ClientID()},
-		"client_assertion_type": {"urn:ietf:params:oauth:client-assertion-type:jwt-bearer"}, "client_assertion": {ca}}
-	req, _ := http.NewRequest(http.MethodPost, c.deviceEP, nil)
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.Header.Set("Accept", "application/json")
-	r, err := p.send(ctx, req, []byte(f.Encode()))
+	r, err := p.clientPost(ctx, c.deviceEP, url.Values{"scope": {strings.Join(scopes, " ")}})
 	if err != nil || r.status != http.StatusOK {
 		if r != nil && err == nil {
 			p.checkTokenError(r)
 		}
 		return nil
 	}
-	p.secret(deviceSecrets(r.body)...)
-	p.refresh(r.ex)
+	p.deviceCodes(r.body)
 	var d struct {
 		DeviceCode              string `json:"device_code"`
 		UserCode                string `json:"user_code"`
@@ -297,12 +303,13 @@ func (p *prober) device(ctx context.Context, s *session, scopes []string) *signe
 		ExpiresIn               int    `json:"expires_in"`
 		Interval                int    `json:"interval"`
 	}
-	if json.Unmarshal(r.body, &d) != nil || d.DeviceCode == "" || !isHTTPS(d.VerificationURI) {
+	err = json.Unmarshal(r.body, &d)
+	if okURI, _ := p.okURL(d.VerificationURI); err != nil || d.DeviceCode == "" || !okURI {
 		p.note("the device authorization answer lacks device_code or an https verification_uri")
 		return nil
 	}
 	link := d.VerificationURIComplete
-	if !isHTTPS(link) {
+	if ok, _ := p.okURL(link); !ok {
 		link = d.VerificationURI
 	}
 	if err := p.opts.Person.Visit(ctx, Visit{Type: "device", URL: link, UserCode: d.UserCode, Scopes: scopes}); err != nil {
@@ -370,7 +377,7 @@ func (p *prober) mediated(ctx context.Context, s *session, scopes []string) *sig
 		creds[name] = v
 		secrets = append(secrets, v)
 	}
-	p.secret(secrets...)
+	p.typedSecret(secrets...) // everything the person typed, whatever its length
 	p.step = "sign-in mediated"
 	body := jsonBody(map[string]any{"scope": strings.Join(scopes, " "), "credentials": creds})
 	hdr := http.Header{"Content-Type": {"application/json"}, "Accept": {"application/json"}}
@@ -382,12 +389,8 @@ func (p *prober) mediated(ctx context.Context, s *session, scopes []string) *sig
 		var ans map[string]any
 		_ = json.Unmarshal(r.body, &ans)
 		p.secretsOf(ans)
-		p.refresh(r.ex)
-		leak := false
-		for _, v := range secrets {
-			leak = leak || len(v) >= 4 && strings.Contains(string(r.body), v)
-		}
-		p.check("CO-4.7-07", !leak, r.ex, "the Mediated Sign-In answer holds none of the credentials sent")
+		// CO-4.7-07
+		p.check("CO-4.7-07", !echoes(r, secrets), r.ex, "the Mediated Sign-In answer holds none of the credentials sent (looked for in its headers, its body and its JSON as decoded)")
 		switch st, _ := ans["status"].(string); st {
 		case "complete":
 			_, hasStatus := ans["status"]
@@ -407,7 +410,7 @@ func (p *prober) mediated(ctx context.Context, s *session, scopes []string) *sig
 			if err != nil {
 				return nil
 			}
-			p.secret(otp)
+			p.typedSecret(otp)
 			r, err = p.resourceRequest(ctx, s, http.MethodPost, strings.TrimSuffix(ep, "/")+"/"+id, jsonBody(map[string]any{"code": otp}), hdr, "", proofOK)
 			if err != nil {
 				return nil
@@ -481,16 +484,10 @@ func (p *prober) accountToken(ctx context.Context, in signedIn, open string) {
 	// Sign out.
 	p.step = "sign-out"
 	c := p.c
-	ca, err := p.opts.Agent.clientAssertion(c.revokeEP, p.clock.Now())
-	if err != nil {
-		return
+	if c.revokeEP == "" {
+		return // CO-3.2-04 failed: no revocation endpoint an agent can use
 	}
-	p.secret(ca)
-	f := url.Values{"token": {acct}, "token_type_hint": {"refresh_token"}, "client_id": {p.opts.Agent.ClientID()},
-		"client_assertion_type": {"urn:ietf:params:oauth:client-assertion-type:jwt-bearer"}, "client_assertion": {ca}}
-	req, _ := http.NewRequest(http.MethodPost, c.revokeEP, nil)
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	r, err = p.send(ctx, req, []byte(f.Encode()))
+	r, err = p.clientPost(ctx, c.revokeEP, url.Values{"token": {acct}, "token_type_hint": {"refresh_token"}})
 	if err != nil {
 		return
 	}
@@ -535,5 +532,68 @@ func (p *prober) accountToken(ctx context.Context, in signedIn, open string) {
 	}
 }
 
-var _ = errors.New
-var _ = fmt.Sprint
+// echoes reports whether the answer r holds one of values, the
+// credentials sent (CO-4.7-07: a Company never returns them): in its
+// headers, its body, and its JSON as decoded, which undoes any escape a
+// JSON decoder undoes (\u0063 is c), since an agent, and a model it hands
+// the answer to, reads it decoded. A value of 8 bytes or more is found
+// anywhere; a shorter one (a PIN, a short password) only as a word of its
+// own, so that a 4-digit PIN doesn't match inside an ID or a date.
+func echoes(r *reply, values []string) bool {
+	texts := []string{string(r.body)}
+	for _, vs := range r.header {
+		texts = append(texts, vs...)
+	}
+	var walk func(v any)
+	walk = func(v any) {
+		switch x := v.(type) {
+		case string:
+			texts = append(texts, x)
+		case map[string]any:
+			for k, e := range x {
+				texts = append(texts, k)
+				walk(e)
+			}
+		case []any:
+			for _, e := range x {
+				walk(e)
+			}
+		}
+	}
+	var decoded any
+	if json.Unmarshal(r.body, &decoded) == nil {
+		walk(decoded)
+	}
+	for _, v := range values {
+		if v == "" {
+			continue
+		}
+		for _, t := range texts {
+			if len(v) >= 8 && strings.Contains(t, v) || len(v) < 8 && containsWord(t, v) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// containsWord reports whether v occurs in s with neither neighbour a
+// letter, a digit or a character that joins words into IDs, numbers and
+// dates ("-_./:+@").
+func containsWord(s, v string) bool {
+	joins := func(c byte) bool {
+		return c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= 0x80 || strings.IndexByte("-_./:+@", c) >= 0
+	}
+	for i := 0; ; {
+		j := strings.Index(s[i:], v)
+		if j < 0 {
+			return false
+		}
+		j += i
+		end := j + len(v)
+		if (j == 0 || !joins(s[j-1])) && (end == len(s) || !joins(s[end])) {
+			return true
+		}
+		i = j + 1
+	}
+}

@@ -22,13 +22,13 @@ func (p *prober) mcpServer(ctx context.Context, s *session, api map[string]any) 
 	p.step = "mcp"
 	raw, _ := api["url"].(string)
 	mu, err := url.Parse(raw)
-	if err != nil || !isHTTPS(raw) {
-		p.fail("CO-6-02", nil, "mcp url %q is not an https URL", raw)
+	if ok, why := p.okURL(raw); err != nil || !ok {
+		p.fail("CO-6-02", nil, "mcp url %q: %s", raw, why)
 		return
 	}
 	// RFC 9728 section 3: the metadata of resource https://host/path is at
 	// https://host/.well-known/oauth-protected-resource/path.
-	prm := "https://" + mu.Host + "/.well-known/oauth-protected-resource" + strings.TrimSuffix(mu.EscapedPath(), "/")
+	prm := mu.Scheme + "://" + mu.Host + "/.well-known/oauth-protected-resource" + strings.TrimSuffix(mu.EscapedPath(), "/")
 	req, _ := http.NewRequest(http.MethodGet, prm, nil)
 	req.Header.Set("Accept", "application/json")
 	if r, err := p.send(ctx, req, nil); err == nil {
@@ -74,6 +74,12 @@ func (p *prober) mcpServer(ctx context.Context, s *session, api map[string]any) 
 		return
 	}
 	sid := r.get("Mcp-Session-Id")
+	if needsSignIn(r) {
+		// The server took the token but needs a sign-in even to start
+		// (spec 6 lets a Company put any call behind one).
+		p.notObserved("the MCP server answered initialize with a signed-out Session's token that it needs a sign-in", "CO-6-04")
+		return
+	}
 	ok := r.status == http.StatusOK && res != nil && res["result"] != nil
 	p.check("CO-6-04", ok, r.ex, "initialize with the Bearer Session Token answered %d", r.status)
 	if !ok {

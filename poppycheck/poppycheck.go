@@ -5,10 +5,12 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strings"
@@ -44,6 +46,7 @@ type Agent struct {
 	identity *poppy.Identity
 	key      *ecdsa.PrivateKey
 	kid      string
+	signer   *jose.Signer // client and Session assertions, as the SDK signs them
 	callback chan url.Values
 
 	metaFetches, jwksFetches atomic.Int64
@@ -55,11 +58,15 @@ func (a *Agent) fetches() fetchCounts {
 	return fetchCounts{a.metaFetches.Load(), a.jwksFetches.Load()}
 }
 
-// NewAgent makes a fresh agent identity whose documents live under
-// baseURL: baseURL+"agent.json" is the client_id, "jwks.json" the keys and
-// "callback" the redirect URI. baseURL must be an https URL (the protocol
-// requires it); an http:// one is accepted only on a loopback host, for a
-// Company under development on the same machine that accepts one.
+// NewAgent makes a fresh agent identity whose documents live under a path
+// of its own below baseURL: baseURL+"run-…/agent.json" is the client_id,
+// "run-…/jwks.json" the keys and "run-…/callback" the redirect URI, the
+// "run-…" segment new for every agent. So each run is a client_id no
+// Company has seen, whose metadata no Company has cached: a Company must
+// fetch it (CO-4.1-01) in every run, and two runs see the same. baseURL
+// must be an https URL (the protocol requires it); an http:// one is
+// accepted only on a loopback host, for a Company under development on the
+// same machine that accepts one. Handler serves every path below baseURL.
 func NewAgent(baseURL string) (*Agent, error) {
 	u, err := url.Parse(baseURL)
 	if err != nil || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
@@ -71,6 +78,7 @@ func NewAgent(baseURL string) (*Agent, error) {
 	if !strings.HasSuffix(u.Path, "/") {
 		u.Path += "/"
 	}
+	u.Path += "run-" + strings.ToLower(strings.NewReplacer("-", "", "_", "").Replace(jose.RandomID(9))) + "/"
 	base := u.String()
 	priv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -81,6 +89,10 @@ func NewAgent(baseURL string) (*Agent, error) {
 		return nil, fmt.Errorf("poppycheck: %w", err)
 	}
 	sk, err := poppy.NewSigningKey(priv, kid)
+	if err != nil {
+		return nil, fmt.Errorf("poppycheck: %w", err)
+	}
+	signer, err := jose.NewSigner(priv, jose.AssertionHeader(kid, "JWT"))
 	if err != nil {
 		return nil, fmt.Errorf("poppycheck: %w", err)
 	}
@@ -95,7 +107,7 @@ func NewAgent(baseURL string) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("poppycheck: %w", err)
 	}
-	return &Agent{base: base, identity: id, key: priv, kid: kid, callback: make(chan url.Values, 1)}, nil
+	return &Agent{base: base, identity: id, key: priv, kid: kid, signer: signer, callback: make(chan url.Values, 1)}, nil
 }
 
 // probeExtension is an extension no Company knows, listed in the check's
@@ -153,11 +165,26 @@ type Options struct {
 	// Agent is the identity the check acts as (NewAgent), served where
 	// the Company can fetch it.
 	Agent *Agent
-	// HTTPClient sends every request. Nil means poppy.DefaultHTTPClient,
-	// which connects only to public addresses. The check never follows a
-	// redirect with it: it follows the well-known URL's redirects itself,
-	// one hop at a time.
+	// HTTPClient sends every request. Nil means a client with the SDK's
+	// own address rule (that of poppy.DefaultHTTPClient: public addresses
+	// only), relaxed by UnsafeAllowLoopbackHTTP and AllowNetworks, that
+	// trusts RootCAs. The check never follows a redirect with it: it
+	// follows the well-known URL's redirects itself, one hop at a time.
 	HTTPClient *http.Client
+	// UnsafeAllowLoopbackHTTP lets the check reach a Company under
+	// development on this machine: loopback addresses (127.0.0.1:7790,
+	// localhost), over https, or over http:// where the Company's
+	// documents say so (as poppy.AgentOptions.UnsafeAllowLoopbackHTTP
+	// allows the SDK). A deployed Company must use https everywhere.
+	UnsafeAllowLoopbackHTTP bool
+	// AllowNetworks lists networks the check may connect to although
+	// they are not public, such as a Company on a private network
+	// (poppy.AgentOptions.AllowNetworks).
+	AllowNetworks []netip.Prefix
+	// RootCAs are the certificate authorities the check trusts, when
+	// HTTPClient is nil: a Company under development with a CA of its
+	// own. Nil means the system's.
+	RootCAs *x509.CertPool
 	// Person, if set, makes the run interactive: it walks a person
 	// through one sign-in of each type the Company offers, then checks
 	// Account Token use, rotation and sign-out (see Person).
@@ -182,11 +209,19 @@ type Options struct {
 	// to: name a harmless action on a test account. Nil (the default)
 	// proposes nothing, and those rules are not observed.
 	Propose *Proposal
+	// Only, if set, keeps in the report only these rules: rule IDs
+	// (CO-4.3-02) or sections (4.3, CO-4.3, OPS6). The run still takes
+	// every step, since later rules need what earlier steps learn.
+	Only []string
 	// MaxRequests bounds the requests one run sends. Zero means 400.
 	MaxRequests int
 	// RequestTimeout bounds each request, its answer included. Zero means
-	// 20 s.
+	// 20 s. A step whose requests time out twice stops there.
 	RequestTimeout time.Duration
+	// MaxDuration bounds the whole run. Zero means DefaultMaxDuration, or
+	// DefaultMaxInteractiveDuration with a Person (who signs in at the
+	// pace of a person).
+	MaxDuration time.Duration
 	// Clock tells the time for proofs and assertions. Nil means the
 	// system clock.
 	Clock interface{ Now() time.Time }
@@ -194,6 +229,13 @@ type Options struct {
 	// query, status). Nil discards. No record holds a secret.
 	Logger *slog.Logger
 }
+
+// The default bounds of a whole run (Options.MaxDuration): a Company that
+// answers each request slowly can't hold a run for longer.
+const (
+	DefaultMaxDuration            = 5 * time.Minute
+	DefaultMaxInteractiveDuration = 30 * time.Minute
+)
 
 // MediatedAttempts is the most Mediated Sign-In attempts the
 // FailedSignIns probe makes: the 6th attempt within a minute is the one
@@ -250,10 +292,21 @@ type Report struct {
 	// decide how agents behave, such as the caching headers of the
 	// discovery documents.
 	Notes []string `json:"notes,omitempty"`
-	// Aborted is set when the run stopped early (the request budget ran
-	// out, ctx ended, or discovery failed so badly nothing else could
-	// run); the rules not reached are NotObserved.
+	// Aborted is set when the run stopped early (the request budget or
+	// the time ran out, ctx ended, or discovery failed so badly nothing
+	// else could run); the rules not reached are NotObserved.
 	Aborted string `json:"aborted,omitempty"`
+	// OtherVersion is the protocol_version of a poppy.json whose major
+	// version is not this check's (0.1): a Personal Agent of 0.1 must not
+	// use that document (spec 3.1), so the run checked nothing else and
+	// every rule is NotObserved. A newer minor version (0.2) is checked
+	// by the rules of 0.1, which it keeps, with a note.
+	OtherVersion string `json:"other_version,omitempty"`
+	// IdentityRefused is set when the Company answered the first Session
+	// start with invalid_client: it could not fetch or accept the check's
+	// identity (ClientID), which must be reachable where the Company
+	// fetches it (Agent.Handler served at the agent's base URL).
+	IdentityRefused bool `json:"identity_refused,omitempty"`
 }
 
 // Result is what the run found for one Company rule.
@@ -290,6 +343,22 @@ type Exchange struct {
 	ResponseBody   string            `json:"response_body,omitempty"`
 	// Error is the transport error, if the request got no answer.
 	Error string `json:"error,omitempty"`
+	// Signed are the JWTs the request carried (client and Session
+	// assertions, browser assertions, DPoP proofs), decoded, so that the
+	// Company's engineer sees what was sent; the JWTs themselves are not
+	// shown.
+	Signed []Signed `json:"signed,omitempty"`
+}
+
+// Signed is a JWT the check sent, decoded: its header and claims. None of
+// them is a secret (ath is a hash; the signature, which could let it be
+// replayed, is left out).
+type Signed struct {
+	// Where says where the request carried it: "DPoP" (the header),
+	// "client_assertion" or "assertion" (form fields).
+	Where  string         `json:"where"`
+	Header map[string]any `json:"header"`
+	Claims map[string]any `json:"claims"`
 }
 
 // Failed returns the failed results.
@@ -327,32 +396,129 @@ func (r *Report) Count(st Status) int {
 // ErrNoAgent is returned by Run without Options.Agent.
 var ErrNoAgent = errors.New("poppycheck: Options.Agent is required")
 
-// Run checks the Company at domain (a host name such as "example.com")
-// from outside, as an agent without a User would see it, and, with
-// Options.Person, through one sign-in of each type. It returns a report
-// even when the Company fails every rule; the error is for a run that
-// could not be made at all (bad options, ctx ended before the first
-// request).
+// NotReachedError is returned by Run, with the report of what ran before,
+// when the check's own client would not reach the Company: its address
+// rule (the SDK's) refused the Company's domain, or a name the Company's
+// documents give that resolved to an address that isn't public; or, on the
+// first request, the Company's certificate is signed by an authority the
+// client doesn't trust. Neither is the Company's failure: the caller
+// allows the address (Options.UnsafeAllowLoopbackHTTP for loopback,
+// Options.AllowNetworks) or names the authority (Options.RootCAs).
+type NotReachedError struct {
+	// URL is the URL the check did not reach (without query).
+	URL string
+	// Refused says the address rule refused it; Addr is the address when
+	// known, Loopback whether it is this machine's.
+	Refused  bool
+	Addr     netip.Addr
+	Loopback bool
+	// UnknownAuthority says the certificate's authority isn't trusted.
+	UnknownAuthority bool
+	// Err is the client's error.
+	Err error
+}
+
+func (e *NotReachedError) Error() string {
+	switch {
+	case e.UnknownAuthority:
+		return "poppycheck: " + e.URL + ": the certificate is signed by an authority the check doesn't trust"
+	case e.Loopback:
+		return "poppycheck: " + e.URL + " is on this machine (loopback), which the check, like the SDK, doesn't connect to unless allowed"
+	case e.Addr.IsValid():
+		return "poppycheck: " + e.URL + " is at " + e.Addr.String() + ", not a public address, which the check, like the SDK, doesn't connect to unless allowed"
+	}
+	return "poppycheck: " + e.URL + " is not at a public address, which the check, like the SDK, doesn't connect to unless allowed"
+}
+
+func (e *NotReachedError) Unwrap() error { return e.Err }
+
+// Run checks the Company at domain from outside, as an agent without a
+// User would see it, and, with Options.Person, through one sign-in of each
+// type. domain is a host name such as "example.com", with a port when the
+// Company's well-known URL has one ("example.test:8443",
+// "127.0.0.1:7790"), or that as an https:// URL; an http:// URL on a
+// loopback host with Options.UnsafeAllowLoopbackHTTP.
+//
+// It returns a report even when the Company fails every rule. The error is
+// for a run that could not be made at all (bad options, ctx ended before
+// the first request), or a *NotReachedError, returned with the report of
+// what ran before it.
 func Run(ctx context.Context, domain string, opts *Options) (*Report, error) {
 	if opts == nil || opts.Agent == nil {
 		return nil, ErrNoAgent
 	}
-	domain = strings.ToLower(strings.TrimSpace(domain))
-	if domain == "" || strings.ContainsAny(domain, "/:@ ?#") {
-		return nil, fmt.Errorf("poppycheck: %q is not a domain (a host name such as example.com)", domain)
+	target, err := parseTarget(domain, opts.UnsafeAllowLoopbackHTTP)
+	if err != nil {
+		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	p := newProber(opts)
-	rep := &Report{Domain: domain, ClientID: opts.Agent.ClientID(), Interactive: opts.Person != nil, Started: time.Now()}
-	p.run(ctx, domain)
+	if err := p.guard.CheckHost(target.Hostname()); err != nil {
+		return nil, p.notReached(target, err)
+	}
+	limit := opts.MaxDuration
+	if limit <= 0 {
+		limit = DefaultMaxDuration
+		if opts.Person != nil {
+			limit = DefaultMaxInteractiveDuration
+		}
+	}
+	rctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	rep := &Report{Domain: target.Host, ClientID: opts.Agent.ClientID(), Interactive: opts.Person != nil, Started: time.Now()}
+	p.run(rctx, target)
+	// The time limit, or the caller's ctx, is why the run stopped, whatever
+	// the step it stopped in made of the requests it cut.
+	switch {
+	case ctx.Err() != nil:
+		p.aborted = "stopped: " + ctx.Err().Error()
+	case rctx.Err() != nil:
+		p.aborted = fmt.Sprintf("the run's time limit (%v) ran out", limit)
+	}
 	rep.Duration = time.Since(rep.Started)
 	rep.Requests = p.sent
 	rep.Notes = p.notes
 	rep.Aborted = p.aborted
+	rep.OtherVersion = p.otherVersion
+	rep.IdentityRefused = p.identityRefused
 	rep.Results = p.results()
+	p.scrub(rep)
+	if p.stop != nil {
+		return rep, p.stop
+	}
 	return rep, nil
+}
+
+// parseTarget reads the domain Run was given: a host, host:port, or an
+// https:// URL of either (http:// on loopback when allowed), and returns
+// the origin to ask.
+func parseTarget(domain string, allowLoopback bool) (*url.URL, error) {
+	d := strings.TrimSpace(domain)
+	bad := fmt.Errorf("poppycheck: %q is not a domain (a host name such as example.com, host:port, or an https:// URL of one)", domain)
+	raw := d
+	if !strings.Contains(d, "://") {
+		raw = "https://" + d
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" || strings.Trim(u.Path, "/") != "" || strings.ContainsAny(u.Host, " ") {
+		return nil, bad
+	}
+	if p := u.Port(); p != "" {
+		if n, err := netip.ParseAddrPort("0.0.0.0:" + p); err != nil || n.Port() == 0 {
+			return nil, bad
+		}
+	}
+	switch {
+	case u.Scheme == "https":
+	case u.Scheme == "http" && allowLoopback && isLoopback(u.Hostname()):
+	case u.Scheme == "http" && isLoopback(u.Hostname()):
+		return nil, fmt.Errorf("poppycheck: %q is http://, which the check uses only on a loopback host when allowed (Options.UnsafeAllowLoopbackHTTP)", domain)
+	default:
+		return nil, fmt.Errorf("poppycheck: %q: the protocol is https only (spec 3)", domain)
+	}
+	return &url.URL{Scheme: u.Scheme, Host: strings.ToLower(u.Host)}, nil
 }
 
 // coRules returns the Company rules, withdrawn ones left out.
@@ -366,11 +532,20 @@ func coRules() []rules.Rule {
 	return out
 }
 
-// results turns the observations into one Result per Company rule.
+// results turns the observations into one Result per Company rule (those
+// Options.Only names, when set).
 func (p *prober) results() []Result {
 	var out []Result
 	for _, r := range coRules() {
+		if !selected(r, p.opts.Only) {
+			continue
+		}
 		res := Result{Rule: r.ID, Section: r.Section, Text: r.Text, Status: NotObserved}
+		if p.otherVersion != "" {
+			res.Reason = "the Company's poppy.json follows protocol version " + p.otherVersion + ", which the check doesn't know"
+			out = append(out, res)
+			continue
+		}
 		obs := p.obs[r.ID]
 		res.Observations = len(obs)
 		if i := slices.IndexFunc(obs, func(o observation) bool { return !o.ok }); i >= 0 {
@@ -386,9 +561,48 @@ func (p *prober) results() []Result {
 			}
 			if res.Reason == "" {
 				res.Reason = "not reached in this run"
+				if p.aborted != "" {
+					res.Reason = "not reached: the run stopped early"
+				}
 			}
 		}
 		out = append(out, res)
 	}
 	return out
+}
+
+// selected reports whether rule r is one of only: rule IDs, or sections
+// ("4.3", "CO-4.3" and "OPS6" select CO-4.3-… and CO-OPS6-…); none
+// means every rule.
+func selected(r rules.Rule, only []string) bool {
+	if len(only) == 0 {
+		return true
+	}
+	id := strings.ToUpper(r.ID)
+	for _, o := range only {
+		o = strings.ToUpper(strings.TrimSpace(o))
+		sec := strings.TrimPrefix(o, "CO-")
+		if o == id || sec != "" && strings.HasPrefix(id, "CO-"+sec+"-") {
+			return true
+		}
+	}
+	return false
+}
+
+// CheckOnly reports an entry of Options.Only that names no Company rule or
+// section, so that a typo doesn't select nothing in silence.
+func CheckOnly(only []string) error {
+	for _, o := range only {
+		found := false
+		for _, r := range coRules() {
+			if selected(r, []string{o}) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return fmt.Errorf("poppycheck: %q names no Company rule or section (such as CO-4.3-02, 4.3 or OPS6)", o)
+		}
+	}
+	return nil
 }

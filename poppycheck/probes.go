@@ -54,10 +54,7 @@ func (p *prober) mediatedRateLimit(ctx context.Context, s *session) {
 	if !p.opts.FailedSignIns {
 		return // the catalog's reason: run with --failed-sign-ins
 	}
-	ep, _ := m["endpoint"].(string)
-	if !isHTTPS(ep) {
-		return
-	}
+	ep, _ := m["endpoint"].(string) // p.c.mediated is set only for a usable endpoint (CO-3-11)
 	p.step = "mediated rate limit"
 	fields, _ := m["fields"].([]any)
 	type field struct {
@@ -98,18 +95,19 @@ func (p *prober) mediatedRateLimit(ctx context.Context, s *session) {
 			sent[f.name] = v
 		}
 		body := jsonBody(map[string]any{"scope": scope, "credentials": sent})
-		r, err := p.resourceRequestRetry(pctx, s, http.MethodPost, ep, body, hdr, "", proofOK, false)
+		r, err := p.resourceRequestRetry(pctx, 0, s, http.MethodPost, ep, body, hdr, "", proofOK, false)
 		if err != nil {
 			if ctx.Err() == nil && errors.Is(pctx.Err(), context.DeadlineExceeded) {
 				p.notObserved(fmt.Sprintf("%d Mediated Sign-In attempts with made-up credentials took over a minute", i), "CO-4.7-06")
 			}
 			return
 		}
-		leak := false
+		values := make([]string, 0, len(sent))
 		for _, v := range sent {
-			leak = leak || strings.Contains(string(r.body), v) || strings.Contains(strings.Join(headerValues(r.header), "\n"), v)
+			values = append(values, v)
 		}
-		p.check("CO-4.7-07", !leak, r.ex, "the answer to a Mediated Sign-In with made-up credentials holds none of them")
+		// CO-4.7-07
+		p.check("CO-4.7-07", !echoes(r, values), r.ex, "the answer to a Mediated Sign-In with made-up credentials holds none of them (looked for in its headers, its body and its JSON as decoded)")
 		if r.status == http.StatusTooManyRequests {
 			ra := r.get("Retry-After")
 			d, ok := parseRetryAfter(ra, p.clock.Now())
@@ -120,7 +118,6 @@ func (p *prober) mediatedRateLimit(ctx context.Context, s *session) {
 		var ans map[string]any
 		_ = json.Unmarshal(r.body, &ans)
 		p.secretsOf(ans)
-		p.refresh(r.ex)
 		st, _ := ans["status"].(string)
 		_, access := ans["access_token"]
 		_, account := ans["refresh_token"]
@@ -143,14 +140,6 @@ func (p *prober) mediatedRateLimit(ctx context.Context, s *session) {
 	}
 	p.fail("CO-4.7-06", last.ex, "%d Mediated Sign-In attempts with made-up credentials within %s each answered failed: none was refused with 429 and Retry-After",
 		MediatedAttempts, time.Since(start).Round(time.Millisecond))
-}
-
-func headerValues(h http.Header) []string {
-	var out []string
-	for _, vs := range h {
-		out = append(out, vs...)
-	}
-	return out
 }
 
 // opsReads bounds the reads of a confirmed operation that is in_progress;
@@ -179,11 +168,11 @@ func (p *prober) operation(ctx context.Context, in signedIn) {
 	}
 	m, _ := p.c.exts["operations"].(map[string]any)
 	ep, _ := m["endpoint"].(string)
-	if !isHTTPS(ep) {
-		p.notObserved("the Company lists no operations endpoint", rule)
+	if ok, _ := p.okURL(ep); !ok {
+		p.notObserved("the Company lists no operations endpoint an agent can use", rule)
 		return
 	}
-	if !isHTTPS(pr.URL) || pr.Method == "" {
+	if ok, _ := p.okURL(pr.URL); !ok || pr.Method == "" {
 		p.notObserved("Options.Propose needs a method and an https URL", rule)
 		return
 	}

@@ -2,7 +2,6 @@ package poppycheck
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"net/url"
 )
@@ -10,18 +9,15 @@ import (
 // run runs the steps in order; a step that can't go on says why in
 // p.aborted, and later steps that need what it would have learnt don't
 // run.
-func (p *prober) run(ctx context.Context, domain string) {
+func (p *prober) run(ctx context.Context, target *url.URL) {
 	defer func() {
-		if p.aborted == "" && ctx.Err() != nil {
-			p.aborted = "stopped: " + ctx.Err().Error()
-		}
 		p.mu.Lock()
 		if p.aborted == "" && p.sent >= p.max {
 			p.aborted = errBudget.Error()
 		}
 		p.mu.Unlock()
 	}()
-	if !p.discover(ctx, domain) || !p.metadata(ctx) {
+	if !p.discover(ctx, target) || !p.metadata(ctx) {
 		return
 	}
 	s := p.startSession(ctx)
@@ -29,8 +25,12 @@ func (p *prober) run(ctx context.Context, domain string) {
 		return
 	}
 	p.pass("CO-3.3-02", nil, "the Company started a Session for an agent whose metadata lists an extension it can't know (%s)", probeExtension)
-	p.secondSession(ctx, s)
+	// The probes that may make the Company issue a token (a scope the
+	// Session lacks, a stale proof) use a Session of their own: nothing
+	// they get back replaces the main Session's token.
+	probe := p.secondSession(ctx, s)
 	p.renew(ctx, s)
+	p.tokenProbes(ctx, probe)
 	p.deviceScopes(ctx)
 	var open string
 	for _, api := range p.c.apis {
@@ -55,29 +55,31 @@ func (p *prober) run(ctx context.Context, domain string) {
 			p.check("CO-4.3-13", r.status >= 200 && r.status < 300, r.ex, "after a Bearer token was issued to the Session, its DPoP token still works: %d", r.status)
 		}
 	}
-	conv := false
+	var conv map[string]any
 	for _, proto := range p.c.protocols {
 		if proto["type"] == "poppy" {
-			p.conversation(ctx, s, proto)
-			conv = true
+			conv = proto
 			break
 		}
 	}
-	if !conv {
-		p.notObserved("the Company lists no poppy conversation protocol", "CO-7.3-01", "CO-7.5-06", "CO-7.12-02")
+	convSignIn := false
+	if conv != nil {
+		convSignIn = !p.conversation(ctx, s, conv)
+	} else {
+		p.notObserved("the Company lists no poppy conversation protocol", "CO-7.3-01", "CO-7.5-06", "CO-7.12-02", "CO-7.5-03")
 	}
 	if _, ok := p.c.exts["operations"]; ok {
 		p.operationsEndpoint(ctx, s)
 	}
 	if p.c.browserEP != "" {
-		if isHTTPS(p.c.browserEP) {
+		if ok, _ := p.okURL(p.c.browserEP); ok {
 			p.browserSession(ctx, s)
 		}
 	} else {
 		p.notObserved("the Company lists no web.browser_session_endpoint", "CO-5-11", "CO-5-16", "CO-5-17", "CO-5-09", "CO-5-12")
 	}
 	if p.opts.Person != nil {
-		p.interactive(ctx, open)
+		p.interactive(ctx, open, conv, convSignIn)
 	}
 	// Last, so that a limit it sets off stops no other step (the
 	// person's own Mediated Sign-In above included).
@@ -120,21 +122,28 @@ func (p *prober) openAPIRun(ctx context.Context, s *session, api map[string]any)
 }
 
 // secondSession starts another Session for the same User, with the same
-// key, and checks that both work (CO-4-02).
-func (p *prober) secondSession(ctx context.Context, s *session) {
+// key, and checks that both work (CO-4-02). It returns it (nil if none):
+// the probes that may make the Company issue a token use it.
+func (p *prober) secondSession(ctx context.Context, s *session) *session {
 	p.step = "second session"
 	s2 := &session{userID: s.userID, key: s.key, nonces: map[string]string{}}
 	r, m, err := p.tokenRequest(ctx, s2, url.Values{"grant_type": {grantJWTBearer}}, false)
 	if err != nil || m == nil {
 		if r != nil && r.status == http.StatusTooManyRequests {
 			p.notObserved("the Company rate-limited the second Session start (a MAY, CO-4.1-08)", "CO-4-02")
-		} else if r != nil {
+		} else if r != nil && r.status != 0 {
 			p.fail("CO-4-02", r.ex, "a second Session for the same User answered %d %q", r.status, errorCode(r.body))
 		}
-		return
+		return nil
 	}
 	id, _ := m["session_id"].(string)
+	tok, _ := m["access_token"].(string)
 	p.check("CO-4-02", id != "" && id != s.id, r.ex, "a second Session for the same User: session_id %q beside %q", id, s.id)
+	if id == "" || id == s.id || tok == "" {
+		return nil
+	}
+	s2.id, s2.token = id, tok
+	return s2
 }
 
 func hasAPI(apis []map[string]any, typ string) bool {
@@ -145,5 +154,3 @@ func hasAPI(apis []map[string]any, typ string) bool {
 	}
 	return false
 }
-
-var _ = errors.New

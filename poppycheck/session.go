@@ -124,12 +124,7 @@ func (p *prober) tokenRequest(ctx context.Context, s *session, form url.Values, 
 		if r.status == http.StatusOK {
 			var m map[string]any
 			_ = json.Unmarshal(r.body, &m)
-			for _, k := range []string{"access_token", "refresh_token"} {
-				if v, ok := m[k].(string); ok {
-					p.secret(v)
-				}
-			}
-			p.refresh(r.ex)
+			p.secretsOf(m)
 			s.setNonce(tu.Host, r.get("DPoP-Nonce"))
 			return r, m, nil
 		}
@@ -153,6 +148,28 @@ func (p *prober) tokenRequest(ctx context.Context, s *session, form url.Values, 
 	return nil, nil, fmt.Errorf("poppycheck: the token endpoint kept asking for a nonce")
 }
 
+// clientPost posts form to endpoint, the device authorization or the
+// revocation endpoint, with a client assertion as the SDK sends it there:
+// aud the token endpoint, and no DPoP proof.
+func (p *prober) clientPost(ctx context.Context, endpoint string, form url.Values) (*reply, error) {
+	ca, err := p.opts.Agent.clientAssertion(p.c.tokenEP, p.clock.Now())
+	if err != nil {
+		return nil, err
+	}
+	p.secret(ca)
+	f := url.Values{}
+	for k, v := range form {
+		f[k] = v
+	}
+	f.Set("client_id", p.opts.Agent.ClientID())
+	f.Set("client_assertion_type", "urn:ietf:params:oauth:client-assertion-type:jwt-bearer")
+	f.Set("client_assertion", ca)
+	req, _ := http.NewRequest(http.MethodPost, endpoint, nil)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Accept", "application/json")
+	return p.send(ctx, req, []byte(f.Encode()))
+}
+
 // waitRetryAfter waits out a Retry-After of
 // at most 10 s. It reports whether to retry.
 func (p *prober) waitRetryAfter(ctx context.Context, r *reply) bool {
@@ -170,24 +187,21 @@ func (p *prober) waitRetryAfter(ctx context.Context, r *reply) bool {
 	}
 }
 
+// parseRetryAfter reads a Retry-After with the SDK's one reader
+// (internal/retry): delta-seconds or an HTTP-date, a huge delta-seconds a
+// long wait, never a negative one; ok is false when there is none the
+// reader can read.
 func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return 0, false
-	}
-	// Delta-seconds (any run of digits) or an HTTP-date (RFC 9110 section
-	// 10.2.3), its wait read by the SDK's one reader, which bounds it: a
-	// Company's "8000000000000" is a long wait, never a negative one.
-	if strings.Trim(v, "0123456789") == "" {
-		return retry.After(v, now), true
-	}
-	if _, err := http.ParseTime(v); err == nil && len(v) <= 64 {
-		return retry.After(v, now), true
-	}
-	return 0, false
+	return retry.Parse(v, now)
 }
 
 const grantJWTBearer = "urn:ietf:params:oauth:grant-type:jwt-bearer"
+
+// nonceFreshness is why a stale proof that a Company requiring nonces took
+// shows nothing: RFC 9449 section 4.3 (step 11) lets a server judge a
+// proof's freshness by its nonce instead of its iat, and the proof's nonce
+// was fresh.
+const nonceFreshness = "the Company requires DPoP nonces and took a proof ten minutes old with a fresh nonce: RFC 9449 section 4.3 lets it judge freshness by the nonce instead of iat"
 
 // startSession starts a Session for a fresh User and checks the answer
 // (CO-4.1-01, CO-4.2-05..07).
@@ -201,9 +215,11 @@ func (p *prober) startSession(ctx context.Context) *session {
 	before := p.opts.Agent.fetches()
 	r, m, err := p.tokenRequest(ctx, s, url.Values{"grant_type": {grantJWTBearer}}, false)
 	if err != nil || m == nil {
-		if r != nil && errorCode(r.body) == "invalid_client" {
+		switch {
+		case r != nil && errorCode(r.body) == "invalid_client":
+			p.identityRefused = true
 			p.aborted = "the Company refused the check's agent identity (invalid_client): it must be able to fetch " + p.opts.Agent.ClientID()
-		} else {
+		case p.aborted == "":
 			p.aborted = "no Session could be started"
 		}
 		p.notObserved("no Session could be started", "CO-4.2-05")
@@ -259,7 +275,7 @@ func (p *prober) renew(ctx context.Context, s *session) {
 	r, m, err := p.tokenRequest(ctx, s, url.Values{"grant_type": {grantJWTBearer}, "session_id": {s.id}}, false)
 	if err == nil && m != nil {
 		p.checkSessionToken(r, m, s, s.id)
-	} else if r != nil {
+	} else if r != nil && r.status != 0 {
 		p.fail("CO-4.2-09", r.ex, "renewing the Session answered %d %q", r.status, errorCode(r.body))
 	}
 	// A Session the Company doesn't know, as after it ended.
@@ -268,24 +284,41 @@ func (p *prober) renew(ctx context.Context, s *session) {
 		p.check("CO-4.2-10", m == nil && errorCode(r.body) == "invalid_session", r.ex,
 			"renewing a Session the Company doesn't have answered %d %q", r.status, errorCode(r.body))
 	}
+}
+
+// tokenProbes makes, on the probe Session s (not the main walk's), the
+// token requests a Company must refuse and that would issue a token if
+// it didn't: a scope beyond the Session's (CO-4.3-16), a proof ten
+// minutes old (CO-4.3-08). A token they get back is never used: it would
+// tell nothing of the rules the main walk checks.
+func (p *prober) tokenProbes(ctx context.Context, s *session) {
+	p.step = "token probes"
+	if s == nil {
+		p.notObserved("no second Session to make the probes with", "CO-4.3-16", "CO-4.3-08")
+		return
+	}
 	// A scope beyond the Session's (a signed-out Session has none).
-	r, m, err = p.tokenRequest(ctx, s, url.Values{"grant_type": {grantJWTBearer}, "session_id": {s.id}, "scope": {"poppy:read"}}, false)
-	if err == nil && r != nil {
-		p.check("CO-4.3-16", m == nil && errorCode(r.body) == "invalid_scope", r.ex,
+	r, m, err := p.tokenRequest(ctx, s, url.Values{"grant_type": {grantJWTBearer}, "session_id": {s.id}, "scope": {"poppy:read"}}, false)
+	switch scope, hasScope := m["scope"].(string); {
+	case err != nil || r == nil:
+	case m == nil:
+		p.check("CO-4.3-16", errorCode(r.body) == "invalid_scope", r.ex,
 			"asking a signed-out Session for scope poppy:read answered %d %q", r.status, errorCode(r.body))
-		if m != nil { // it issued one: use the Session's new token from now on
-			if tok, _ := m["access_token"].(string); tok != "" {
-				s.token = tok
-			}
-		}
+	default:
+		// RFC 6749 section 5.1 lets a Company issue less than asked, and
+		// say so in scope: a token that grants nothing the Session lacks
+		// escalates nothing. One whose scope is absent grants what was
+		// asked.
+		p.check("CO-4.3-16", hasScope && strings.TrimSpace(scope) == "", r.ex,
+			"asking a signed-out Session for scope poppy:read answered %d with a token of scope %q (present: %v)", r.status, scope, hasScope)
 	}
 	// A token endpoint proof the Company must refuse: iat ten minutes
 	// old, as from an agent whose clock is off (CO-4.3-08).
 	p.staleTokenProof(ctx, s)
 }
 
-// staleTokenProof sends a Session start whose proof's iat is ten minutes
-// old.
+// staleTokenProof sends a Session renewal whose proof's iat is ten
+// minutes old.
 func (p *prober) staleTokenProof(ctx context.Context, s *session) {
 	c := p.c
 	tu, _ := url.Parse(c.tokenEP)
@@ -310,23 +343,16 @@ func (p *prober) staleTokenProof(ctx context.Context, s *session) {
 	if r.status == http.StatusOK {
 		var m map[string]any
 		_ = json.Unmarshal(r.body, &m)
-		if tok, _ := m["access_token"].(string); tok != "" {
-			p.secret(tok)
-			p.refresh(r.ex)
-			s.token = tok
+		p.secretsOf(m)
+		if s.nonce(tu.Host) != "" {
+			p.notObserved(nonceFreshness, "CO-4.3-08")
+			return
 		}
 	} else {
 		p.checkTokenError(r)
 	}
 	p.check("CO-4.3-08", r.status == http.StatusBadRequest && (code == "invalid_dpop_proof" || code == "use_dpop_nonce"), r.ex,
 		"a token request whose proof's iat is ten minutes old answered %d %q", r.status, code)
-}
-
-// htu is u without query and fragment, as a proof names it.
-func htu(u *url.URL) string {
-	c := *u
-	c.RawQuery, c.Fragment, c.ForceQuery = "", "", false
-	return c.String()
 }
 
 func isJSONType(ct string) bool {

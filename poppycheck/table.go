@@ -1,6 +1,7 @@
 package poppycheck
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"sort"
@@ -18,6 +19,11 @@ import (
 // terminal; secrets appear only as fingerprints.
 func (r *Report) WriteTable(w io.Writer) error {
 	ew := &errWriter{w: w}
+	if r.OtherVersion != "" {
+		// One line, not a table of rules that don't apply.
+		fmt.Fprintf(ew, "poppy check %s: %s\n", esc(r.Domain), esc(r.Aborted))
+		return ew.err
+	}
 	fmt.Fprintf(ew, "poppy check %s (agent %s%s)\n\n", esc(r.Domain), esc(r.ClientID), map[bool]string{true: ", interactive"}[r.Interactive])
 	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "RULE\tSTATUS\tSTEP\tSEEN")
@@ -37,6 +43,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 			writeHeaders(ew, "           ", e.RequestHeader)
 			if e.RequestBody != "" {
 				fmt.Fprintf(ew, "           %s\n", esc(clip(e.RequestBody, 600)))
+			}
+			for _, sj := range e.Signed {
+				fmt.Fprintf(ew, "           %s: %s\n", esc(sj.Where), esc(clip(signedText(sj), 600)))
 			}
 			if e.Error != "" {
 				fmt.Fprintf(ew, "  answer:  none (%s)\n", esc(e.Error))
@@ -61,6 +70,13 @@ func (r *Report) WriteTable(w io.Writer) error {
 	fmt.Fprintf(ew, "\n%d passed, %d failed, %d not observed; %d requests in %v.\n",
 		r.Count(Passed), r.Count(Failed), r.Count(NotObserved), r.Requests, r.Duration.Round(time.Millisecond))
 	return ew.err
+}
+
+// signedText shows a JWT the check sent: its header and claims as JSON.
+func signedText(s Signed) string {
+	h, _ := json.Marshal(s.Header)
+	c, _ := json.Marshal(s.Claims)
+	return "header " + string(h) + ", claims " + string(c)
 }
 
 func writeHeaders(w io.Writer, indent string, h map[string]string) {

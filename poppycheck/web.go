@@ -41,7 +41,6 @@ func (p *prober) browserSession(ctx context.Context, s *session) {
 			p.secret(v)
 		}
 	}
-	p.refresh(r.ex)
 	cookies := (&http.Response{Header: r.header}).Cookies()
 	loc := r.get("Location")
 	p.check("CO-5-11", r.status == http.StatusSeeOther && loc == returnTo && len(cookies) > 0, r.ex,
@@ -78,8 +77,8 @@ func (p *prober) operationsEndpoint(ctx context.Context, s *session) {
 	p.step = "operations"
 	m, _ := p.c.exts["operations"].(map[string]any)
 	ep, _ := m["endpoint"].(string)
-	if !isHTTPS(ep) {
-		return
+	if ok, _ := p.okURL(ep); !ok {
+		return // CO-OPS2-01 failed
 	}
 	token := s.token
 	if res, _ := m["resource"].(string); res != "" {
@@ -94,6 +93,14 @@ func (p *prober) operationsEndpoint(ctx context.Context, s *session) {
 		return
 	}
 	code := errorCode(r.body)
+	if ch, _, _ := challenge(r.header, "DPoP"); r.status == http.StatusForbidden && ch == "sign_in_required" {
+		// The Company's operations endpoint needs a signed-in Session:
+		// the answer to a signed-out one says so, as spec 6 has it
+		// (CO-OPS9-01's token errors), and says nothing of unknown
+		// operations.
+		p.notObserved("the operations endpoint answered the signed-out Session sign_in_required: reading an operation needs a sign-in there", "CO-OPS9-02", "CO-OPS9-01", "CO-OPS2-02")
+		return
+	}
 	p.check("CO-OPS9-02", r.status == http.StatusNotFound && code == "operation_not_found", r.ex, "an operation the Company never proposed answered %d %q", r.status, code)
 	p.check("CO-OPS9-01", isJSONType(r.get("Content-Type")) && code != "", r.ex, "the error is JSON with an error code: %q", code)
 	if _, has := m["resource"]; has && r.status == http.StatusNotFound {
@@ -108,7 +115,7 @@ func (p *prober) deviceScopes(ctx context.Context) {
 	p.step = "device sign-in scopes"
 	c := p.c
 	offered := c.signIn["device"]
-	if !isHTTPS(c.deviceEP) || offered == nil {
+	if c.deviceEP == "" || offered == nil {
 		p.notObserved("the Company doesn't offer Device Sign-In, the one sign-in an agent starts without a User", "CO-4.4-07", "CO-4.4-08", "CO-4.4-09")
 		return
 	}
@@ -130,20 +137,11 @@ func (p *prober) deviceScopes(ctx context.Context) {
 		p.notObserved("every scope the Company offers is offered by Device Sign-In", "CO-4.4-09")
 	}
 	for _, k := range cases {
-		now := p.clock.Now()
-		ca, err := p.opts.Agent.clientAssertion(c.deviceEP, now)
-		if err != nil {
-			return
-		}
-		p.secret(ca)
-		f := url.Values{"client_id": {p.opts.Agent.ClientID()}, "client_assertion_type": {"urn:ietf:params:oauth:client-assertion-type:jwt-bearer"}, "client_assertion": {ca}}
+		f := url.Values{}
 		if k.scope != "" {
 			f.Set("scope", k.scope)
 		}
-		req, _ := http.NewRequest(http.MethodPost, c.deviceEP, nil)
-		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-		req.Header.Set("Accept", "application/json")
-		r, err := p.send(ctx, req, []byte(f.Encode()))
+		r, err := p.clientPost(ctx, c.deviceEP, f)
 		if err != nil {
 			return
 		}
@@ -151,8 +149,7 @@ func (p *prober) deviceScopes(ctx context.Context) {
 		if r.status != http.StatusOK {
 			code = p.checkTokenError(r)
 		} else {
-			p.secret(deviceSecrets(r.body)...)
-			p.refresh(r.ex)
+			p.deviceCodes(r.body)
 		}
 		p.check(k.rule, r.status == http.StatusBadRequest && code == "invalid_scope", r.ex, "a device authorization request with %s answered %d %q", k.what, r.status, code)
 	}

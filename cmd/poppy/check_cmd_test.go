@@ -4,13 +4,22 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"encoding/pem"
+	"encoding/xml"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -220,6 +229,206 @@ func TestRunCheckFailedSignIns(t *testing.T) {
 		}
 		if n := len(srv.RequestsTo(poppytest.EndpointSignIn)); flag && n != 6 || !flag && n != 0 {
 			t.Errorf("--failed-sign-ins=%v: %d Mediated Sign-In requests", flag, n)
+		}
+	}
+}
+
+// TestNewCmdCheckFlags: the flags of reach and of CI fill the options,
+// and DOMAIN may be left out.
+func TestNewCmdCheckFlags(t *testing.T) {
+	var got *checkOptions
+	cmd := newCmdCheck(testApp(&bytes.Buffer{}, &bytes.Buffer{}), func(_ context.Context, o *checkOptions) error { got = o; return nil })
+	cmd.SetArgs([]string{"--ca-file", "ca.pem", "--allow-network", "10.0.0.0/8", "--allow-network", "192.168.1.7", "--junit", "out.xml",
+		"--baseline", "known.txt", "--only", "4.3,CO-7.5-03", "--only", "OPS6", "--max-time", "2m"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if got.Domain != "" || got.CAFile != "ca.pem" || !slices.Equal(got.AllowNetworks, []string{"10.0.0.0/8", "192.168.1.7"}) || got.JUnit != "out.xml" ||
+		got.Baseline != "known.txt" || !slices.Equal(got.Only, []string{"4.3", "CO-7.5-03", "OPS6"}) || got.MaxTime != 2*time.Minute || got.listenSet {
+		t.Fatalf("options %+v", got)
+	}
+}
+
+// companyOnLoopback serves the fake Company's answers from an https
+// listener of its own on 127.0.0.1 (a Company under development, at
+// https://127.0.0.1:PORT), with a certificate of its own CA, written to a
+// PEM file. It counts the requests it gets.
+func companyOnLoopback(t *testing.T, srv *poppytest.Server) (addr, caFile string, hits *atomic.Int64) {
+	t.Helper()
+	hits = &atomic.Int64{}
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.Out.URL.Scheme, r.Out.URL.Host, r.Out.Host = "https", "example.test", "example.test"
+		},
+		Transport: srv.Client().Transport,
+	}
+	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		rp.ServeHTTP(w, r)
+	}))
+	ts.Config.ErrorLog = log.New(io.Discard, "", 0) // the refused handshake of the test without --ca-file
+	ts.StartTLS()
+	t.Cleanup(ts.Close)
+	caFile = filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ts.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimPrefix(ts.URL, "https://"), caFile, hits
+}
+
+// TestRunCheckReachesLoopback: poppy check 127.0.0.1:PORT reaches a
+// Company on this machine with --unsafe-allow-loopback-http and --ca-file.
+// Without them the check's own refusal (its SSRF guard, its trust) is a
+// usage error naming the flag, never a failure of the Company, and the
+// check sends the Company nothing it refuses.
+func TestRunCheckReachesLoopback(t *testing.T) {
+	srv := poppytest.NewServer(t, nil)
+	addr, caFile, hits := companyOnLoopback(t, srv)
+	_, port, _ := net.SplitHostPort(addr)
+	run := func(domain string, loopback bool, ca string) (int, string, string) {
+		var stdout, stderr bytes.Buffer
+		a := testApp(&stdout, &stderr)
+		a.allowLoopback = loopback
+		err := runCheck(context.Background(), &checkOptions{app: a, Domain: domain, Listen: "127.0.0.1:0", MaxRequests: 400, Timeout: 20 * time.Second, CAFile: ca})
+		return a.exit(context.Background(), nil, err), stdout.String(), stderr.String()
+	}
+	for _, domain := range []string{addr, "localhost:" + port} {
+		code, out, errOut := run(domain, false, caFile)
+		if code != exitUsage || !strings.Contains(errOut, "--unsafe-allow-loopback-http") || strings.Contains(out, "FAILED") {
+			t.Errorf("%s without --unsafe-allow-loopback-http: exit %d\n%s%s", domain, code, out, errOut)
+		}
+	}
+	if n := hits.Load(); n != 0 {
+		t.Errorf("the refused Company got %d requests", n)
+	}
+	code, out, errOut := run(addr, true, "")
+	if code != exitUsage || !strings.Contains(errOut, "--ca-file") || strings.Contains(out, "FAILED") {
+		t.Errorf("without --ca-file: exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = run(addr, true, caFile)
+	// The fake's poppy.json speaks for example.test, not for 127.0.0.1:
+	// reached, the Company fails CO-3-06, and that alone.
+	if code != exitError || !strings.Contains(out, "FAILED CO-3-06") || !strings.Contains(out, " 1 failed") {
+		t.Errorf("with both flags: exit %d\n%s%s", code, out, errOut)
+	}
+}
+
+// TestRunCheckIdentityHint: a check whose identity the Company can't fetch
+// (here, the fake, which takes only https client_ids, against the default
+// loopback identity) says exactly which flags make it reachable.
+func TestRunCheckIdentityHint(t *testing.T) {
+	srv := poppytest.NewServer(t, nil)
+	var stdout, stderr bytes.Buffer
+	a := testApp(&stdout, &stderr)
+	err := runCheck(context.Background(), &checkOptions{app: a, Domain: "example.test", Listen: "127.0.0.1:0", MaxRequests: 400, Timeout: 20 * time.Second, httpClient: srv.Client()})
+	if code := a.exit(context.Background(), nil, err); code != exitError {
+		t.Fatalf("exit %d for %v", code, err)
+	}
+	for _, want := range []string{"invalid_client", "--agent-url", "--agent agent.test=http://127.0.0.1:8480", "poppy check"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("the error lacks %q:\n%s", want, stderr.String())
+		}
+	}
+}
+
+// TestRunCheckFakeEnvironment: with poppy fake's environment loaded and no
+// flags at all, poppy check checks the fake, its identity served where the
+// fake's --agent agent.test=http://… reaches it.
+func TestRunCheckFakeEnvironment(t *testing.T) {
+	srv := poppytest.NewServer(t, nil)
+	addr, err := freeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.HandleAgent("agent.test", httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "http", Host: addr}))
+	var stdout, stderr bytes.Buffer
+	a := testApp(&stdout, &stderr)
+	a.env.getenv = func(k string) string { return map[string]string{"POPPY_FAKE_DOMAIN": "example.test"}[k] }
+	err = runCheck(context.Background(), &checkOptions{app: a, Listen: "127.0.0.1:0", MaxRequests: 400, Timeout: 20 * time.Second, httpClient: srv.Client(), fakeListen: addr})
+	if err != nil {
+		t.Fatalf("%v\n%s\n%s", err, stdout.String(), stderr.String())
+	}
+	if out := stdout.String(); !strings.Contains(out, "poppy check example.test (agent https://agent.test/run-") || !strings.Contains(out, " 0 failed") {
+		t.Errorf("output:\n%s", out)
+	}
+}
+
+// TestRunCheckOtherVersion: a Company whose poppy.json follows another
+// major version gets one line naming it, no table.
+func TestRunCheckOtherVersion(t *testing.T) {
+	srv := poppytest.NewServer(t, &poppytest.Options{Discovery: poppytest.DiscoveryOptions{ProtocolVersion: "1.0"}})
+	code, out, errOut := checkFake(t, srv, &checkOptions{})
+	if code != exitError || out != "" || !strings.Contains(errOut, "protocol version 1.0") || strings.Count(errOut, "\n") > 2 {
+		t.Errorf("exit %d, stdout %q, stderr:\n%s", code, out, errOut)
+	}
+}
+
+// checkFake runs poppy check against srv with the identity at
+// https://agent.test/ and the options set in o; it returns the exit code,
+// stdout and stderr.
+func checkFake(t *testing.T, srv *poppytest.Server, o *checkOptions) (int, string, string) {
+	t.Helper()
+	addr, err := freeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.HandleAgent("agent.test", httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "http", Host: addr}))
+	var stdout, stderr bytes.Buffer
+	a := testApp(&stdout, &stderr)
+	o.app, o.Domain, o.AgentURL, o.Listen, o.MaxRequests, o.Timeout, o.httpClient = a, "example.test", "https://agent.test/check/", addr, 400, 20*time.Second, srv.Client()
+	err = runCheck(context.Background(), o)
+	return a.exit(context.Background(), nil, err), stdout.String(), stderr.String()
+}
+
+// TestRunCheckCI: --junit writes the report for a CI; --baseline turns a
+// listed failure into an expected one and a listed rule that passes into
+// a failure of the run (stale); --only keeps the rules named.
+func TestRunCheckCI(t *testing.T) {
+	srv := poppytest.NewServer(t, &poppytest.Options{Web: poppytest.WebOptions{SameSite: http.SameSiteStrictMode}})
+	dir := t.TempDir()
+	junit, known, stale := filepath.Join(dir, "check.xml"), filepath.Join(dir, "known.txt"), filepath.Join(dir, "stale.txt")
+	if err := os.WriteFile(known, []byte("# fixed in the next release\nCO-5-17\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(stale, []byte("CO-5-17\nCO-5-16\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// CO-5-17
+	code, out, errOut := checkFake(t, srv, &checkOptions{JUnit: junit})
+	if code != exitError || !strings.Contains(out, "FAILED CO-5-17") {
+		t.Errorf("no baseline: exit %d\n%s%s", code, out, errOut)
+	}
+	x, err := os.ReadFile(junit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Failures int `xml:"failures,attr"`
+		Suites   []struct {
+			Cases []struct {
+				Name    string    `xml:"name,attr"`
+				Failure *struct{} `xml:"failure"`
+			} `xml:"testcase"`
+		} `xml:"testsuite"`
+	}
+	if err := xml.Unmarshal(x, &doc); err != nil || doc.Failures != 1 {
+		t.Fatalf("junit: %v, %d failures\n%s", err, doc.Failures, x)
+	}
+	code, out, errOut = checkFake(t, srv, &checkOptions{Baseline: known})
+	if code != exitOK || !strings.Contains(out, "1 expected failure(s) (CO-5-17)") {
+		t.Errorf("the baseline lists CO-5-17: exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = checkFake(t, srv, &checkOptions{Baseline: stale})
+	if code != exitError || !strings.Contains(errOut, "CO-5-16") || !strings.Contains(errOut, "now keeps") {
+		t.Errorf("a stale entry: exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, _ = checkFake(t, srv, &checkOptions{Only: []string{"CO-5-17", "CO-5-16"}})
+	if lines := regexp.MustCompile(`(?m)^CO-`).FindAllString(out, -1); code != exitError || len(lines) != 2 {
+		t.Errorf("--only: exit %d, %d rule lines\n%s", code, len(lines), out)
+	}
+	for _, o := range []*checkOptions{{Only: []string{"CO-5-" + "99"}}, {Baseline: filepath.Join(dir, "missing.txt")}} { // a rule the table lacks
+		if code, _, errOut := checkFake(t, srv, o); code != exitUsage {
+			t.Errorf("%+v: exit %d: %s", o, code, errOut)
 		}
 	}
 }

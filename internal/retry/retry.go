@@ -45,33 +45,43 @@ const DefaultMaxWait = 2 * time.Minute
 // ends a fraction early. Either is bounded to MaxAfter. Anything else,
 // and a date in the past, is absent (0).
 func After(v string, now time.Time) time.Duration {
+	d, _ := Parse(v, now)
+	return d
+}
+
+// Parse reads a Retry-After value as After does, and reports whether it
+// is one at all (RFC 9110 section 10.2.3): delta-seconds (any run of
+// digits, "0" included) or an HTTP-date (one in the past is a wait of
+// 0). A checker of a Company's answers (poppycheck) tells "absent or
+// unreadable" from "no wait" this way.
+func Parse(v string, now time.Time) (time.Duration, bool) {
 	v = strings.TrimSpace(v)
 	if isDigits(v) {
 		v = strings.TrimLeft(v, "0")
 		if v == "" {
-			return 0
+			return 0, true
 		}
 		n, err := strconv.ParseUint(v, 10, 64)
 		if err != nil || n >= uint64(MaxAfter/time.Second) {
-			return MaxAfter // a range error is a run of digits too long for any integer
+			return MaxAfter, true // a range error is a run of digits too long for any integer
 		}
-		return time.Duration(n) * time.Second
+		return time.Duration(n) * time.Second, true
 	}
 	if len(v) > 64 {
-		return 0 // no HTTP-date is this long
+		return 0, false // no HTTP-date is this long
 	}
 	t, err := http.ParseTime(v)
 	if err != nil {
-		return 0
+		return 0, false
 	}
 	d := t.Sub(now) // saturates, never overflows
 	switch {
 	case d <= 0:
-		return 0
+		return 0, true
 	case d >= MaxAfter:
-		return MaxAfter
+		return MaxAfter, true
 	}
-	return min(d.Truncate(time.Second)+time.Second, MaxAfter)
+	return min(d.Truncate(time.Second)+time.Second, MaxAfter), true
 }
 
 // isDigits reports whether s is one or more ASCII digits: the form of
