@@ -26,7 +26,7 @@ import (
 // deviceSignIn starts a Device Sign-In by an SDK agent against the fake.
 func deviceSignIn(t *testing.T, ctx context.Context, run *fakeRun) (*poppy.Session, *poppy.DeviceAuthorization) {
 	t.Helper()
-	agent, _ := agenttest.New(t, run.Srv, nil)
+	agent, _ := agenttest.New(t, run.Srv, nil) // the Identity, served on agent.test, is not needed here
 	company, err := agent.Company(ctx, "example.test")
 	if err != nil {
 		t.Fatal(err)

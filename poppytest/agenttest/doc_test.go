@@ -10,7 +10,7 @@ import (
 
 // The docs and examples never write "agent, _ := agenttest.New(…)" without
 // saying what is dropped: the second result is the agent's Identity, and a
-// bare "_" reads as a dropped error (issue 23, point 10).
+// bare "_" reads as a dropped error.
 func TestDocsNameTheIdentity(t *testing.T) {
 	root := filepath.Join("..", "..")
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
