@@ -150,7 +150,7 @@ func (a *Approval) Withdrawn() bool {
 // (OPS 5.1). It returns ErrDeclined when the User declines. op must be the
 // Client's operation (from Propose or Observe). An operation that is no
 // longer proposed (another process or channel confirmed, cancelled or
-// expired it) is a *StateError matching ErrNotProposed, with the state. A
+// expired it) is a *StateError with the state. A
 // revision without an expires_at (ErrProtocol) or past it
 // (ErrOperationExpired) is refused before anyone is asked (PA-OPS3-02).
 func (c *Client) Approve(ctx context.Context, op *Operation) (*Approval, error) {

@@ -329,7 +329,7 @@ func (c *Client) Track(ctx context.Context, id string) (*Operation, error) {
 		switch {
 		case err == nil:
 			cur = next
-		case errors.Is(err, ErrOperationNotFound) || errors.Is(err, ErrProtocol) || ctx.Err() != nil:
+		case companyCode(err) == codeNotFound || errors.Is(err, ErrProtocol) || ctx.Err() != nil:
 			return cur, err
 		case retry.IsTransient(err):
 			c.log.DebugContext(ctx, "operations: reading failed, will read again", "operation_id", id, "error", err)
@@ -395,25 +395,25 @@ func (c *Client) readOperation(ctx context.Context, resp *http.Response, id stri
 		if resp.StatusCode >= 500 {
 			return nil, transient(pe, retry.After(resp.Header.Get("Retry-After"), c.clock.Now()))
 		}
-		if _, ok := codeSentinels[pe.Code]; !ok {
+		if pe.Code == codeNotFound {
+			c.forget(ctx, id) // PA-OPS9-01
+		}
+		if pe.Code != codeTermsChanged && pe.Code != codeUserApproval {
 			return nil, pe
 		}
-		e := &Error{Code: pe.Code, Status: pe.Status, Err: pe}
+		// The Company may send the current operation with its refusal.
 		if b, err := readBody(resp.Body); err == nil {
 			var body struct {
 				Operation json.RawMessage `json:"operation"`
 			}
 			if json.Unmarshal(b, &body) == nil && len(body.Operation) > 0 {
 				if op, err := Parse(body.Operation); err == nil && op.ID == id {
-					e.sent = op.Revision
-					e.Operation, _ = c.observe(op, nil, "")
+					view, _ := c.observe(op, nil, "")
+					return nil, &Error{Operation: view, Err: pe, sent: op.Revision}
 				}
 			}
 		}
-		if pe.Code == "operation_not_found" {
-			c.forget(ctx, id) // PA-OPS9-01
-		}
-		return nil, e
+		return nil, pe
 	}
 	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusAccepted {
 		return nil, protocolError("operations endpoint answered HTTP %d", resp.StatusCode)

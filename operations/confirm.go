@@ -63,10 +63,10 @@ func (c *Client) Handle(ctx context.Context, op *Operation, opts *ConfirmOptions
 		var oe *Error
 		errors.As(err, &oe)
 		switch {
-		case errors.Is(err, ErrTermsChanged) && oe != nil && oe.Operation != nil:
+		case companyCode(err) == codeTermsChanged && oe != nil && oe.Operation != nil:
 			// A later revision: Confirm refused a stale one (PA-OPS3-09).
 			cur, reason, userOnly = c.viewOr(oe.Operation), "terms_changed", false
-		case errors.Is(err, ErrUserApprovalRequired):
+		case companyCode(err) == codeUserApproval:
 			cur, reason, userOnly = c.viewOr(cur), "user_approval_required", true
 		default:
 			return done, err
@@ -98,8 +98,9 @@ type ConfirmOptions struct {
 // (OPS 6). A confirm that gets no answer, or a 5xx, is sent again with the
 // same operation ID and body (PA-OPS6-03); the Company returns an operation
 // that is no longer proposed as it is. terms_changed and
-// user_approval_required come back as an *Error (with the current operation
-// for terms_changed) and need a new approval: Confirm never confirms new
+// user_approval_required come back as the Company's *poppy.Error (its
+// Code), wrapped in an *Error that adds the current operation when the
+// Company sent it (terms_changed), and need a new approval: Confirm never confirms new
 // terms on its own (PA-OPS5-15). A terms_changed that brings a revision
 // not later than the one confirmed is stale, the Company's error: an
 // ErrProtocol, and nothing to approve again (PA-OPS3-09). An operation that is already past proposed
@@ -113,12 +114,12 @@ type ConfirmOptions struct {
 // With opts.Website, the revision is confirmed on the Company's website
 // instead (OPS 4.4), with the same checks first, so the User's approval of
 // that revision comes first however the operation is confirmed
-// (PA-OPS4-04): the operation must have a url (else ErrNoWebsite), and the
+// (PA-OPS4-04): the operation must have a url (else an error, and nothing is sent), and the
 // operation, read at the endpoint just before, must still be proposed at
 // the approved revision; otherwise the WebsiteConfirmer is not called. The
 // confirm is journalled before it runs. Then the operation is read at the
 // endpoint: still proposed means the website did not confirm it
-// (ErrNotConfirmedOnWebsite, joined with the WebsiteConfirmer's error, and
+// (an error saying so, joined with the WebsiteConfirmer's error, and
 // the journal forgets the confirm); a confirmation of another revision
 // than the approved one is an ErrApprovalMismatch with the operation. If
 // the read gets no answer, or the process dies, the journalled confirm
@@ -166,7 +167,7 @@ func (c *Client) submit(ctx context.Context, a *Approval) (*Operation, error) {
 			c.unconfirm(a)
 			_ = c.j.clearIntent(ctx, cur.ID)
 		}
-		if errors.Is(err, ErrTermsChanged) && oe != nil && oe.sent > 0 && oe.sent <= jc.Revision {
+		if companyCode(err) == codeTermsChanged && oe != nil && oe.sent > 0 && oe.sent <= jc.Revision {
 			// terms_changed says the confirmed revision is not the latest
 			// and brings the latest (OPS 9): one not later than the
 			// revision confirmed is stale, the Company's error
@@ -235,7 +236,7 @@ func (c *Client) beginConfirm(ctx context.Context, a *Approval, cur *Operation, 
 	a.mu.Lock()
 	if a.withdrawn {
 		a.mu.Unlock()
-		return journalConfirm{}, ErrApprovalWithdrawn
+		return journalConfirm{}, errApprovalWithdrawn
 	}
 	a.confirmed = true
 	a.mu.Unlock()

@@ -30,7 +30,7 @@
 // [Client.Confirm] writes the approved confirm to the keystore journal
 // before the first request, sends it again with the same operation ID when
 // it gets no answer, and never asks for a new proposal while the operation
-// is open ([Client.Propose] returns the open one with ErrOperationPending).
+// is open ([Client.Propose] returns the open one in a [*PendingError]).
 // [Client.Propose] journals each proposing request before sending it, with
 // the Idempotency-Key it sends; a request whose answer was lost (or whose
 // process died before journalling it) is sent again with the same key the
@@ -40,7 +40,7 @@
 // permissions live in the keystore too ([Client.Grant],
 // [Client.Permissions], [Client.Revoke]). An Approve of an operation that
 // another process or channel has confirmed, cancelled or let expire is a
-// [*StateError] (ErrNotProposed) with its state.
+// [*StateError] with its state.
 //
 // # Confirming on the website
 //
@@ -69,7 +69,7 @@
 // nesting deeper than 64, or two places whose names joined with "." are
 // one string ({"total": {"amount": "9999.00"}, "total.amount": "1.00"}).
 // They go to the Approver as sent, with ApprovalRequest.Ambiguity saying
-// why ([Operation.Ambiguity], [ErrAmbiguousTerms]). Amounts compared by
+// why ([Operation.Ambiguity], [*AmbiguousTermsError]). Amounts compared by
 // [AtMost] and [AtLeast] are read in the decimal grammar, as JSON numbers
 // or strings: an optional "-", digits without a leading zero, an optional
 // fraction ("70.00"); "0x10", "0b101", "0o17", "0x1p4", "1e2" and "070"

@@ -3,6 +3,7 @@ package operations_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -181,4 +182,24 @@ func brief(op *operations.Operation) string {
 		s += fmt.Sprintf(" (confirmed rev %d by %s)", c.Revision, c.ApprovedBy)
 	}
 	return s
+}
+
+// isPending reports whether err is a *PendingError: an operation the same
+// request proposed is still open.
+func isPending(err error) bool {
+	var pe *operations.PendingError
+	return errors.As(err, &pe)
+}
+
+// isNotProposed reports whether err is a *StateError: the operation is no
+// longer proposed.
+func isNotProposed(err error) bool {
+	var se *operations.StateError
+	return errors.As(err, &se)
+}
+
+// isAmbiguous reports whether err is, or wraps, an *AmbiguousTermsError.
+func isAmbiguous(err error) bool {
+	var ae *operations.AmbiguousTermsError
+	return errors.As(err, &ae)
 }

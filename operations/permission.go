@@ -181,7 +181,7 @@ func (e *MismatchError) Unwrap() error { return e.Err }
 // Check reports whether p covers sub: nil when it does, else a
 // *MismatchError naming what failed (PA-OPS5-06..10). Terms that can be
 // read more than one way are never covered: the error then wraps their
-// *AmbiguousTermsError (errors.Is(err, ErrAmbiguousTerms)).
+// *AmbiguousTermsError (errors.As).
 func (p *Permission) Check(sub Subject) error {
 	fail := func(term Path, format string, args ...any) error {
 		return &MismatchError{Permission: p.ID, Term: term, Reason: fmt.Sprintf(format, args...)}

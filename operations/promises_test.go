@@ -87,7 +87,7 @@ func TestPA_OPS6_04_LostProposalAnswer(t *testing.T) {
 	// Each item's operation is open: calling again sends nothing.
 	before := len(e.Requests(poppytest.EndpointAPI))
 	for item, id := range got {
-		if op, _, err := e.c.Propose(ctx, e.exchangeRequest(item), exchangeAction, nil); !errors.Is(err, operations.ErrOperationPending) || op.ID != id {
+		if op, _, err := e.c.Propose(ctx, e.exchangeRequest(item), exchangeAction, nil); !isPending(err) || op.ID != id {
 			t.Errorf("%s again: %s %v", item, brief(op), err)
 		}
 	}
@@ -177,7 +177,7 @@ func TestPA_OPS6_04_SameActionInAnyOrder(t *testing.T) {
 	}
 	for _, s := range same {
 		op, _, err := e.c.Propose(ctx, req(s.query, s.body), exchangeAction, nil)
-		if !errors.Is(err, operations.ErrOperationPending) || op == nil || op.ID != first.ID {
+		if !isPending(err) || op == nil || op.ID != first.ID {
 			t.Errorf("PA-OPS6-04: %s %q proposed again: %s %v", s.query, s.body, brief(op), err)
 		}
 	}
@@ -243,7 +243,7 @@ func TestPA_OPS6_04_LegacyProposalKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, _, err := c2.Propose(ctx, e.exchangeRequest("itm_4Qa"), exchangeAction, nil)
-	if !errors.Is(err, operations.ErrOperationPending) || got == nil || got.ID != op.ID {
+	if !isPending(err) || got == nil || got.ID != op.ID {
 		t.Fatalf("PA-OPS6-04: the legacy-keyed proposal was not found: %s %v", brief(got), err)
 	}
 	if n := len(e.Requests(poppytest.EndpointAPI)); n != 1 {
@@ -277,7 +277,7 @@ func TestNotProposedStateError(t *testing.T) {
 	_, err = e.c.Approve(ctx, cur)
 	var se *operations.StateError
 	if !errors.As(err, &se) || se.State != operations.StateSucceeded || se.Operation == nil || se.Operation.ID != op.ID ||
-		!errors.Is(err, operations.ErrNotProposed) || errors.Is(err, operations.ErrOperationExpired) {
+		!isNotProposed(err) || errors.Is(err, operations.ErrOperationExpired) {
 		t.Fatalf("Approve of a succeeded operation: %v", err)
 	}
 	if !strings.HasPrefix(err.Error(), "operations: ") || len(e.ap.asked()) != asked || len(e.confirms()) != confirms {
@@ -295,7 +295,7 @@ func TestNotProposedStateError(t *testing.T) {
 		t.Fatalf("%s %v", brief(exp), err)
 	}
 	_, err = e.c.Approve(ctx, exp)
-	if !errors.As(err, &se) || se.State != operations.StateExpired || !errors.Is(err, operations.ErrNotProposed) || !errors.Is(err, operations.ErrOperationExpired) {
+	if !errors.As(err, &se) || se.State != operations.StateExpired || !isNotProposed(err) || !errors.Is(err, operations.ErrOperationExpired) {
 		t.Errorf("Approve of an expired operation: %v", err)
 	}
 }
@@ -315,7 +315,7 @@ func TestPA_OPS6_04_TwoProcessesOneProposal(t *testing.T) {
 	}
 	op := e.propose("itm_4Qa")
 	got, _, err := c2.Propose(ctx, e.exchangeRequest("itm_4Qa"), exchangeAction, nil)
-	if !errors.Is(err, operations.ErrOperationPending) || got == nil || got.ID != op.ID {
+	if !isPending(err) || got == nil || got.ID != op.ID {
 		t.Fatalf("PA-OPS6-04: the second process: %s %v", brief(got), err)
 	}
 	if n := len(e.Requests(poppytest.EndpointAPI)); n != 1 {
@@ -349,7 +349,7 @@ func TestPA_OPS6_04_ConcurrentSameRequest(t *testing.T) {
 	wg.Wait()
 	pending := 0
 	for i := range n {
-		if errors.Is(errs[i], operations.ErrOperationPending) {
+		if isPending(errs[i]) {
 			pending++
 		} else if errs[i] != nil {
 			t.Errorf("goroutine %d: %v", i, errs[i])
@@ -400,7 +400,7 @@ func TestPA_OPS6_04_ProposeCall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, _, err := c2.Propose(ctx, nil, action, &operations.ProposeOptions{CallKey: key, Call: call}); !errors.Is(err, operations.ErrOperationPending) || got == nil || got.ID != op.ID || calls.Load() != 1 {
+	if got, _, err := c2.Propose(ctx, nil, action, &operations.ProposeOptions{CallKey: key, Call: call}); !isPending(err) || got == nil || got.ID != op.ID || calls.Load() != 1 {
 		t.Fatalf("another Client: %s, %v after %d calls", brief(got), err, calls.Load())
 	}
 	// Misuse sends nothing.

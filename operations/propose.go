@@ -43,7 +43,7 @@ type ProposeOptions struct {
 //
 // While an operation that the same request proposed is still open,
 // Propose sends nothing and returns that operation with a *PendingError
-// (ErrOperationPending): the SDK never asks for a new proposal of an
+// instead: the SDK never asks for a new proposal of an
 // action whose operation isn't final (OPS 6, A-38), not even after a
 // restart, since proposals are journalled. The same request is the same
 // method, URL and body, with query parameters in any order and, for a
@@ -221,7 +221,7 @@ func (c *Client) openProposal(ctx context.Context, key, old string) *Operation {
 		// An expired proposal is final at the Company: read it to be sure.
 		if v, err := c.Get(ctx, open.ID); err == nil && v.State.Final() {
 			return nil
-		} else if errors.Is(err, ErrOperationNotFound) {
+		} else if companyCode(err) == codeNotFound {
 			return nil
 		}
 	}

@@ -38,10 +38,10 @@ import (
 // proposed, as it was, and sends nothing to the Company.
 var ErrNoAnswer = errors.New("operations: no answer: the operation was neither approved nor declined")
 
-// ErrNoTerminal is the error of a Terminal's Approve when its input is a
+// errNoTerminal is the error of a Terminal's Approve when its input is a
 // file that is not a terminal (a pipe, a redirected file): it is never read
-// for an answer. It matches ErrNoAnswer.
-var ErrNoTerminal = fmt.Errorf("%w (approval needs the User's answer on a terminal, and the input is not one)", ErrNoAnswer)
+// for an answer. It matches ErrNoAnswer, which is what a caller branches on.
+var errNoTerminal = fmt.Errorf("%w (approval needs the User's answer on a terminal, and the input is not one)", ErrNoAnswer)
 
 const (
 	// maxAsks is how often an answer that is neither "yes" nor "no" is
@@ -78,7 +78,7 @@ type Terminal struct {
 // proposed without telling the Company anything. When in is a file (an
 // *os.File, or a reader whose Fd method names one) that is not a
 // terminal, such as a pipe, it is never read: Approve returns
-// ErrNoTerminal, so that what a script pipes in can neither approve nor
+// an error matching ErrNoAnswer that says so, so that what a script pipes in can neither approve nor
 // decline. A reader without a file descriptor is read as what the User
 // typed.
 //
@@ -101,7 +101,7 @@ func (t *Terminal) Approve(ctx context.Context, req *ApprovalRequest) (Decision,
 		return Decline, err
 	}
 	if t.notTTY {
-		return Decline, ErrNoTerminal
+		return Decline, errNoTerminal
 	}
 	if err := t.Show(req); err != nil {
 		return Decline, err

@@ -46,9 +46,6 @@ import (
 	"unicode/utf8"
 )
 
-// ErrAmbiguousTerms matches an *AmbiguousTermsError.
-var ErrAmbiguousTerms = errors.New("operations: the terms can be read more than one way")
-
 // AmbiguousTermsError says why an operation's terms can be read more than
 // one way. No standing permission covers such terms (PA-OPS5-09): the
 // User is asked, and ApprovalRequest.Ambiguity carries this error so that
@@ -68,9 +65,6 @@ func (e *AmbiguousTermsError) Error() string {
 	}
 	return fmt.Sprintf("operations: the terms can be read more than one way at %s: %s", clean(e.Path.String(), 200), e.Reason)
 }
-
-// Is matches ErrAmbiguousTerms.
-func (e *AmbiguousTermsError) Is(target error) bool { return target == ErrAmbiguousTerms }
 
 // Path is the place of a term: the member names from the top of the terms
 // object down, such as Path{"price_difference", "amount"}. A name may hold

@@ -68,7 +68,7 @@ func (c *Client) confirmOnWebsite(ctx context.Context, a *Approval, w WebsiteCon
 		return cur, err
 	}
 	if cur.URL == "" {
-		return nil, fmt.Errorf("%w: %s", ErrNoWebsite, cur.ID)
+		return nil, fmt.Errorf("%w: %s", errNoWebsite, cur.ID)
 	}
 	// The page shows the operation as it is now: read it, and ask the
 	// website only while the approved revision is the one to confirm.
@@ -79,7 +79,7 @@ func (c *Client) confirmOnWebsite(ctx context.Context, a *Approval, w WebsiteCon
 		return cur, err
 	}
 	if cur.URL == "" {
-		return nil, fmt.Errorf("%w: %s", ErrNoWebsite, cur.ID)
+		return nil, fmt.Errorf("%w: %s", errNoWebsite, cur.ID)
 	}
 	if _, err := c.beginConfirm(ctx, a, cur, "website"); err != nil {
 		return nil, err
@@ -99,7 +99,7 @@ func (c *Client) confirmOnWebsite(ctx context.Context, a *Approval, w WebsiteCon
 		// The website did not confirm it (or the operation ended unconfirmed).
 		c.unconfirm(a)
 		_ = c.j.clearIntent(ctx, op.ID)
-		return op, errors.Join(fmt.Errorf("%w: %s is %s at revision %d", ErrNotConfirmedOnWebsite, op.ID, op.State, op.Revision), stepErr)
+		return op, errors.Join(fmt.Errorf("%w: %s is %s at revision %d", errNotConfirmedOnWebsite, op.ID, op.State, op.Revision), stepErr)
 	}
 	if cf := op.Confirmation; cf != nil && cf.Revision != a.revision {
 		c.log.WarnContext(ctx, "operations: the website confirmed a revision the User did not approve",

@@ -173,7 +173,7 @@ func runChild(ctx context.Context, step string, open func(string) (Store, error)
 		}
 		req.Header.Set("Content-Type", "application/json")
 		op, _, err := c.Propose(ctx, req, exchangeAction, nil) // killed while the Company holds it
-		if errors.Is(err, operations.ErrOperationPending) {
+		if pe := (*operations.PendingError)(nil); errors.As(err, &pe) {
 			fmt.Println("pending", op.ID)
 			return nil
 		}
