@@ -83,7 +83,7 @@ type Options struct {
 	// (spec 7.5), in whole seconds. Default 30 s, at most 5 min.
 	Wait time.Duration
 	// StrictText refuses a Text that holds JSON or HTML markup with
-	// ErrMarkupInText (PA-7.4-04); otherwise it is sent with a warning.
+	// an error (PA-7.4-04); otherwise it is sent with a warning.
 	StrictText bool
 	// RequestTimeout bounds one attempt of a request, on top of its wait.
 	// Default 30 s.
@@ -308,7 +308,7 @@ func Start(ctx context.Context, sess *poppy.Session, msg Message, opts *StartOpt
 // it in ConversationID (PA-7.10-03).
 func StartDirect(ctx context.Context, sess *poppy.Session, parent string, msg Message, opts *StartOptions) (*Conversation, error) {
 	if !validID(parent) {
-		return nil, fmt.Errorf("%w: parent %q", ErrInvalidID, clip(parent))
+		return nil, fmt.Errorf("%w: parent %q", errInvalidID, clip(parent))
 	}
 	return start(ctx, sess, parent, msg, opts)
 }
@@ -418,7 +418,7 @@ func Resume(ctx context.Context, sess *poppy.Session, id string, opts *Options) 
 		return nil, poppy.ErrNoSession
 	}
 	if !validID(id) {
-		return nil, fmt.Errorf("%w: conversation %q", ErrInvalidID, clip(id))
+		return nil, fmt.Errorf("%w: conversation %q", errInvalidID, clip(id))
 	}
 	endpoint, err := Endpoint(sess.Company())
 	if err != nil {
@@ -550,8 +550,7 @@ type SendResult struct {
 // after Retry-After); messages still pending from before go first. A closed
 // conversation refuses it locally with ErrConversationClosed (PA-7.7-04).
 //
-// What an error says of the message: a *PendingError (ErrMessagePending)
-// means it is in the outbox, its outcome unknown (no answer, ctx ended,
+// What an error says of the message: a *PendingError means it is in the outbox, its outcome unknown (no answer, ctx ended,
 // 5xx or 429 after the retries: the Company's *poppy.Error is in it), and
 // the next Send, Flush, Resume or Recover sends it with its ID: don't send
 // it again. Any other error means the message was refused (by the Company,
@@ -895,7 +894,7 @@ func (c *Conversation) responseError(resp *http.Response) error {
 	if resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests {
 		return transient(pe)
 	}
-	if _, ok := codeSentinels[pe.Code]; !ok {
+	if !spec713Codes[pe.Code] {
 		return pe
 	}
 	e := &Error{Err: pe}
@@ -1070,13 +1069,13 @@ func putOutbox(ctx context.Context, sess *poppy.Session, msgID string, ob outbox
 		if cur != nil {
 			var old outboxRecord
 			if json.Unmarshal(cur, &old) == nil && (!bytes.Equal(old.Body, ob.Body) || old.Conversation != ob.Conversation) {
-				return nil, fmt.Errorf("%w: message %s is pending with other content", ErrMessageIDConflict, msgID)
+				return nil, fmt.Errorf("%w: message %s is pending with other content", errIDConflict, msgID)
 			}
 			return cur, nil // the same message: keep its place in line
 		}
 		return b, nil
 	})
-	if err != nil && !errors.Is(err, ErrMessageIDConflict) {
+	if err != nil && !errors.Is(err, errIDConflict) {
 		return fmt.Errorf("conversation: writing the outbox: %w", err)
 	}
 	return err

@@ -72,7 +72,7 @@
 // Resume: never send it again. One it doesn't list was never written:
 // send it. Sent keeps the last 64 answered messages of a conversation and
 // the count of all of them. While the process lives, Send's error says the
-// same: a *PendingError (ErrMessagePending) means the message is in the
+// same: a *PendingError means the message is in the
 // outbox; any other error means it is not. keystore/sqlitestore's
 // TestCrashSDKChosenIDs (and keystore/pgstore's
 // TestConversationCrashSDKChosenIDs, on PostgreSQL) kills such an app with SIGKILL 100 times (CONVERSATION_CRASH_KILLS=1000 for a
@@ -111,7 +111,7 @@
 // event is followed by the next at once, and so is each page of history
 // a recovery from a refused cursor skips. A Company that keeps
 // answering has_more without moving its cursor ends the loop with
-// ErrCursorStuck.
+// an ErrProtocol.
 //
 // # Decisions on the specification's open points
 //
@@ -163,7 +163,7 @@
 //     conversation known to be closed refuses Handoff and Send locally
 //     with ErrConversationClosed.
 //   - A-30 (malformed requests): refused before sending with typed errors
-//     (ErrInvalidID, ErrEmptyMessage, ErrInvalidData, ErrInvalidContext);
+//     (an empty message, data not an object, a bad context or ID);
 //     a Company's 400 invalid_request comes back as a *poppy.Error.
 //   - A-31 (clearing a context field): not possible; Context sends only
 //     the fields that are set, and the Company keeps the others.
@@ -184,7 +184,7 @@
 // Company that pages through new events is never slowed by this; one
 // that answers "more" with nothing is read 250 ms, then 500 ms, up to 5 s
 // apart, and after 5 such answers at the same cursor the loop ends
-// (ErrCursorStuck). What is new is judged by event ID and position
+// (ErrProtocol). What is new is judged by event ID and position
 // never by the cursor, which the SDK never compares (PA-7.5-05).
 //
 // Other choices: Company IDs are checked only against the alphabet and

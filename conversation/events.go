@@ -37,7 +37,7 @@ package conversation
 // each JSON page, before a stream waits for more bytes, every
 // Checkpoint.Events events or Checkpoint.Interval, and when the loop
 // returns. A has_more answer that never moves the cursor ends the loop
-// with ErrCursorStuck.
+// with an ErrProtocol.
 //
 // Pacing is one rule, in one place (reader.pace, after every read of
 // every kind): a read that brought no event not handled before is
@@ -224,9 +224,9 @@ func (p Checkpoint) withDefaults() Checkpoint {
 	return p
 }
 
-// ErrReading is yielded when Events is called while another Events loop of
+// errReading is yielded when Events is called while another Events loop of
 // the same Conversation is running.
-var ErrReading = errors.New("conversation: another Events loop is reading this conversation")
+var errReading = errors.New("conversation: another Events loop is reading this conversation")
 
 // Events reads the conversation's events from the saved cursor, in order,
 // each once within this process (spec 7.5). It streams where the Company
@@ -234,7 +234,7 @@ var ErrReading = errors.New("conversation: another Events loop is reading this c
 // jittered backoff, until the loop breaks, ctx ends, the conversation is
 // closed and read to its end, or a terminal error (yielded once): a
 // refusal such as conversation_not_found or sign_in_required, a protocol
-// error (ErrCursorStuck among them), or a keystore failure. cursor_expired
+// error (a cursor that does not move among them), or a keystore failure. cursor_expired
 // and invalid_cursor are recovered from by reading from the beginning and
 // skipping, by position, every event up to the last one handled (A-32);
 // cursor_expired also yields EventHistoryGap.
@@ -258,7 +258,7 @@ func (c *Conversation) Events(ctx context.Context, opts *EventsOptions) iter.Seq
 	}
 	return func(yield func(Event, error) bool) {
 		if !c.reading.CompareAndSwap(false, true) {
-			yield(Event{}, ErrReading)
+			yield(Event{}, errReading)
 			return
 		}
 		defer c.reading.Store(false)
@@ -364,14 +364,14 @@ func (r *reader) run(ctx context.Context) {
 			case ctx.Err() != nil:
 				r.yield(Event{}, fmt.Errorf("conversation: %w", ctx.Err()))
 				return
-			case errors.Is(err, ErrCursorExpired):
+			case specCode(err) == codeCursorExpired:
 				// PA-7.5-10, PA-7.5-11: read from the beginning, say so.
 				c.log.InfoContext(ctx, "conversation: cursor expired; reading from the beginning", "conversation_id", c.id)
 				r.startScan()
 				if !r.emit(ctx, Event{Type: EventHistoryGap}) {
 					return
 				}
-			case errors.Is(err, ErrInvalidCursor):
+			case specCode(err) == codeInvalidCursor:
 				// PA-7.13-03, A-32: the same recovery.
 				c.log.InfoContext(ctx, "conversation: invalid cursor; reading from the beginning", "conversation_id", c.id)
 				r.startScan()
@@ -689,7 +689,7 @@ func (r *reader) noteMore(cursor, next string) error {
 	}
 	r.stuck++
 	if r.stuck >= stuckReads {
-		return fmt.Errorf("%w (%d answers in a row at cursor %q; %w)", ErrCursorStuck, r.stuck, clip(cursor), ErrProtocol)
+		return fmt.Errorf("%w (%d answers in a row at cursor %q; %w)", errCursorStuck, r.stuck, clip(cursor), ErrProtocol)
 	}
 	return nil
 }

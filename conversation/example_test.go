@@ -154,7 +154,8 @@ func ExampleStartDirect() {
 	}
 	fmt.Println("Direct Conversation linked to the parent:", direct.Parent() == parent.ID())
 	_, err = parent.Send(ctx, conversation.Text("Meanwhile..."), nil)
-	fmt.Println("the parent takes no messages meanwhile:", errors.Is(err, conversation.ErrDirectConversationOpen))
+	var pe *poppy.Error // the Company's refusal, wherever it arrives
+	fmt.Println("the parent takes no messages meanwhile:", errors.As(err, &pe) && pe.Code == "direct_conversation_open")
 	// Output:
 	// the Company asks for the User: A specialist needs to confirm the exchange with the customer.
 	// Direct Conversation linked to the parent: true

@@ -2,7 +2,6 @@ package conversation_test
 
 import (
 	"encoding/json"
-	"errors"
 	"net/http"
 	"sync"
 	"testing"
@@ -65,7 +64,7 @@ func TestFaultInjection(t *testing.T) {
 				_, err := c.Send(ctx, conversation.Text("Message "+itoa(i)), nil)
 				// A message whose retries ran out stays in the outbox,
 				// and Flush sends it, with its ID.
-				for try := 0; errors.Is(err, conversation.ErrMessagePending) && try < 10; try++ {
+				for try := 0; isPending(err) && try < 10; try++ {
 					pending++
 					err = c.Flush(ctx)
 				}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/conversation"
+	"github.com/poppyproto/poppy/internal/testenv"
 	"github.com/poppyproto/poppy/poppytest"
 	"github.com/poppyproto/poppy/signin"
 )
@@ -114,7 +115,7 @@ func TestDirectConversations(t *testing.T) {
 	// PA-7.10-03: a second Direct start names the open one.
 	_, err = conversation.StartDirect(ctx, e.sess, parent.ID(), conversation.Human("Again"), nil)
 	var ce *conversation.Error
-	if !errors.Is(err, conversation.ErrDirectConversationOpen) || !errors.As(err, &ce) || ce.ConversationID != direct.ID() {
+	if testenv.Code(err) != "direct_conversation_open" || !errors.As(err, &ce) || ce.ConversationID != direct.ID() {
 		t.Fatalf("err = %v", err)
 	}
 	// PA-7.10-06: direct_opened marks the parent.
@@ -124,7 +125,7 @@ func TestDirectConversations(t *testing.T) {
 	}
 	// PA-7.10-07: messages to the parent get the typed error with its ID.
 	_, err = parent.Send(ctx, conversation.Text("Meanwhile."), nil)
-	if !errors.Is(err, conversation.ErrDirectConversationOpen) || !errors.As(err, &ce) || ce.ConversationID != direct.ID() {
+	if testenv.Code(err) != "direct_conversation_open" || !errors.As(err, &ce) || ce.ConversationID != direct.ID() {
 		t.Fatalf("err = %v", err)
 	}
 	// PA-7.10-08: once closed, the parent takes messages again.
@@ -340,14 +341,14 @@ func TestConversationErrors(t *testing.T) {
 	before := len(e.convRequests())
 	_, err = c.Send(ctx, conversation.Text("Hello?"), nil)
 	var pe *poppy.Error
-	if !errors.Is(err, conversation.ErrConversationNotFound) || !errors.As(err, &pe) || pe.Status != http.StatusNotFound {
+	if testenv.Code(err) != "conversation_not_found" || !errors.As(err, &pe) || pe.Status != http.StatusNotFound {
 		t.Fatalf("err = %v", err)
 	}
 	if n := len(e.convRequests()) - before; n != 1 {
 		t.Fatalf("%d requests", n)
 	}
 	for _, ev := range collectErr(c) {
-		if !errors.Is(ev, conversation.ErrConversationNotFound) {
+		if testenv.Code(ev) != "conversation_not_found" {
 			t.Fatalf("Events: %v", ev)
 		}
 	}

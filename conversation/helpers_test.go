@@ -3,6 +3,7 @@ package conversation_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"testing"
 	"time"
 
@@ -129,4 +130,11 @@ func testenvWithExtensions(t testing.TB, opts *poppytest.Options, exts map[strin
 	e.Serve(nil)
 	e.Agent = e.NewAgent(nil)
 	return e
+}
+
+// isPending reports whether err is a *PendingError: the message stays in
+// the outbox.
+func isPending(err error) bool {
+	var pe *conversation.PendingError
+	return errors.As(err, &pe)
 }

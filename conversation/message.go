@@ -117,19 +117,19 @@ func (c *Context) encode() (map[string]any, error) {
 	out := map[string]any{}
 	for k, v := range c.Extra {
 		if k == "locale" || k == "time_zone" || k == "user_available" {
-			return nil, fmt.Errorf("%w: Extra may not set %q; use the field", ErrInvalidContext, k)
+			return nil, fmt.Errorf("%w: Extra may not set %q; use the field", errInvalidContext, k)
 		}
 		out[k] = v
 	}
 	if c.Locale != "" {
 		if !validLocale(c.Locale) {
-			return nil, fmt.Errorf("%w: locale %q is not an RFC 5646 language tag", ErrInvalidContext, c.Locale) // PA-7.4-05
+			return nil, fmt.Errorf("%w: locale %q is not an RFC 5646 language tag", errInvalidContext, c.Locale) // PA-7.4-05
 		}
 		out["locale"] = c.Locale
 	}
 	if c.TimeZone != "" {
 		if !validTimeZone(c.TimeZone) {
-			return nil, fmt.Errorf("%w: time_zone %q is not an IANA time zone name", ErrInvalidContext, c.TimeZone) // PA-7.4-06
+			return nil, fmt.Errorf("%w: time_zone %q is not an IANA time zone name", errInvalidContext, c.TimeZone) // PA-7.4-06
 		}
 		out["time_zone"] = c.TimeZone
 	}
@@ -156,22 +156,22 @@ func (m Message) encode(strict bool) (w wireMessage, markup bool, err error) {
 	if w.ID == "" {
 		w.ID = NewMessageID()
 	} else if !validID(w.ID) {
-		return w, false, fmt.Errorf("%w: message ID %q", ErrInvalidID, clip(w.ID))
+		return w, false, fmt.Errorf("%w: message ID %q", errInvalidID, clip(w.ID))
 	}
 	if m.Data != nil {
 		var b []byte
 		if raw, ok := m.Data.(json.RawMessage); ok {
 			b = raw
 		} else if b, err = json.Marshal(m.Data); err != nil {
-			return w, false, fmt.Errorf("%w: %v", ErrInvalidData, err)
+			return w, false, fmt.Errorf("%w: %v", errInvalidData, err)
 		}
 		var obj map[string]json.RawMessage
 		if json.Unmarshal(b, &obj) != nil || obj == nil {
-			return w, false, ErrInvalidData // PA-7.4-03
+			return w, false, errInvalidData // PA-7.4-03
 		}
 		var cb bytes.Buffer
 		if err := json.Compact(&cb, b); err != nil {
-			return w, false, ErrInvalidData
+			return w, false, errInvalidData
 		}
 		w.Data = cb.Bytes()
 	}
@@ -181,11 +181,11 @@ func (m Message) encode(strict bool) (w wireMessage, markup bool, err error) {
 		}
 	}
 	if w.Text == "" && w.Data == nil && len(w.Context) == 0 {
-		return w, false, ErrEmptyMessage // PA-7.4-01
+		return w, false, errEmptyMessage // PA-7.4-01
 	}
 	if looksLikeMarkup(w.Text) {
 		if strict {
-			return w, true, ErrMarkupInText
+			return w, true, errMarkupInText
 		}
 		markup = true
 	}

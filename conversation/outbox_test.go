@@ -14,6 +14,7 @@ import (
 
 	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/conversation"
+	"github.com/poppyproto/poppy/internal/testenv"
 	"github.com/poppyproto/poppy/poppytest"
 )
 
@@ -77,7 +78,7 @@ func TestPostRetriesBounded(t *testing.T) {
 			}
 			var pe *poppy.Error
 			var pend *conversation.PendingError
-			if !errors.As(err, &pe) || pe.Status != tc.status || !errors.As(err, &pend) || !errors.Is(err, conversation.ErrMessagePending) {
+			if !errors.As(err, &pe) || pe.Status != tc.status || !errors.As(err, &pend) || !isPending(err) {
 				t.Fatalf("err = %v, want the Company's %d as a *poppy.Error in a *PendingError", err, tc.status)
 			}
 			if tc.status == http.StatusTooManyRequests && !errors.Is(err, poppy.ErrRateLimited) {
@@ -130,7 +131,7 @@ func TestPostRetriesBounded(t *testing.T) {
 	tctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	_, err := c.Send(tctx, conversation.Text("Are you there?"), nil)
-	if bodies, _ := posts(e, before); tctx.Err() != nil || !errors.Is(err, poppy.ErrRateLimited) || !errors.Is(err, conversation.ErrMessagePending) || len(bodies) != 4 {
+	if bodies, _ := posts(e, before); tctx.Err() != nil || !errors.Is(err, poppy.ErrRateLimited) || !isPending(err) || len(bodies) != 4 {
 		t.Fatalf("429 forever: %d POSTs, err = %v", len(bodies), err)
 	}
 
@@ -140,7 +141,7 @@ func TestPostRetriesBounded(t *testing.T) {
 	e.Srv.Faults().RateLimit(poppytest.EndpointConversation, 4, "")
 	_, err = conversation.Start(ctx, e.sess, conversation.Text("Hello."), nil)
 	var pe *poppy.Error
-	if !errors.As(err, &pe) || pe.Status != http.StatusTooManyRequests || !errors.Is(err, conversation.ErrMessagePending) {
+	if !errors.As(err, &pe) || pe.Status != http.StatusTooManyRequests || !isPending(err) {
 		t.Fatalf("Start: err = %v", err)
 	}
 	if p, _ := conversation.Pending(ctx, e.sess); len(p) != 1 || p[0].Conversation != "" || p[0].State != conversation.MessagePending {
@@ -163,12 +164,12 @@ func TestSentAndList(t *testing.T) {
 	}
 	// Refused for good: message_id_conflict; never sent again.
 	b := e.start(t, conversation.Message{ID: "msg_fixed", Text: "Other."}, nil)
-	if _, err := a.Send(ctx, conversation.Message{ID: "msg_fixed", Text: "Different."}, nil); !errors.Is(err, conversation.ErrMessageIDConflict) {
+	if _, err := a.Send(ctx, conversation.Message{ID: "msg_fixed", Text: "Different."}, nil); testenv.Code(err) != "message_id_conflict" {
 		t.Fatalf("err = %v", err)
 	}
 	// Pending: the answer never came.
 	e.Srv.Faults().ForceError(poppytest.EndpointConversation, poppytest.Fault{Status: http.StatusServiceUnavailable, Times: 4})
-	if _, err := a.Send(ctx, conversation.Text("Still there?"), nil); !errors.Is(err, conversation.ErrMessagePending) {
+	if _, err := a.Send(ctx, conversation.Text("Still there?"), nil); !isPending(err) {
 		t.Fatalf("err = %v", err)
 	}
 	sent, err := a.Sent(ctx)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/conversation"
+	"github.com/poppyproto/poppy/internal/testenv"
 	"github.com/poppyproto/poppy/operations"
 	"github.com/poppyproto/poppy/poppytest"
 )
@@ -332,7 +333,7 @@ func TestPA_7_3_06_MessageIDConflict(t *testing.T) {
 	_, err := b.Send(ctx, conversation.Message{ID: "msg_fixed", Text: "Different."}, nil)
 	// PA-7.3-06: a typed error, the *poppy.Error behind it.
 	var pe *poppy.Error
-	if !errors.Is(err, conversation.ErrMessageIDConflict) || !errors.As(err, &pe) || pe.Status != http.StatusConflict {
+	if testenv.Code(err) != "message_id_conflict" || !errors.As(err, &pe) || pe.Status != http.StatusConflict {
 		t.Fatalf("err = %v", err)
 	}
 	before := len(e.convRequests())

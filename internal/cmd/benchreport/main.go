@@ -119,7 +119,7 @@ var rows = []row{
 	{figure: "IdleReads", unit: "reads/s", abs: 5, pkg: "./conversation",
 		what: "reads per second of an idle Events loop against a Company that answers each long poll after 1 ms (MaxWait), after a conversation turn, over 2 s: the highest of four loops, by stream request and by long poll, each with the fake's answers and with the turn's events again under a new cursor each time", goal: "≤ 5 reads/s", smokeRatio: 20},
 	{figure: "StuckCursorReads", unit: "reads", abs: 5, pkg: "./conversation",
-		what: "reads sent to a Company answering has_more: true with no events and the same cursor, before the loop ends with ErrCursorStuck (asserted, within 10 s)", goal: "5 reads, then a typed error", smokeRatio: 5},
+		what: "reads sent to a Company answering has_more: true with no events and the same cursor, before the loop ends with ErrProtocol (asserted, within 10 s)", goal: "5 reads, then a typed error", smokeRatio: 5},
 	{figure: "UpdateTwoProcesses", unit: "updates/s", pkg: "./keystore/sqlitestore",
 		what: "keystore Update on SQLite, 8 goroutines in each of 2 processes on separate records, another User's lock held throughout (no Update waits on it, asserted)", goal: "report updates/s", smokeRatio: 1e9},
 }
