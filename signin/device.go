@@ -63,7 +63,7 @@ func Device(ctx context.Context, sess *poppy.Session, opts *poppy.SignInOptions,
 	for {
 		// PA-4.6-11: stop at expires_in, whatever the Company says.
 		if !clock.Now().Add(interval).Before(expires.Add(time.Nanosecond)) {
-			return nil, ErrDeviceCodeExpired
+			return nil, errDeviceCodeExpired
 		}
 		// PA-4.6-04: never sooner than interval after the previous poll.
 		if err := clock.Sleep(ctx, interval); err != nil {
@@ -96,7 +96,7 @@ func Device(ctx context.Context, sess *poppy.Session, opts *poppy.SignInOptions,
 		case "access_denied": // PA-4.6-09
 			return nil, because(ErrAccessDenied, err)
 		case "expired_token": // PA-4.6-10
-			return nil, because(ErrDeviceCodeExpired, err)
+			return nil, because(errDeviceCodeExpired, err)
 		default:
 			return nil, err
 		}

@@ -167,7 +167,7 @@ type DirectOptions struct {
 	Done func(w http.ResponseWriter, r *http.Request, res *poppy.SignInResult, err error)
 	// StateCookie, if set, names a cookie that binds each sign-in to the
 	// browser that started it (RFC 6749 section 10.12): Redirect sets it to
-	// the sign-in's state, and Handler refuses, with ErrStateMismatch and
+	// the sign-in's state, and Handler refuses, with an error and
 	// before anything else, a redirect from a browser whose cookie doesn't
 	// hold that state. Use it when the browser that starts the sign-in is
 	// the one that comes back, as in a web application.
@@ -357,7 +357,7 @@ func (d *Direct) wait(ctx context.Context, state string, ch <-chan struct{}) (*p
 	for {
 		b, err := d.agent.Store().Get(ctx, pendingKey(state))
 		if errors.Is(err, keystore.ErrNotFound) {
-			return nil, ErrUnknownSignIn
+			return nil, errUnknownSignIn
 		}
 		if err != nil {
 			return nil, fmt.Errorf("signin: reading the pending sign-in: %w", err)
@@ -425,7 +425,7 @@ func (d *Direct) wake(state string) {
 // The outcomes a callback can record, and the errors Wait returns for them.
 var outcomes = map[string]error{
 	"access_denied":   ErrAccessDenied,
-	"issuer_missing":  ErrIssuerMissing,
+	"issuer_missing":  errIssuerMissing,
 	"issuer_mismatch": poppy.ErrIssuerMismatch,
 	"invalid_grant":   poppy.ErrInvalidGrant,
 	"invalid_scope":   poppy.ErrInvalidScope,
@@ -458,8 +458,8 @@ func outcomeError(code, reason string) error {
 //
 // The pending record is claimed under its lock, and the code is exchanged
 // after the lock is released, so that no other keystore lock is taken while
-// it is held; a second redirect for the same state meanwhile gets
-// ErrSignInInProgress.
+// it is held; a second redirect for the same state meanwhile gets an
+// error saying so.
 func (d *Direct) Complete(ctx context.Context, callback string) (*poppy.SignInResult, error) {
 	u, err := url.Parse(callback)
 	if err != nil {
@@ -468,7 +468,7 @@ func (d *Direct) Complete(ctx context.Context, callback string) (*poppy.SignInRe
 	q := u.Query()
 	state := q.Get("state")
 	if state == "" {
-		return nil, ErrStateMismatch
+		return nil, errStateMismatch
 	}
 	var (
 		claimed *pending
@@ -478,7 +478,7 @@ func (d *Direct) Complete(ctx context.Context, callback string) (*poppy.SignInRe
 	)
 	err = d.agent.Store().Update(ctx, pendingKey(state), func(cur []byte) ([]byte, error) {
 		if cur == nil {
-			return nil, ErrStateMismatch // PA-4.5-05: no sign-in has this state
+			return nil, errStateMismatch // PA-4.5-05: no sign-in has this state
 		}
 		var p pending
 		if err := json.Unmarshal(cur, &p); err != nil {
@@ -492,7 +492,7 @@ func (d *Direct) Complete(ctx context.Context, callback string) (*poppy.SignInRe
 			outcome = p.outcome()
 			return cur, nil
 		case "exchanging":
-			outcome = ErrSignInInProgress
+			outcome = errSignInInProgress
 			return cur, nil
 		}
 		if code, outcome = d.check(&p, q); outcome != nil {
@@ -533,7 +533,7 @@ func (d *Direct) check(p *pending, q url.Values) (string, error) {
 	// another Company's sign-in is believed.
 	iss, ok := q["iss"]
 	if !ok || len(iss) == 0 || iss[0] == "" {
-		return "", ErrIssuerMissing
+		return "", errIssuerMissing
 	}
 	if iss[0] != p.Issuer {
 		return "", poppy.ErrIssuerMismatch
@@ -684,7 +684,7 @@ func (d *Direct) Handler() http.Handler {
 		} else {
 			// Another browser's sign-in: nothing is completed, and the
 			// sign-in stays pending for the browser that started it.
-			err = fmt.Errorf("%w: this browser did not start the sign-in", ErrStateMismatch)
+			err = fmt.Errorf("%w: this browser did not start the sign-in", errStateMismatch)
 		}
 		if d.done != nil {
 			d.done(w, r, res, err)
@@ -709,13 +709,13 @@ func pageReason(err error) string {
 		return "you declined it at the Company."
 	case errors.Is(err, ErrSignInExpired):
 		return "it took too long. Start it again."
-	case errors.Is(err, ErrStateMismatch):
+	case errors.Is(err, errStateMismatch):
 		return "this link is not from a sign-in this agent started, or it was already used."
-	case errors.Is(err, ErrSignInInProgress):
+	case errors.Is(err, errSignInInProgress):
 		return "it is being completed already."
 	case errors.Is(err, ErrSessionEnded):
 		return "the Company ended the session meanwhile. Start it again."
-	case errors.Is(err, ErrIssuerMissing), errors.Is(err, poppy.ErrIssuerMismatch):
+	case errors.Is(err, errIssuerMissing), errors.Is(err, poppy.ErrIssuerMismatch):
 		return "the answer did not come from the Company the sign-in was for."
 	}
 	return err.Error() + "."

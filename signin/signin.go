@@ -56,7 +56,7 @@
 //
 //   - PKCE uses S256 only, with a 256-bit verifier. The Account Token
 //     from a Direct Sign-In is stored for the User whose Session started it.
-//   - a redirect without iss is refused (ErrIssuerMissing), before
+//   - a redirect without iss is refused, before
 //     access_denied is even looked at: RFC 9207 is what stops a mix-up.
 //   - interval and expires_in are honoured as the Company sends them
 //     (PA-4.6-04): polls are at least interval apart, however long, and
@@ -83,18 +83,36 @@ import (
 	"github.com/poppyproto/poppy"
 )
 
-// Errors of sign-in.
+// Errors of sign-in, for the outcomes a caller branches on. The
+// Company's refusals (invalid_grant, invalid_scope, ...) are its
+// *poppy.Error, matching poppy's sentinels.
 var (
+	// ErrSignInTypeUnavailable: the Company does not offer the sign-in
+	// type for the scopes asked: try another (spec 4.4).
 	ErrSignInTypeUnavailable = errors.New("signin: the Company does not offer this sign-in type for these scopes")
-	ErrAccessDenied          = errors.New("signin: the User declined (access_denied)")
-	ErrStateMismatch         = errors.New("signin: state does not match the sign-in")
-	ErrIssuerMissing         = errors.New("signin: the redirect has no iss (RFC 9207)")
-	ErrDeviceCodeExpired     = errors.New("signin: the device code expired before the User finished")
-	ErrSignInFailed          = errors.New("signin: sign-in failed")
-	ErrSignInExpired         = errors.New("signin: the sign-in expired; start again")
-	ErrUnknownSignIn         = errors.New("signin: no pending sign-in with this state")
-	ErrSignInInProgress      = errors.New("signin: this sign-in is being completed")
-	ErrSessionEnded          = errors.New("signin: the Company ended the Session during the sign-in, and the sign-in could not be completed on a new Session; start it again")
+	// ErrAccessDenied: the User declined (access_denied).
+	ErrAccessDenied = errors.New("signin: the User declined (access_denied)")
+	// ErrSignInFailed: the sign-in failed at the Company, for no reason
+	// the SDK can tell apart.
+	ErrSignInFailed = errors.New("signin: sign-in failed")
+	// ErrSignInExpired: the sign-in, or its device code, expired before
+	// the User finished: start again.
+	ErrSignInExpired = errors.New("signin: the sign-in expired; start again")
+	// ErrSessionEnded: the Company ended the Session during the sign-in,
+	// and the sign-in could not be completed on a new Session (PA-4.2-16):
+	// start it again.
+	ErrSessionEnded = errors.New("signin: the Company ended the Session during the sign-in, and the sign-in could not be completed on a new Session; start it again")
+)
+
+// Errors no caller branches on: each says what went wrong, and the tests
+// match them (export_test.go). A callback that fails them is refused
+// (Handler shows the User why).
+var (
+	errStateMismatch     = errors.New("signin: state does not match the sign-in")
+	errIssuerMissing     = errors.New("signin: the redirect has no iss (RFC 9207)")
+	errDeviceCodeExpired = fmt.Errorf("%w: the device code expired before the User finished", ErrSignInExpired)
+	errUnknownSignIn     = errors.New("signin: no pending sign-in with this state")
+	errSignInInProgress  = errors.New("signin: this sign-in is being completed")
 )
 
 // UserPrompter reaches the User. Each method may block until the User has

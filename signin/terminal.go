@@ -22,9 +22,9 @@ import (
 // maxAnswerLine bounds one line the User types.
 const maxAnswerLine = 4096
 
-// ErrNoAnswer is returned by a Terminal when its input ends before the User
+// errNoAnswer is the error of a Terminal when its input ends before the User
 // answered.
-var ErrNoAnswer = errors.New("signin: no answer: the input ended")
+var errNoAnswer = errors.New("signin: no answer: the input ended")
 
 // Terminal is a UserPrompter that writes to a terminal and reads the User's
 // answers from it. Make one with TerminalPrompter.
@@ -176,7 +176,7 @@ func (t *Terminal) readLine() (string, error) {
 	v, err := termtext.ReadLine(t.in, maxAnswerLine)
 	switch {
 	case errors.Is(err, io.EOF):
-		return "", ErrNoAnswer
+		return "", errNoAnswer
 	case errors.Is(err, termtext.ErrLineTooLong):
 		return "", errors.New("signin: the answer is too long")
 	case err != nil:
