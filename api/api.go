@@ -16,38 +16,46 @@ const (
 	TypeMCP     = "mcp"
 )
 
-// Errors callers branch on.
+// Errors callers branch on. A Company's refusal is its *poppy.Error.
 var (
 	// ErrNotListed: the API entry isn't one of the Company's.
 	ErrNotListed = errors.New("api: the Company does not list this API")
-	// ErrWrongType: an OpenAPI entry given to ConnectMCP, or the reverse.
-	ErrWrongType = errors.New("api: the entry is of another API type")
 	// ErrInvalidDescription: the OpenAPI description doesn't load or
 	// validate.
 	ErrInvalidDescription = errors.New("api: invalid OpenAPI description")
-	// ErrUnknownEndpoint: no endpoint has that operationId, or that
-	// method and path.
-	ErrUnknownEndpoint = errors.New("api: unknown endpoint")
-	// ErrInvalidResourceMetadata: the MCP server's protected resource
-	// metadata (RFC 9728) is missing, malformed or for another resource.
-	ErrInvalidResourceMetadata = errors.New("api: invalid protected resource metadata")
 	// ErrIssuerNotListed: the MCP server's protected resource metadata
-	// doesn't list the Company's issuer in authorization_servers (spec 6).
+	// doesn't list the Company's issuer in authorization_servers (spec 6):
+	// it is not the Company's to use with its tokens.
 	ErrIssuerNotListed = errors.New("api: MCP server's authorization_servers does not list the Company's issuer")
-	// ErrInvalidArguments: a tool's arguments don't match its input schema.
+	// ErrInvalidArguments: a call's arguments don't match its input
+	// schema, or a path parameter would be read as a "." or ".." segment
+	// (in any encoding), which a server or proxy removes with the segment
+	// before it. Nothing is sent.
 	ErrInvalidArguments = errors.New("api: arguments do not match the input schema")
-	// ErrDotSegment: a path parameter's value would be read as a "." or
-	// ".." segment (in any encoding), which a server or proxy removes
-	// with the segment before it; it is refused, wrapped in
-	// ErrInvalidArguments, and nothing is sent.
-	ErrDotSegment = errors.New("api: a path parameter may not be a dot segment")
-	// ErrSchemaTooLarge: a schema that can't be inlined and bounded, or
+	// ErrTooManyTools: an MCP server's tools/list goes past
+	// MCPOptions.MaxTools or MaxToolPages, or repeats a cursor; the tools
+	// within the bound were yielded.
+	ErrTooManyTools = errors.New("api: the MCP server lists too many tools")
+)
+
+// Errors no caller branches on: each says what is wrong, and the tests
+// match them (export_test.go).
+var (
+	// errWrongType: an OpenAPI entry given to ConnectMCP, or the reverse.
+	errWrongType = errors.New("api: the entry is of another API type")
+	// errUnknownEndpoint: no endpoint has that operationId, or that
+	// method and path.
+	errUnknownEndpoint = errors.New("api: unknown endpoint")
+	// errInvalidResourceMetadata: the MCP server's protected resource
+	// metadata (RFC 9728) is missing, malformed or for another resource.
+	errInvalidResourceMetadata = errors.New("api: invalid protected resource metadata")
+	// errDotSegment: a path parameter's value would be read as a "." or
+	// ".." segment; it is refused, wrapped in ErrInvalidArguments.
+	errDotSegment = errors.New("api: a path parameter may not be a dot segment")
+	// errSchemaTooLarge: a schema that can't be inlined and bounded, or
 	// the description's budget for inlining its schemas is spent (see
 	// OpenAPI.ResolveSchema).
-	ErrSchemaTooLarge = errors.New("api: input schema too large")
-	// ErrTooManyTools: an MCP server's tools/list goes past
-	// MCPOptions.MaxTools or MaxToolPages, or repeats a cursor.
-	ErrTooManyTools = errors.New("api: the MCP server lists too many tools")
+	errSchemaTooLarge = errors.New("api: input schema too large")
 )
 
 // List returns the Company's APIs that this package can use, in the order

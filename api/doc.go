@@ -41,10 +41,10 @@
 // counted and a description over the bound is refused; schemas are kept as
 // the description gives them (Parameter.Schema, one shared copy each) and
 // inlined only when InputSchema or ResolveSchema is called, all of it
-// drawing on one budget per description (ErrSchemaTooLarge when spent).
+// drawing on one budget per description (an error when spent).
 // A path parameter that a server or proxy would read as a "." or ".."
 // segment, in any encoding, is refused before anything is sent
-// (ErrDotSegment).
+// (ErrInvalidArguments).
 //
 // # MCP
 //

@@ -44,3 +44,12 @@ func ResetParsedCache() {
 	parsedCache.m, parsedCache.bytes = nil, 0
 	parsedCache.Unlock()
 }
+
+// The errors no caller branches on, named for the tests that match them.
+var (
+	ErrWrongType               = errWrongType
+	ErrUnknownEndpoint         = errUnknownEndpoint
+	ErrInvalidResourceMetadata = errInvalidResourceMetadata
+	ErrDotSegment              = errDotSegment
+	ErrSchemaTooLarge          = errSchemaTooLarge
+)

@@ -100,7 +100,7 @@ func ConnectMCP(ctx context.Context, sess *poppy.Session, entry poppy.API, opts 
 		return nil, poppy.ErrNoSession
 	}
 	if entry.Type != TypeMCP {
-		return nil, ErrWrongType
+		return nil, errWrongType
 	}
 	c := sess.Company()
 	if !listed(c, entry) {
@@ -162,8 +162,8 @@ func ConnectMCP(ctx context.Context, sess *poppy.Session, entry poppy.API, opts 
 // Schema fit for a model: every local $ref inlined, and fitting in
 // maxBytes (zero means 16 KiB) as OpenAPI.InputSchema's does. A tool
 // without one gets {"type":"object"}. The schemas of one connection draw
-// on one budget, as a description's do: past it the error wraps
-// ErrSchemaTooLarge.
+// on one budget, as a description's do: past it the schema is refused
+// with an error saying so.
 func (m *MCP) InputSchema(t *mcp.Tool, maxBytes int) (json.RawMessage, error) {
 	if t == nil || t.InputSchema == nil {
 		return json.RawMessage(`{"type":"object"}`), nil
@@ -541,15 +541,15 @@ func CheckResourceMetadata(ctx context.Context, c *poppy.Company, mcpURL string)
 	meta := u.Scheme + "://" + u.Host + "/.well-known/oauth-protected-resource" + strings.TrimSuffix(u.EscapedPath(), "/")
 	body, err := c.Agent().FetchDocument(ctx, meta, &poppy.DocumentOptions{Name: "protected resource metadata", MaxBytes: 64 << 10})
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidResourceMetadata, err)
+		return fmt.Errorf("%w: %w", errInvalidResourceMetadata, err)
 	}
 	var m ResourceMetadata
 	if err := json.Unmarshal(body, &m); err != nil {
-		return fmt.Errorf("%w: not a JSON object", ErrInvalidResourceMetadata)
+		return fmt.Errorf("%w: not a JSON object", errInvalidResourceMetadata)
 	}
 	// RFC 9728 3.3: resource must be the URL the metadata was derived from.
 	if m.Resource != mcpURL {
-		return fmt.Errorf("%w: resource %q is not %q", ErrInvalidResourceMetadata, cleanText(m.Resource, 200), mcpURL)
+		return fmt.Errorf("%w: resource %q is not %q", errInvalidResourceMetadata, cleanText(m.Resource, 200), mcpURL)
 	}
 	for _, s := range m.AuthorizationServers {
 		if s == c.Issuer() {

@@ -134,7 +134,7 @@ func LoadOpenAPI(ctx context.Context, sess *poppy.Session, entry poppy.API, opts
 		return nil, poppy.ErrNoSession // PA-4.3-24: no anonymous mode
 	}
 	if entry.Type != TypeOpenAPI {
-		return nil, ErrWrongType
+		return nil, errWrongType
 	}
 	c := sess.Company()
 	if !listed(c, entry) {
@@ -569,8 +569,8 @@ func (ix *indexed) newEndpoint(path, method string, item *openapi3.PathItem, op 
 // every $ref resolved against the description, in JSON Schema 2020-12
 // terms (an OpenAPI 3.0 schema converted): a recursive schema is cut after
 // 10 levels of references to {} (any value), and a reference outside the
-// description becomes {} too. It fails with an error wrapping
-// ErrSchemaTooLarge when the result would pass 20,000 nodes or 1 MiB of
+// description becomes {} too. It fails with an error saying the
+// schema is too large when the result would pass 20,000 nodes or 1 MiB of
 // strings, or when the description's budget for resolving schemas, which
 // the tools built from it draw on too, is spent.
 func (oa *OpenAPI) ResolveSchema(schema json.RawMessage) (json.RawMessage, error) {
@@ -603,11 +603,11 @@ func (oa *OpenAPI) ResolveSchema(schema json.RawMessage) (json.RawMessage, error
 // references expanded, or with descriptions dropped, or at last with
 // nested subschemas cut to {} (any value). Endpoints whose arguments have
 // the same form share one result, built once; building draws on the
-// description's budget for resolving schemas, and past it the error wraps
-// ErrSchemaTooLarge. Callers must not modify the result.
+// description's budget for resolving schemas, and past it the schema is
+// refused as too large. Callers must not modify the result.
 func (oa *OpenAPI) InputSchema(ep *Endpoint, maxBytes int) (json.RawMessage, error) {
 	if !slices.Contains(oa.ops, ep) {
-		return nil, fmt.Errorf("%w: not an endpoint of this description", ErrUnknownEndpoint)
+		return nil, fmt.Errorf("%w: not an endpoint of this description", errUnknownEndpoint)
 	}
 	if maxBytes <= 0 {
 		maxBytes = defaultMaxInputSchema
@@ -812,7 +812,7 @@ func (r *Response) JSON(v any) error {
 func (oa *OpenAPI) Call(ctx context.Context, id string, args *Args) (*Response, error) {
 	o, ok := oa.byID[id]
 	if !ok {
-		return nil, fmt.Errorf("%w: %q", ErrUnknownEndpoint, cleanText(id, 64))
+		return nil, fmt.Errorf("%w: %q", errUnknownEndpoint, cleanText(id, 64))
 	}
 	return oa.call(ctx, o, args)
 }
@@ -820,7 +820,7 @@ func (oa *OpenAPI) Call(ctx context.Context, id string, args *Args) (*Response, 
 // CallEndpoint calls ep, one of oa's Endpoints.
 func (oa *OpenAPI) CallEndpoint(ctx context.Context, ep *Endpoint, args *Args) (*Response, error) {
 	if !slices.Contains(oa.ops, ep) {
-		return nil, fmt.Errorf("%w: not an endpoint of this description", ErrUnknownEndpoint)
+		return nil, fmt.Errorf("%w: not an endpoint of this description", errUnknownEndpoint)
 	}
 	return oa.call(ctx, ep, args)
 }
@@ -831,7 +831,7 @@ func (oa *OpenAPI) CallEndpoint(ctx context.Context, ep *Endpoint, args *Args) (
 func (oa *OpenAPI) CallPath(ctx context.Context, method, path string, args *Args) (*Response, error) {
 	o, ok := oa.Find(method, path)
 	if !ok {
-		return nil, fmt.Errorf("%w: %s %s", ErrUnknownEndpoint, strings.ToUpper(method), cleanText(path, 200))
+		return nil, fmt.Errorf("%w: %s %s", errUnknownEndpoint, strings.ToUpper(method), cleanText(path, 200))
 	}
 	if path != o.Path {
 		var a Args
@@ -888,7 +888,7 @@ func (oa *OpenAPI) request(ctx context.Context, o *Endpoint, args *Args) (*http.
 				return nil, fmt.Errorf("%w: path parameter %q needs one non-empty value", ErrInvalidArguments, p.Name)
 			}
 			if dotSegment(vals[0]) {
-				return nil, fmt.Errorf("%w: path parameter %q: %w", ErrInvalidArguments, p.Name, ErrDotSegment)
+				return nil, fmt.Errorf("%w: path parameter %q: %w", ErrInvalidArguments, p.Name, errDotSegment)
 			}
 			path = strings.ReplaceAll(path, "{"+p.Name+"}", url.PathEscape(vals[0]))
 		case openapi3.ParameterInQuery:

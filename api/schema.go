@@ -38,7 +38,7 @@ const (
 
 // errBudgetSpent: the description's budget for resolving schemas is spent.
 var errBudgetSpent = fmt.Errorf("%w: the description's budget for resolving schemas (%d nodes, %d MiB) is spent",
-	ErrSchemaTooLarge, maxDescriptionNodes, maxDescriptionBytes>>20)
+	errSchemaTooLarge, maxDescriptionNodes, maxDescriptionBytes>>20)
 
 // budget is what is left of the work (nodes built, string bytes copied) a
 // resolution may do; the zero value allows nothing.
@@ -50,7 +50,7 @@ func (b *budget) spend(nodes, bytes int) error {
 	b.nodes -= nodes
 	b.bytes -= bytes
 	if b.nodes < 0 || b.bytes < 0 {
-		return ErrSchemaTooLarge
+		return errSchemaTooLarge
 	}
 	return nil
 }
@@ -202,7 +202,7 @@ func boundSchema(schema, root any, maxBytes int, shared *budget, v30 bool) (json
 	var last any
 	for _, depth := range []int{maxSchemaDepth, 6, 4, 2, 1} {
 		v, used, err := resolveRefs(schema, root, depth, shared)
-		if errors.Is(err, ErrSchemaTooLarge) {
+		if errors.Is(err, errSchemaTooLarge) {
 			if shared.nodes <= 0 || shared.bytes <= 0 {
 				return nil, errBudgetSpent
 			}
@@ -227,7 +227,7 @@ func boundSchema(schema, root any, maxBytes int, shared *budget, v30 bool) (json
 		last = v
 	}
 	if last == nil {
-		return nil, ErrSchemaTooLarge
+		return nil, errSchemaTooLarge
 	}
 	stripDescriptions(last, true)
 	if b, ok := fits(last); ok {
@@ -239,7 +239,7 @@ func boundSchema(schema, root any, maxBytes int, shared *budget, v30 bool) (json
 			return b, nil
 		}
 	}
-	return nil, fmt.Errorf("%w: over %d bytes", ErrSchemaTooLarge, maxBytes)
+	return nil, fmt.Errorf("%w: over %d bytes", errSchemaTooLarge, maxBytes)
 }
 
 func deepCopy(v any) any {

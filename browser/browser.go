@@ -81,9 +81,11 @@ var (
 	// ErrBrowserJoinFailed: the Company refused the join; the error is a
 	// *JoinError (PA-5-12).
 	ErrBrowserJoinFailed = errors.New("browser: the Company refused to join the browser to the Session")
-	// ErrInsecureURL: Browse was given a URL that isn't https.
-	ErrInsecureURL = errors.New("browser: URL is not https")
 )
+
+// errInsecureURL: Browse was given a URL that isn't https. Nothing is
+// loaded; no caller branches on it (a caller's own mistake).
+var errInsecureURL = errors.New("browser: URL is not https")
 
 // JoinError is a join the Company refused: the browser's final document
 // after the POST. It matches ErrBrowserJoinFailed.
@@ -362,7 +364,7 @@ func (b *Browser) join(ctx context.Context, returnTo string) (*JoinResult, error
 func (b *Browser) Browse(ctx context.Context, rawURL string) (*Navigation, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil || u.Scheme != "https" || u.Host == "" {
-		return nil, fmt.Errorf("%w: %s", ErrInsecureURL, stripQuery(rawURL))
+		return nil, fmt.Errorf("%w: %s", errInsecureURL, stripQuery(rawURL))
 	}
 	b.nav.Lock()
 	defer b.nav.Unlock()

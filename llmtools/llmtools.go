@@ -49,7 +49,7 @@ type Options struct {
 	// Only an "accept" answer with approve true, to a question that server
 	// asked about that revision, approves; decline, cancel, an answer
 	// nobody asked for, a host without elicitation or a call not served
-	// over MCP never do (ErrNoElicitation). Setting both Elicitation and
+	// over MCP never do. Setting both Elicitation and
 	// Approver is an error.
 	Elicitation bool
 	// ApproveElsewhere, when set, says where the User can approve an

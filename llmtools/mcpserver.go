@@ -21,10 +21,11 @@ import (
 	"github.com/poppyproto/poppy/operations"
 )
 
-// ErrNoElicitation is the error of an approval asked with
+// errNoElicitation is the error of an approval asked with
 // Options.Elicitation when the MCP host can't ask the User, or the call
-// was not served over MCP.
-var ErrNoElicitation = errors.New("llmtools: the MCP host does not support elicitation, so the User can't be asked")
+// was not served over MCP. The model is told where else the User can
+// approve (Options.ApproveElsewhere).
+var errNoElicitation = errors.New("llmtools: the MCP host does not support elicitation, so the User can't be asked")
 
 // errNeedInput ends a call whose approval is asked of the User as an
 // input request (multi round-trip, SEP-2322); the host retries it with
@@ -60,10 +61,10 @@ type serverState struct {
 func elicit(ctx context.Context, req *operations.ApprovalRequest) (operations.Decision, error) {
 	call, _ := ctx.Value(callKey{}).(*mcpCall)
 	if call == nil {
-		return operations.Decline, ErrNoElicitation
+		return operations.Decline, errNoElicitation
 	}
 	if ip := call.ss.InitializeParams(); ip == nil || ip.Capabilities == nil || ip.Capabilities.Elicitation == nil {
-		return operations.Decline, ErrNoElicitation
+		return operations.Decline, errNoElicitation
 	}
 	subject := fmt.Sprintf("%s#%d", req.OperationID, req.Revision)
 	call.st.mu.Lock()

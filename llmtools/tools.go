@@ -309,7 +309,7 @@ func (k *Toolkit) requestApproval(ctx context.Context, args json.RawMessage) (an
 		out := map[string]any{"approval": noteRefused, "message": k.text(ctx, err.Error(), 300), "operation": opView(op)}
 		if how := k.approveElsewhere(c.domain, op.ID); how != "" {
 			why := "the User could not be asked here"
-			if errors.Is(err, ErrNoElicitation) {
+			if errors.Is(err, errNoElicitation) {
 				why = "this MCP host can't ask the User (it does not support elicitation)"
 			}
 			out["approval"] = fmt.Sprintf(noteApproveElsewhere, why, how)

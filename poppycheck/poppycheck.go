@@ -393,8 +393,8 @@ func (r *Report) Count(st Status) int {
 	return n
 }
 
-// ErrNoAgent is returned by Run without Options.Agent.
-var ErrNoAgent = errors.New("poppycheck: Options.Agent is required")
+// errNoAgent is returned by Run without Options.Agent.
+var errNoAgent = errors.New("poppycheck: Options.Agent is required")
 
 // NotReachedError is returned by Run, with the report of what ran before,
 // when the check's own client would not reach the Company: its address
@@ -445,7 +445,7 @@ func (e *NotReachedError) Unwrap() error { return e.Err }
 // what ran before it.
 func Run(ctx context.Context, domain string, opts *Options) (*Report, error) {
 	if opts == nil || opts.Agent == nil {
-		return nil, ErrNoAgent
+		return nil, errNoAgent
 	}
 	target, err := parseTarget(domain, opts.UnsafeAllowLoopbackHTTP)
 	if err != nil {

@@ -1,0 +1,4 @@
+package llmtools
+
+// ErrNoElicitation names, for the tests, the error no caller branches on.
+var ErrNoElicitation = errNoElicitation
