@@ -3,13 +3,13 @@ package poppy
 import (
 	"errors"
 	"fmt"
-	"net/url"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/poppyproto/poppy/internal/bounded"
 	"github.com/poppyproto/poppy/internal/companytext"
+	"github.com/poppyproto/poppy/internal/wire"
 )
 
 // Sentinel errors for the states callers branch on. An [*Error] from a
@@ -247,10 +247,4 @@ func configError(format string, args ...any) error {
 }
 
 // unwrapURLError drops *url.Error's copy of the URL, keeping the cause.
-func unwrapURLError(err error) error {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return ue.Err
-	}
-	return err
-}
+func unwrapURLError(err error) error { return wire.URLErrorCause(err) }

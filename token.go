@@ -15,7 +15,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptrace"
@@ -27,6 +26,7 @@ import (
 
 	"github.com/poppyproto/poppy/internal/bounded"
 	"github.com/poppyproto/poppy/internal/retry"
+	"github.com/poppyproto/poppy/internal/wire"
 )
 
 const (
@@ -293,11 +293,8 @@ func parseTokenResponse(body []byte, bearer bool) (*tokenResponse, error) {
 }
 
 // drain discards a little of a response body so the connection can be
-// reused, then closes it.
-func drain(resp *http.Response) {
-	_, _ = io.CopyN(io.Discard, resp.Body, 4<<10)
-	resp.Body.Close()
-}
+// reused, then closes it (internal/wire).
+func drain(resp *http.Response) { wire.Drain(resp) }
 
 // isContextErr reports whether err is ctx's own cancellation.
 func isContextErr(err error) bool {

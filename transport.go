@@ -46,10 +46,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"mime"
 	"net/http"
-	"strings"
 	"time"
+
+	"github.com/poppyproto/poppy/internal/wire"
 )
 
 // maxReplayBody is the largest request body kept in memory so that a
@@ -397,10 +397,7 @@ func headOAuthError(head []byte, oe *oauthError) bool {
 
 // isJSON reports whether a Content-Type is JSON (application/json or a
 // +json type).
-func isJSON(ct string) bool {
-	mt, _, err := mime.ParseMediaType(ct)
-	return err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json"))
-}
+func isJSON(ct string) bool { return wire.IsJSON(ct) }
 
 // Do sends req through the Session's HTTP client and returns the
 // Company's answer as a response whatever its status, as HTTPClient().Do

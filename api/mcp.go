@@ -39,6 +39,7 @@ import (
 
 	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/internal/bounded"
+	"github.com/poppyproto/poppy/internal/wire"
 	"github.com/poppyproto/poppy/operations"
 )
 
@@ -450,7 +451,7 @@ func (t *bearerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 			return t.asRPCError(req, resp, perr), nil
 		}
-		drain(resp)
+		wire.Drain(resp)
 		if wait > 0 {
 			if err := agent.Clock().Sleep(ctx, wait); err != nil {
 				return nil, err
@@ -487,7 +488,7 @@ func (t *bearerTransport) asRPCError(req *http.Request, resp *http.Response, per
 	}
 	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": msg.ID,
 		"error": map[string]any{"code": -32001, "message": perr.Error()}})
-	drain(resp)
+	wire.Drain(resp)
 	out := *resp
 	out.Header = resp.Header.Clone()
 	out.Header.Set("Content-Type", "application/json")
@@ -511,12 +512,6 @@ func (t *bearerTransport) refusal(resp *http.Response) *poppy.Error {
 		pe.SignInTypes = c.EligibleSignInTypes(pe.Scope)
 	}
 	return pe
-}
-
-func drain(resp *http.Response) {
-	buf := make([]byte, 4<<10)
-	_, _ = resp.Body.Read(buf)
-	resp.Body.Close()
 }
 
 // ResourceMetadata is an MCP server's OAuth protected resource metadata

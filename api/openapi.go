@@ -41,6 +41,7 @@ import (
 
 	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/internal/bounded"
+	"github.com/poppyproto/poppy/internal/wire"
 	"github.com/poppyproto/poppy/operations"
 )
 
@@ -352,7 +353,7 @@ func jsonValue(v any) any {
 // maxFanOut bounds the work references make kin-openapi do: it resolves
 // and validates the target of a $ref at each place the $ref appears, so a
 // description of a few MiB whose thousands of operations each refer to one
-// wide schema costs far more than its size (issue 20: 23,894 operations,
+// wide schema costs far more than its size (an attack's 23,894 operations,
 // about 15 s in kin-openapi alone). checkFanOut sums, over every $ref, the
 // nodes of its target (not following the target's own references), and
 // refuses a description over maxFanOut.
@@ -1056,7 +1057,7 @@ func (oa *OpenAPI) call(ctx context.Context, o *Endpoint, args *Args) (*Response
 		// OPS 6, A-38: one proposal per request while it is open.
 		var op *operations.Operation
 		if op, resp, err = oa.opsc.Propose(ctx, req, operations.OpenAPIAction(o.Method, o.Path), &operations.ProposeOptions{HTTPClient: oa.client}); err != nil {
-			return nil, unwrapURLError(err)
+			return nil, wire.URLErrorCause(err)
 		}
 		if op != nil {
 			wire, err := op.MarshalJSON()
@@ -1067,7 +1068,7 @@ func (oa *OpenAPI) call(ctx context.Context, o *Endpoint, args *Args) (*Response
 			return &Response{Status: http.StatusAccepted, Header: http.Header{}, Body: body, Operation: op}, nil
 		}
 	} else if resp, err = oa.client.Do(req); err != nil {
-		return nil, unwrapURLError(err)
+		return nil, wire.URLErrorCause(err)
 	}
 	defer resp.Body.Close()
 	if perr := poppy.ResponseError(resp); perr != nil {
@@ -1097,16 +1098,6 @@ func (oa *OpenAPI) call(ctx context.Context, o *Endpoint, args *Args) (*Response
 		}
 	}
 	return out, nil
-}
-
-// unwrapURLError returns the error inside a *url.Error, which would repeat
-// the URL.
-func unwrapURLError(err error) error {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return ue.Err
-	}
-	return err
 }
 
 // operationOf returns the "operation" member of a JSON object when it is an

@@ -71,6 +71,7 @@ import (
 	"time"
 
 	"github.com/poppyproto/poppy"
+	"github.com/poppyproto/poppy/internal/wire"
 )
 
 // Errors of the package.
@@ -304,7 +305,7 @@ func (b *Browser) join(ctx context.Context, returnTo string) (*JoinResult, error
 		// PA-5-02: an ordinary signed-out visitor.
 		nav, err := b.ctrl.Navigate(ctx, &NavigateRequest{URL: returnTo})
 		if err != nil {
-			return nil, fmt.Errorf("browser: opening %s: %w", stripQuery(returnTo), err)
+			return nil, fmt.Errorf("browser: opening %s: %w", wire.StripQuery(returnTo), err)
 		}
 		b.setState("", returnTo)
 		return &JoinResult{Mode: Visitor, Navigation: *nav}, nil
@@ -347,11 +348,11 @@ func (b *Browser) join(ctx context.Context, returnTo string) (*JoinResult, error
 	// PA-5-12: the Company's 303 or 400 went to the browser; read its end.
 	if nav.Status >= 400 || sameEndpoint(nav.URL, endpoint) {
 		b.opts.Logger.InfoContext(ctx, "browser: join refused", "endpoint", endpoint, "status", nav.Status)
-		return nil, &JoinError{Endpoint: endpoint, URL: stripQuery(nav.URL), Status: nav.Status}
+		return nil, &JoinError{Endpoint: endpoint, URL: wire.StripQuery(nav.URL), Status: nav.Status}
 	}
 	b.setState(a.SessionID, returnTo)
 	b.opts.Logger.InfoContext(ctx, "browser: joined", "endpoint", endpoint, "session_id", a.SessionID,
-		"landed", stripQuery(nav.URL), "status", nav.Status)
+		"landed", wire.StripQuery(nav.URL), "status", nav.Status)
 	return &JoinResult{Mode: Joined, SessionID: a.SessionID, Navigation: *nav}, nil
 }
 
@@ -364,7 +365,7 @@ func (b *Browser) join(ctx context.Context, returnTo string) (*JoinResult, error
 func (b *Browser) Browse(ctx context.Context, rawURL string) (*Navigation, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil || u.Scheme != "https" || u.Host == "" {
-		return nil, fmt.Errorf("%w: %s", errInsecureURL, stripQuery(rawURL))
+		return nil, fmt.Errorf("%w: %s", errInsecureURL, wire.StripQuery(rawURL))
 	}
 	b.nav.Lock()
 	defer b.nav.Unlock()
@@ -385,7 +386,7 @@ func (b *Browser) Browse(ctx context.Context, rawURL string) (*Navigation, error
 	}
 	nav, err := b.ctrl.Navigate(ctx, &NavigateRequest{URL: rawURL})
 	if err != nil {
-		return nil, fmt.Errorf("browser: opening %s: %w", stripQuery(rawURL), err)
+		return nil, fmt.Errorf("browser: opening %s: %w", wire.StripQuery(rawURL), err)
 	}
 	if site && b.opts.Recognizes != nil {
 		ok, err := b.opts.Recognizes(ctx, nav)
@@ -411,15 +412,7 @@ func onDomain(host, domain string) bool {
 }
 
 // sameEndpoint reports whether u is the endpoint, ignoring any query.
-func sameEndpoint(u, endpoint string) bool { return stripQuery(u) == stripQuery(endpoint) }
-
-// stripQuery drops the query and fragment of a URL for logs and errors.
-func stripQuery(u string) string {
-	if i := strings.IndexAny(u, "?#"); i >= 0 {
-		return u[:i]
-	}
-	return u
-}
+func sameEndpoint(u, endpoint string) bool { return wire.StripQuery(u) == wire.StripQuery(endpoint) }
 
 func srvPath(u string) string {
 	p, _ := url.Parse(u)

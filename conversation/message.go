@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/text/language"
 
+	"github.com/poppyproto/poppy/internal/markup"
 	"github.com/poppyproto/poppy/internal/tzname"
 )
 
@@ -150,8 +151,8 @@ type wireMessage struct {
 
 // encode checks m and returns its wire form, choosing an ID if it has
 // none. strict refuses markup in Text (PA-7.4-04); otherwise the caller
-// gets markup=true to warn about.
-func (m Message) encode(strict bool) (w wireMessage, markup bool, err error) {
+// gets hasMarkup=true to warn about.
+func (m Message) encode(strict bool) (w wireMessage, hasMarkup bool, err error) {
 	w.ID, w.Sender, w.Text = m.ID, m.Sender(), m.Text
 	if w.ID == "" {
 		w.ID = NewMessageID()
@@ -183,24 +184,13 @@ func (m Message) encode(strict bool) (w wireMessage, markup bool, err error) {
 	if w.Text == "" && w.Data == nil && len(w.Context) == 0 {
 		return w, false, errEmptyMessage // PA-7.4-01
 	}
-	if looksLikeMarkup(w.Text) {
+	if markup.In(w.Text) {
 		if strict {
 			return w, true, errMarkupInText
 		}
-		markup = true
+		hasMarkup = true
 	}
-	return w, markup, nil
-}
-
-var tagRE = regexp.MustCompile(`<[A-Za-z/][^>]*>`)
-
-// looksLikeMarkup reports JSON or HTML in a text (PA-7.4-04).
-func looksLikeMarkup(t string) bool {
-	tt := strings.TrimSpace(t)
-	if (strings.HasPrefix(tt, "{") || strings.HasPrefix(tt, "[")) && json.Valid([]byte(tt)) {
-		return true
-	}
-	return tagRE.MatchString(t)
+	return w, hasMarkup, nil
 }
 
 var idRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,256}$`)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/poppyproto/poppy/internal/jose"
+	"github.com/poppyproto/poppy/internal/markup"
 )
 
 var (
@@ -321,14 +322,10 @@ func (p *prober) checkEvent(m map[string]any, ex *Exchange) event {
 		p.check("CO-7.4-02", text != "" || hasData, ex, "a Company message has text or data")
 		p.check("CO-7.4-06", !hasContext && msg["id"] != nil, ex, "a Company message has an id and no context")
 		p.check("CO-7.7-05", sender != "", ex, "a Company message's sender %q", sender)
-		p.check("CO-7.4-03", !looksLikeMarkup(text), ex, "the Company Agent's text holds no JSON or markup")
+		p.check("CO-7.4-03", !markup.In(text), ex, "the Company Agent's text holds no JSON or markup")
 	}
 	return event{raw: m, id: id, typ: typ}
 }
-
-var markupRE = regexp.MustCompile(`(?s)^\s*[\{\[].*[\}\]]\s*$|</?[a-zA-Z][a-zA-Z0-9]*[^<>]*>`)
-
-func looksLikeMarkup(s string) bool { return markupRE.MatchString(s) }
 
 // stream reads the events as a server-sent event stream for at most 3 s
 // or 20 events (CO-7.6-01, CO-7.6-02, CO-7.6-05), then resumes after the

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/poppyproto/poppy/internal/jose"
+	"github.com/poppyproto/poppy/internal/redact"
 )
 
 // Person is the person an interactive check walks through signing in.
@@ -536,64 +537,21 @@ func (p *prober) accountToken(ctx context.Context, in signedIn, open string) {
 // credentials sent (CO-4.7-07: a Company never returns them): in its
 // headers, its body, and its JSON as decoded, which undoes any escape a
 // JSON decoder undoes (\u0063 is c), since an agent, and a model it hands
-// the answer to, reads it decoded. A value of 8 bytes or more is found
-// anywhere; a shorter one (a PIN, a short password) only as a word of its
+// the answer to, reads it decoded. It asks the SDK's one reading,
+// redact.Carries: a value of redact.ShortSecret bytes or more is found
+// anywhere, a shorter one (a PIN, a short password) only as a word of its
 // own, so that a 4-digit PIN doesn't match inside an ID or a date.
 func echoes(r *reply, values []string) bool {
 	texts := []string{string(r.body)}
 	for _, vs := range r.header {
 		texts = append(texts, vs...)
 	}
-	var walk func(v any)
-	walk = func(v any) {
-		switch x := v.(type) {
-		case string:
-			texts = append(texts, x)
-		case map[string]any:
-			for k, e := range x {
-				texts = append(texts, k)
-				walk(e)
-			}
-		case []any:
-			for _, e := range x {
-				walk(e)
-			}
-		}
-	}
-	var decoded any
-	if json.Unmarshal(r.body, &decoded) == nil {
-		walk(decoded)
-	}
 	for _, v := range values {
-		if v == "" {
-			continue
-		}
 		for _, t := range texts {
-			if len(v) >= 8 && strings.Contains(t, v) || len(v) < 8 && containsWord(t, v) {
+			if redact.Carries(t, v) {
 				return true
 			}
 		}
 	}
 	return false
-}
-
-// containsWord reports whether v occurs in s with neither neighbour a
-// letter, a digit or a character that joins words into IDs, numbers and
-// dates ("-_./:+@").
-func containsWord(s, v string) bool {
-	joins := func(c byte) bool {
-		return c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= 0x80 || strings.IndexByte("-_./:+@", c) >= 0
-	}
-	for i := 0; ; {
-		j := strings.Index(s[i:], v)
-		if j < 0 {
-			return false
-		}
-		j += i
-		end := j + len(v)
-		if (j == 0 || !joins(s[j-1])) && (end == len(s) || !joins(s[end])) {
-			return true
-		}
-		i = j + 1
-	}
 }

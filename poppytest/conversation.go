@@ -36,7 +36,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/poppyproto/poppy/internal/markup"
 	"github.com/poppyproto/poppy/internal/tzname"
+	"github.com/poppyproto/poppy/internal/wire"
 )
 
 // ConversationOptions configures the conversation endpoint
@@ -412,7 +414,7 @@ func (s *Server) serveConversation(w http.ResponseWriter, r *http.Request) {
 		seg = nil
 	}
 	post := r.Method == http.MethodPost
-	if post && !isJSON(r.Header.Get("Content-Type")) {
+	if post && !wire.IsJSON(r.Header.Get("Content-Type")) {
 		s.violate(x.idx, "PA-7.2-01", "conversation POST without Content-Type: application/json")
 		s.convError(w, r, http.StatusBadRequest, "invalid_request", "the body must be application/json", nil)
 		return
@@ -431,12 +433,6 @@ func (s *Server) serveConversation(w http.ResponseWriter, r *http.Request) {
 	default:
 		s.notFound(w, r)
 	}
-}
-
-func isJSON(ct string) bool {
-	mt, _, _ := strings.Cut(ct, ";")
-	mt = strings.ToLower(strings.TrimSpace(mt))
-	return mt == "application/json" || strings.HasSuffix(mt, "+json")
 }
 
 // owned finds conversation id for a, applying spec 7.2 ownership. It
@@ -881,7 +877,7 @@ func (s *Server) convAppendMessage(cv *fconv, r Reply) {
 		s.reportConfig("poppytest: Reply needs text or data (CO-7.4-02)")
 		return
 	}
-	if looksLikeMarkup(r.Text) {
+	if markup.In(r.Text) {
 		s.reportConfig("poppytest: Reply text holds markup (CO-7.4-03); put structure in Data")
 		return
 	}
@@ -917,17 +913,6 @@ func (s *Server) convAppendMessage(cv *fconv, r Reply) {
 }
 
 func (s *Server) reportConfig(msg string) { s.misuse(false, "%s", msg) }
-
-var tagRE = regexp.MustCompile(`<[A-Za-z/][^>]*>`)
-
-// looksLikeMarkup reports JSON or HTML in a text (CO-7.4-03, PA-7.4-04).
-func looksLikeMarkup(t string) bool {
-	tt := strings.TrimSpace(t)
-	if (strings.HasPrefix(tt, "{") || strings.HasPrefix(tt, "[")) && json.Valid([]byte(tt)) {
-		return true
-	}
-	return tagRE.MatchString(t)
-}
 
 // convAuthorization appends an authorization event and a message asking
 // for it (CO-7.11-01, CO-7.11-02).

@@ -56,6 +56,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/poppyproto/poppy/browser"
+	"github.com/poppyproto/poppy/internal/wire"
 )
 
 // ErrNoChromium: no Chromium executable was found. Install Debian's
@@ -356,7 +357,7 @@ func (b *Browser) wait(ctx context.Context, seq int, until func(string) bool) (*
 		status := b.statuses[cur.url]
 		b.mu.Unlock()
 		if cur.seq > seq && cur.unreachable != "" {
-			return nil, fmt.Errorf("%w: %s could not be loaded", ErrNavigation, stripQuery(cur.unreachable))
+			return nil, fmt.Errorf("%w: %s could not be loaded", ErrNavigation, wire.StripQuery(cur.unreachable))
 		}
 		if cur.seq > seq && cur.loaded && (until == nil || until(cur.url)) {
 			return &browser.Navigation{URL: cur.url, Status: int(status)}, nil
@@ -445,11 +446,4 @@ func redact(s string) string {
 		s = s[:512] + "…"
 	}
 	return s
-}
-
-func stripQuery(u string) string {
-	if i := strings.IndexAny(u, "?#"); i >= 0 {
-		return u[:i]
-	}
-	return u
 }

@@ -75,22 +75,54 @@ func JWS(s string) string {
 
 // Carries reports whether text carries secret whole: as it is, or in a
 // reading a JSON decoder makes of it (escaped in any way, at any of
-// MaxReadings levels). It is the question "does this answer hold the token
-// I sent" that a check of a Company asks; an empty secret is carried by
-// nothing.
+// MaxReadings levels). It is the question "does this answer hold the
+// credential I sent" that a check of a Company asks; an empty secret is
+// carried by nothing. A secret shorter than ShortSecret bytes (a PIN, a
+// code a person types) is carried only as a word of its own: "1234"
+// inside "ord_81234" or "2024-12-31" is chance, not an echo, and a
+// Company can't avoid every short string in its IDs, amounts and dates.
 func Carries(text, secret string) bool {
 	if secret == "" {
 		return false
 	}
-	if strings.Contains(text, secret) {
+	holds := strings.Contains
+	if len(secret) < ShortSecret {
+		holds = containsWord
+	}
+	if holds(text, secret) {
 		return true
 	}
 	for _, r := range readings(text) {
-		if strings.Contains(r.text, secret) {
+		if holds(r.text, secret) {
 			return true
 		}
 	}
 	return false
+}
+
+// ShortSecret is the length under which Carries finds a secret only as a
+// word of its own.
+const ShortSecret = 8
+
+// containsWord reports whether v occurs in s with neither neighbour a
+// letter, a digit or a character that joins words into IDs, numbers and
+// dates ("-_./:+@", or any byte of a multi-byte character).
+func containsWord(s, v string) bool {
+	joins := func(c byte) bool {
+		return c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= 0x80 || strings.IndexByte("-_./:+@", c) >= 0
+	}
+	for i := 0; ; {
+		j := strings.Index(s[i:], v)
+		if j < 0 {
+			return false
+		}
+		j += i
+		end := j + len(v)
+		if (j == 0 || !joins(s[j-1])) && (end == len(s) || !joins(s[end])) {
+			return true
+		}
+		i = j + 1
+	}
 }
 
 // span is the bytes [start, end) of a text.

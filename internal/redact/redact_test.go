@@ -210,3 +210,27 @@ func TestCarries(t *testing.T) {
 		t.Error("an empty secret is carried")
 	}
 }
+
+// A secret shorter than ShortSecret bytes is carried only as a word of its
+// own: a 4-digit PIN inside an ID, an amount or a date is chance, not an
+// echo; standing alone, quoted or escaped in JSON, it is one. A long
+// secret is carried anywhere, inside an ID too.
+func TestCarriesShortSecret(t *testing.T) {
+	for in, want := range map[string]bool{
+		"order ord_81234 shipped":         false,
+		`{"id":"cnv-12345","at":"12:34"}`: false,
+		"due 2024-12-31, total 51234.00":  false,
+		"Your PIN 1234 was wrong":         true,
+		`{"pin":"1234"}`:                  true,
+		`{"pin":"\u0031\u0032\u00334"}`:   true,
+		`{"text":"{\"pin\":\"1234\"}"}`:   true,
+		"1234":                            true,
+	} {
+		if got := Carries(in, "1234"); got != want {
+			t.Errorf("Carries(%q, PIN) = %v, want %v", in, got, want)
+		}
+	}
+	if !Carries("ord_"+tok+"_x", tok) {
+		t.Error("a long secret inside an ID is not carried")
+	}
+}
