@@ -16,7 +16,7 @@ import (
 	"github.com/poppyproto/poppy/internal/testenv"
 )
 
-// fanOutDescription is the attack of issue 20, §2: a description of about
+// fanOutDescription is the fan-out attack of a hostile Company: a description of about
 // 3.5 MiB whose ops operations each take a query parameter of one shared
 // schema that, inlined, stays just under the former per-schema node bound
 // (20,000): a property list of 832 references to a schema of ten strings.
@@ -129,8 +129,8 @@ func measure(f func() any) (cpu time.Duration, peak, retained uint64, res any) {
 	return cpu, peak, retained, res
 }
 
-// BenchmarkAttackOpenAPIFanOut measures the attack of issue 20 §2 (see
-// TestAttackOpenAPIFanOut): loading the issue's description of 23,894
+// BenchmarkAttackOpenAPIFanOut measures the fan-out attack (see
+// TestAttackOpenAPIFanOut): loading the attack's description of 23,894
 // operations, and loading 2,000 operations of the same shape and building
 // their input schemas (what package llmtools builds a tool on), each once
 // per iteration with the parsed-description cache emptied. It reports the CPU seconds (the process's, so run it alone),
@@ -197,7 +197,7 @@ func BenchmarkAttackOpenAPIFanOut(b *testing.B) {
 }
 
 // BenchmarkAttackEndlessToolList measures listing the tools of an MCP
-// server whose tools/list never ends (issue 20 §2: 2,440 pages, 122,000
+// server whose tools/list never ends (the attack read 2,440 pages, 122,000
 // tools and 365–453 MiB in 8 s before, no end without a deadline): the
 // pages read, the tools yielded, CPU seconds and peak heap per listing,
 // now that the list stops at MaxTools (1,000).

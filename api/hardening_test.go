@@ -1,6 +1,6 @@
 package api_test
 
-// Attacks of a hostile Company on the api package (issue 20), one test per
+// Attacks of a hostile Company on the api package, one test per
 // attack, each shown failing on the code before its fix.
 
 import (
@@ -97,7 +97,7 @@ func connectEndless(t testing.TB, h *testenv.EndlessTools, opts *api.MCPOptions)
 	return m
 }
 
-// An MCP server whose tools/list never ends (issue 20 §2: 2,440 pages and
+// An MCP server whose tools/list never ends (the attack read 2,440 pages and
 // 122,000 tools in 8 s, no end without a deadline) is read up to the
 // bound, MaxTools tools in MaxToolPages pages (1,000 and 100 by default),
 // and then ends with ErrTooManyTools, the tools within the bound yielded;
@@ -171,7 +171,7 @@ func distinctFanOut(ops int) []byte {
 	return []byte(d)
 }
 
-// Issue 20 §2: an OpenAPI description fans out. 23,894 operations each
+// An OpenAPI description fans out. 23,894 operations each
 // take a schema that, inlined, stays just under the per-schema bound
 // (20,000 nodes): on the code before, loading it inlined every copy
 // (minutes of CPU, gigabytes of heap, see BenchmarkAttackOpenAPIFanOut).

@@ -11,7 +11,7 @@ import (
 	"github.com/poppyproto/poppy/poppytest"
 )
 
-// Issue 21 item 4: api.List and Company.Resources apply one URL rule, the
+// api.List and Company.Resources apply one URL rule, the
 // module's (Agent.ParseURL): with UnsafeAllowLoopbackHTTP a loopback
 // http:// API entry is listed by api.List and its resource is one of
 // Resources; without the option neither names it.

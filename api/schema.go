@@ -1,6 +1,6 @@
 package api
 
-// JSON Schemas for models (issue: "a JSON Schema of the input that a model
+// JSON Schemas for models ("a JSON Schema of the input that a model
 // provider accepts, with $refs resolved and size bounded").
 //
 // resolveRefs replaces every local "$ref" ("#/…", a JSON pointer into the
@@ -11,7 +11,7 @@ package api
 // would grow exponentially before it is built: each resolution has its own
 // (maxSchemaNodes, maxResolvedBytes), and draws on a larger one shared by
 // every resolution of one description, so that many schemas that each stay
-// within their own bound can't add up (issue 20: 23,894 operations, each
+// within their own bound can't add up (an attack's 23,894 operations, each
 // just under the per-schema bound, took minutes and gigabytes). The
 // keywords that only served references ($defs, definitions, $id, $schema)
 // are dropped. boundSchema then makes the marshalled schema fit a byte

@@ -1,7 +1,7 @@
 package browser_test
 
-// Attacks on package browser by a hostile Company or a careless caller
-// (issue 20), kept together so that the next attack finds its neighbours.
+// Attacks on package browser by a hostile Company or a careless caller,
+// kept together so that the next attack finds its neighbours.
 // Each failed on the code before its fix (cd6a6e5); its comment says how.
 
 import (
@@ -15,7 +15,7 @@ import (
 	"github.com/poppyproto/poppy/poppytest"
 )
 
-// Issue 20 section 5, PA-5-07: CheckReturnTo accepted port 99999, which
+// PA-5-07: CheckReturnTo accepted port 99999, which
 // no browser can open, and the rest of its host parser let through what
 // a browser or the Company reads another way: port 0 and ports past
 // 65535, ports with leading zeros (":00443" is 443 to a browser), empty

@@ -79,7 +79,7 @@ func cancelAfterReads(e *env, n int) (context.Context, context.CancelFunc) {
 	return rctx, cancel
 }
 
-// TestIdleReadsPaced (spec 7.5, issue: 900 reads in 2 s against a 1 ms
+// TestIdleReadsPaced (spec 7.5; once 900 reads in 2 s against a 1 ms
 // MaxWait): a Company that answers long polls at once is read again after
 // a pause that starts at 250 ms and doubles while nothing comes, up to 5 s.
 func TestIdleReadsPaced(t *testing.T) {
@@ -394,7 +394,7 @@ func stuckCompanyClock(t testing.TB, e *env, limit int, clock poppy.Clock) (arm 
 	}
 }
 
-// TestCursorStuck (spec 7.5, issue: 790–5,589 reads per second): a Company
+// TestCursorStuck (spec 7.5; once 790–5,589 reads per second): a Company
 // that answers has_more: true with no events and the same cursor is read
 // again after a growing backoff, and after 5 such answers the loop ends
 // with ErrCursorStuck, which is also ErrProtocol.
@@ -429,7 +429,7 @@ func TestCursorStuck(t *testing.T) {
 	}
 }
 
-// TestUnknownEventsCheckpointPerPage (PA-7.5-04; issue: a keystore commit
+// TestUnknownEventsCheckpointPerPage (PA-7.5-04; once a keystore commit
 // per skipped unknown event, 579 µs each on SQLite): a page of unknown
 // events costs one cursor write, not one per event, and the cursor moves
 // past them.

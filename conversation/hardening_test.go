@@ -37,7 +37,7 @@ func hostileEnv(t testing.TB, co poppytest.ConversationOptions) (*env, *testenv.
 // hugeAnswer makes every start's answer carry n events of type typ
 // ("e000000", "e000001", ... and, with dup, each ID twice, the second
 // copy n/2 events after the first) before the
-// fake's own, as the hostile Company of issue 20 did: 116,313 events of an
+// fake's own, as a hostile Company did: 116,313 events of an
 // unknown type in about 3 MiB. The cursor stays the fake's.
 func hugeAnswer(h *testenv.Hostile, n int, typ string, dup bool) {
 	h.On("/poppy/conversations", func(req *http.Request, next http.RoundTripper) (*http.Response, error) {
@@ -153,7 +153,7 @@ func cpuTime() time.Duration {
 }
 
 // BenchmarkStartHugeAnswer: CPU of a Start whose answer carries the
-// 116,313 events of issue 20 (about 3 MiB), all taken (the bound lifted),
+// 116,313 events of that hostile answer (about 3 MiB), all taken (the bound lifted),
 // against the floor in the same run: decoding the same answer and each of
 // its events with encoding/json, which any reading of it must do. Bounded
 // (the default MaxAnswerEvents) the answer is refused after the first

@@ -1,6 +1,6 @@
 package llmtools
 
-// The tools made of a Company's APIs (issue 11, item 4; issue 24 §4: one
+// The tools made of a Company's APIs (one
 // tool type, this package's, where package api had one of its own).
 //
 // Names: "{company}__{label}_{name}", where label is the first DNS label of

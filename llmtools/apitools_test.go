@@ -185,7 +185,7 @@ func TestAPIToolsPartial(t *testing.T) {
 
 // An MCP server whose tools/list never ends: the Toolkit keeps the tools
 // within api.MCPOptions.MaxTools (1,000) and reports ErrTooManyTools
-// (issue 20 §2; the listing's own bound is api's TestAttackEndlessToolList).
+// (the listing's own bound is api's TestAttackEndlessToolList).
 func TestAttackEndlessToolListTools(t *testing.T) {
 	h := &testenv.EndlessTools{}
 	e := newEnv(t, nil, func(base http.RoundTripper) http.RoundTripper {

@@ -265,7 +265,7 @@ func (h *echoTokens) count(kind string) {
 	h.mu.Unlock()
 }
 
-// PA-4.8-08, issue 20 §3: a Company that echoes the Session Token in its
+// PA-4.8-08: a Company that echoes the Session Token in its
 // errors gets no part of it into the model's context, on every tool path
 // that returns an error to a model: the Company's OpenAPI and MCP tools,
 // poppy_get_operation, poppy_request_approval, poppy_list_operations and

@@ -1,6 +1,6 @@
 package operations_test
 
-// Attacks on operations by a hostile Company (issue 20 §1 and §3), kept
+// Attacks on operations by a hostile Company, kept
 // together so that the next attack finds its neighbours. Each test names
 // its attack; each failed on the code before its fix (commit cd6a6e5).
 //
@@ -109,8 +109,8 @@ func crafted(t *testing.T, e *env, id, terms string) *operations.Operation {
 }
 
 // A standing permission "at most 100.00 USD" and a Company that proposes
-// 9,999.00 USD with a decoy member "total.amount" beside total's amount
-// (issue 20 §1): the terms read two ways, so no standing permission covers
+// 9,999.00 USD with a decoy member "total.amount" beside total's amount:
+// the terms read two ways, so no standing permission covers
 // them, every time (200 of 200), and the Approver is told. On cd6a6e5 the
 // checker joined nested names with "." and read the decoy or the real
 // amount as Go's map order fell: most attempts were confirmed as
@@ -168,8 +168,8 @@ func TestAttackDottedKeyCollides(t *testing.T) {
 }
 
 // A member name twice, at any depth, spelt the same or escaped: the
-// checker, a UI and the Company could each read another value (issue 20
-// §1). On cd6a6e5 the checker read the last ("1.00") and the permission
+// checker, a UI and the Company could each read another value. On cd6a6e5 the
+// checker read the last ("1.00") and the permission
 // covered it.
 func TestAttackDuplicateNames(t *testing.T) {
 	e := newEnv(t, nil, nil)
@@ -207,7 +207,7 @@ func TestAttackDuplicateNames(t *testing.T) {
 	}
 }
 
-// Amounts outside the decimal grammar (issue 20 §1): on cd6a6e5,
+// Amounts outside the decimal grammar: on cd6a6e5,
 // decimal() read "0x10" as 16, "0b101" as 5, "0o17" as 15 and "0x1p4" as
 // 16, all "at most 80.00". A term holding one is not covered; a bound
 // holding one is refused by Grant and by the check; a number token outside
@@ -253,7 +253,7 @@ func TestAttackNonDecimalNumbers(t *testing.T) {
 	}
 }
 
-// A revision that passes from one reading to another (issue 20 §1): the
+// A revision that passes from one reading to another: the
 // Company first sends terms with a duplicate name, then the same revision
 // with only the low amount. On cd6a6e5 both read as the same terms (the
 // last duplicate wins), so the second view replaced the first and the
@@ -284,7 +284,7 @@ func TestAttackRevisionChangesReading(t *testing.T) {
 	}
 }
 
-// The terms are read once (issue 20 §1): what the permission check
+// The terms are read once: what the permission check
 // compares, what the Approver is shown and what the journal keeps are the
 // same canonical bytes. On cd6a6e5 the journal and the Approver got the
 // Company's bytes (escapes and all) while the checker read a map.
@@ -346,7 +346,7 @@ func TestTermsOneReading(t *testing.T) {
 }
 
 // A permission stored with a dotted string path, as cd6a6e5 stored them,
-// is read as names split at every "." (issue 20 §1): it still covers
+// is read as names split at every ".": it still covers
 // total's amount, and never a member named "total.amount". On cd6a6e5
 // the dotted path matched flat members "price_difference.amount" and
 // "price_difference.currency" as well as the nested ones.
@@ -384,10 +384,10 @@ func TestStoredDottedPath(t *testing.T) {
 	}
 }
 
-// An operation's url on another origin reaches no one as the Company's
-// (issue 20 §3): on cd6a6e5 https://evil-test-billing.example/… was handed
-// to the Approver as the Company's page. A Client keeps a url only on an
-// origin the Company's documents name.
+// An operation's url on another origin reaches no one as the Company's:
+// on cd6a6e5 https://evil-test-billing.example/… was handed to the
+// Approver as the Company's page. A Client keeps a url only on an origin
+// the Company's documents name.
 func TestAttackForeignOperationURL(t *testing.T) {
 	e, rw := hostileEnv(t, nil)
 	e.ap.answer = decline

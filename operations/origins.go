@@ -1,6 +1,6 @@
 package operations
 
-// The Company's origins, for an operation's url (OPS 3, 4.4; issue 20).
+// The Company's origins, for an operation's url (OPS 3, 4.4).
 //
 // An operation's url is shown to the User as "the Company's page for this
 // operation", so a Client keeps it only when its origin (https, host,

@@ -1,6 +1,6 @@
 package operations
 
-// Reading terms (OPS 3, OPS 5.1; issue 20).
+// Reading terms (OPS 3, OPS 5.1).
 //
 // An operation's terms are read by one reader, readTerms, into one tree:
 // the permission check compares that tree, the Approver is shown its

@@ -1,7 +1,7 @@
 package operations
 
 // The terms reader against a second, independent one: encoding/json's
-// tokenizer (issue 20 §1). Wherever the SDK's reader says terms read one
+// tokenizer. Wherever the SDK's reader says terms read one
 // way, encoding/json must read the same tree, the same terms, and no
 // duplicate name or colliding path; wherever encoding/json sees a
 // duplicate, a collision or invalid UTF-8, the SDK's reader must say the

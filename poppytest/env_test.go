@@ -29,7 +29,7 @@ func childGet() {
 	os.Exit(0)
 }
 
-// Env's shell recipe works as the doc writes it (issue 23, point 9): every
+// Env's shell recipe works as the doc writes it: every
 // value is one line, the list written to a file is exported by
 //
 //	while IFS= read -r kv; do export "$kv"; done < fake.env

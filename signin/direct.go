@@ -316,7 +316,7 @@ func (d *Direct) Start(ctx context.Context, sess *poppy.Session, opts *poppy.Sig
 	if account == "" {
 		account = poppy.DefaultAccount
 	}
-	// Issue 8 item 13: the Company as given (port, www.), and its issuer.
+	// The Company as given (port, www.), and its issuer.
 	p := pending{
 		User: sess.User(), Issuer: c.Issuer(), Domain: c.Domain(), Session: sess.Name(),
 		Verifier: verifier, RedirectURI: d.redirectURI, Scopes: append([]string(nil), opts.Scopes...),

@@ -7,7 +7,7 @@ import (
 	"github.com/poppyproto/poppy/poppytest"
 )
 
-// Issue 21 item 7 (PA-4.9-06, PA-4.4-15): a sign-in right after the
+// PA-4.9-06, PA-4.4-15: a sign-in right after the
 // Company disconnected the User. Without Verify, Reused is a local check:
 // the sign-in reports Reused without asking (Verified false), and the next
 // API call answers sign_in_required; a second sign-in then asks the User.
@@ -56,7 +56,7 @@ func TestSignInAfterDisconnect(t *testing.T) {
 	}
 }
 
-// Issue 21 item 7: Verify on a Session the Company still holds signed in
+// Verify on a Session the Company still holds signed in
 // costs one token request and reports Reused and Verified.
 func TestSignInVerifyCostsOneTokenRequest(t *testing.T) {
 	e := newEnv(t, nil, nil)

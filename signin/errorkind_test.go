@@ -9,7 +9,7 @@ import (
 	"github.com/poppyproto/poppy/signin"
 )
 
-// Issue 21 item 3: Direct.SignIn keeps what kind of error ended the
+// Direct.SignIn keeps what kind of error ended the
 // exchange, in the process that exchanged the code and in one that only
 // waited on the shared keystore: errors.Is finds ErrInvalidTokenResponse,
 // and errors.As finds the Company's *poppy.Error with its code and status.

@@ -1,7 +1,7 @@
 package signin
 
-// Fuzz target for the sign-in parser that reads a Company's input here
-// (issue 8): the Direct Sign-In callback query. The device authorization
+// Fuzz target for the sign-in parser that reads a Company's input here: the
+// Direct Sign-In callback query. The device authorization
 // response and the Mediated Sign-In answers are read in the root
 // (deviceauth.go, mediated.go), and fuzzed there. Seed corpora are in
 // testdata/fuzz; .ci/run runs each target for a few seconds.

@@ -1,6 +1,6 @@
 package signin_test
 
-// Attacks on sign-in by a hostile Company (issue 8), kept together. Each
+// Attacks on sign-in by a hostile Company, kept together. Each
 // failed on the code before its fix (commit b9fcb33). The hostile Company
 // is the strict fake behind a transport that rewrites its answers.
 
@@ -35,8 +35,8 @@ func hostileEnv(t *testing.T, opts *poppytest.Options, aopts *poppy.AgentOptions
 const devicePath = "/oauth/device"
 
 // Item 1, PA-4.6-04: "interval": 10000000000 overflowed time.Duration into
-// a negative wait: 8,590 polls in 2 s, each freshly signed. Since issue 21
-// item 5 an interval is honoured as sent, and one longer than expires_in
+// a negative wait: 8,590 polls in 2 s, each freshly signed. Now an interval
+// is honoured as sent, and one longer than expires_in
 // (here, an hour) is the Company's error: refused before the User sees a
 // code, with no poll at all.
 func TestAttackDeviceIntervalOverflow(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 	"github.com/poppyproto/poppy/signin"
 )
 
-// Issue 21 item 1: a Company that lists two or more resources, on an OAuth
+// A Company that lists two or more resources, on an OAuth
 // server that holds the Account Token to the resources named at
 // authorization and refuses a token request naming none of several, or
 // several (RFC 8707 section 2.2; oidc-provider's default, modelled by

@@ -12,7 +12,7 @@ import (
 	"github.com/poppyproto/poppy/signin"
 )
 
-// Issue 21 item 5, PA-4.6-04: interval and expires_in are honoured as the
+// PA-4.6-04: interval and expires_in are honoured as the
 // Company sends them. An interval over 10 minutes is waited in full (no
 // poll sooner), and polling goes on until an expires_in over an hour has
 // passed; the User is shown that expiry.
@@ -46,7 +46,7 @@ func TestPA_4_6_04_IntervalAndExpiryAsSent(t *testing.T) {
 	}
 }
 
-// Issue 21 item 5: an interval longer than expires_in is the Company's
+// An interval longer than expires_in is the Company's
 // error, refused before the User sees a code.
 func TestDeviceIntervalLongerThanExpiry(t *testing.T) {
 	e, h := hostileEnv(t, nil, nil)
@@ -58,7 +58,7 @@ func TestDeviceIntervalLongerThanExpiry(t *testing.T) {
 	}
 }
 
-// Issue 20 item 5, PA-4.6-05: one rule for every interval that is not a
+// PA-4.6-05: one rule for every interval that is not a
 // count of at least one second: 0, negative and 1e-9 all wait the default
 // 5 s, as an absent one does.
 func TestPA_4_6_05_UnusableIntervalIsDefault(t *testing.T) {

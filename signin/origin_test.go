@@ -33,7 +33,7 @@ func onlyAt(t *testing.T, srv *poppytest.Server, addr string) *http.Client {
 	return &http.Client{Transport: tr}
 }
 
-// Issue 8 item 13: the pending Direct Sign-In keeps the Company as it was
+// The pending Direct Sign-In keeps the Company as it was
 // given, port and www. included, so that the redirect is exchanged with
 // the same Company; and a failure says why.
 func TestDirectSignInKeepsTheCompanysOrigin(t *testing.T) {

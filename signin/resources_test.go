@@ -44,7 +44,7 @@ func sorted(s []string) []string {
 	return s
 }
 
-// Issue 21 item 4: Company.Resources applies the module's one URL rule
+// Company.Resources applies the module's one URL rule
 // (Agent.ParseURL): with UnsafeAllowLoopbackHTTP, a loopback http:// API
 // entry's resource is one of Resources and sign-in names it; without the
 // option it is not. (That api.List follows the same rule is

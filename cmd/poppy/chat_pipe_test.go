@@ -78,7 +78,7 @@ func chatEvents(t *testing.T, out string) []string {
 }
 
 // A script that pipes one message into chat gets the Company's whole turn,
-// each event once, however long its stdin stays open (issue 23, point 4):
+// each event once, however long its stdin stays open:
 // with --json the text-delta pieces too; in text, each reply once (no
 // pieces without a terminal).
 func TestChatPipedOneMessage(t *testing.T) {

@@ -113,7 +113,7 @@ func TestMCPServerCommand(t *testing.T) {
 
 // An MCP host that can't elicit approves nothing, and the model is told
 // to show the User the operation and to have them run "poppy ops confirm
-// DOMAIN ID" (issue 23, point 8); the operation stays proposed.
+// DOMAIN ID"; the operation stays proposed.
 func TestMCPServerWithoutElicitation(t *testing.T) {
 	e := newCLIEnv(t, &poppytest.Options{})
 	e.init()
@@ -239,7 +239,7 @@ func TestPTYAsk(t *testing.T) {
 	}{
 		{"yes", 1, "The User's approval was given"},
 		{"no", 0, "DECLINED"},
-		// Answers that are neither (issue 23, point 2): asked again, then
+		// Answers that are neither: asked again, then
 		// no answer; the operation stays proposed, and the model is told
 		// where the User approves it.
 		{"y\rok\rsure", 0, `approve it themselves with: poppy ops confirm example.test exc_`},

@@ -9,7 +9,7 @@ import (
 )
 
 // The approval prompt shows terms that can be read more than one way as
-// the Company sent them, every member, with a warning (issue 20 §1).
+// the Company sent them, every member, with a warning.
 func TestApprovePromptMarksAmbiguousTerms(t *testing.T) {
 	op, err := operations.Parse([]byte(`{"operation_id":"x","revision":1,"state":"proposed","summary":"Pay 1.00 USD",
 		"terms":{"total":{"amount":"9999.00","currency":"USD"},"total.amount":"1.00"},"confirmation":null,"result":null}`))

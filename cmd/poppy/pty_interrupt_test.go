@@ -1,6 +1,6 @@
 package main
 
-// Ctrl-C in a pseudo-terminal (issue 23, points 1 and 6): any command
+// Ctrl-C in a pseudo-terminal: any command
 // stops at once with exit code 130 and the one word "interrupted", and
 // nothing of the keystore is lost. Each test waits up to 10 s for the exit
 // (a generous deadline on a shared machine, not a timed assertion) and

@@ -89,7 +89,7 @@ func (e *cliEnv) proposeExchange(t *testing.T, order string) string {
 	return m[1]
 }
 
-// No answer leaves the operation as it is (issue 23, point 2): the end of
+// No answer leaves the operation as it is: the end of
 // input at the prompt (Ctrl-D), or answers that are neither "yes" nor "no"
 // (asked again, then given up), exit with code 5, and the operation stays
 // proposed at the Company; nothing was declined.
@@ -135,7 +135,7 @@ func TestPTYOpsNoAnswer(t *testing.T) {
 }
 
 // poppy api on a terminal indents a JSON body, with real line breaks, in
-// the Company's order and with its numbers as written (issue 23, point 3).
+// the Company's order and with its numbers as written.
 func TestPTYAPIBody(t *testing.T) {
 	e := newCLIEnv(t, &poppytest.Options{})
 	e.init()

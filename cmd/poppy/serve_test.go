@@ -139,7 +139,7 @@ func selfSigned(t *testing.T, dir string) (certFile, keyFile string, pool *x509.
 }
 
 // The keystore's directory is the OS user's alone, as ssh insists for
-// ~/.ssh (issue 20, section 5): an existing default directory that others
+// ~/.ssh: an existing default directory that others
 // can write is made 0700, with a warning; a --state directory that others
 // can write is refused (unless sticky, as /tmp), and so is a parent that
 // others can write.

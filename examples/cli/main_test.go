@@ -46,7 +46,7 @@ func (s *screen) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// Issue 7 item 3: the script signs in on its first run and reuses the
+// The script signs in on its first run and reuses the
 // sign-in on the second, without any prompt.
 func TestRunTwice(t *testing.T) {
 	ctx := context.Background()
@@ -98,7 +98,7 @@ func TestRunTwice(t *testing.T) {
 }
 
 // The API's base URL is the server URL of the Company's OpenAPI
-// description, not a guess from the domain (issue 23, point 10): a Company
+// description, not a guess from the domain: a Company
 // reached through its second domain serves its API on api.{first domain}.
 func TestAPIBaseFromDescription(t *testing.T) {
 	ctx := context.Background()

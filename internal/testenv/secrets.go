@@ -13,7 +13,7 @@ import (
 	"github.com/poppyproto/poppy/keystore"
 )
 
-// SecretsInFormatting is the test of issue 8's item 7 on one store: %+v,
+// SecretsInFormatting is the test that formatting prints no secret, on one store: %+v,
 // %s or slog of the store, and of the *Agent holding it, its Identity and
 // a signed-in Session, print no Session Token, DPoP private key or PKCE
 // verifier, in clear, in hex or as a byte list. The root package runs it

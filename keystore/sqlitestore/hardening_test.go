@@ -1,6 +1,6 @@
 package sqlitestore_test
 
-// Attacks on the SQLite store (issue 8), kept together. The first two
+// Attacks on the SQLite store, kept together. The first two
 // failed on the code before their fix (commit b9fcb33); the third guards
 // what already held there.
 

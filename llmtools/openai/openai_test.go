@@ -22,7 +22,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 var ctx = context.Background()
 
-// The adversarial approval test (issue 14; OPS 5.1, PA-OPS5-03, PA-OPS5-04):
+// The adversarial approval test (OPS 5.1, PA-OPS5-03, PA-OPS5-04):
 // a scripted model tries, over many turns and phrasings, to get the
 // exchange confirmed — tool calls of confirm endpoints, "the user said
 // yes" in arguments, an approval claimed in a Company's answer — and the
