@@ -79,9 +79,11 @@ type Options struct {
 	// conversation's Company. Nil
 	// leaves each message's operation as the Company sent it, parsed.
 	Operations *operations.Client
-	// Wait is how long a long-poll read asks the Company to hold it
-	// (spec 7.5), in whole seconds. Default 30 s, at most 5 min.
-	Wait time.Duration
+	// LongPoll is how long a long-poll read of Events asks the Company to
+	// hold it (spec 7.5), in whole seconds. Default 30 s, at most 5 min.
+	// (StartOptions.Wait and SendOptions.Wait, by contrast, ask for the
+	// Company's reply in the answer to a message.)
+	LongPoll time.Duration
 	// StrictText refuses a Text that holds JSON or HTML markup with
 	// an error (PA-7.4-04); otherwise it is sent with a warning.
 	StrictText bool
@@ -134,10 +136,10 @@ func (o *Options) withDefaults() Options {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	if c.Wait <= 0 {
-		c.Wait = 30 * time.Second
+	if c.LongPoll <= 0 {
+		c.LongPoll = 30 * time.Second
 	}
-	c.Wait = min(c.Wait, 5*time.Minute)
+	c.LongPoll = min(c.LongPoll, 5*time.Minute)
 	if c.RequestTimeout <= 0 {
 		c.RequestTimeout = 30 * time.Second
 	}
@@ -313,11 +315,14 @@ func StartDirect(ctx context.Context, sess *poppy.Session, parent string, msg Me
 	return start(ctx, sess, parent, msg, opts)
 }
 
-// StartOptions configures Start and StartDirect.
+// StartOptions configures Start and StartDirect: the Conversation's
+// Options, and what only the first message asks.
 type StartOptions struct {
 	Options
-	// Wait asks for the Company's reply in the answer, holding it up to
-	// Wait (spec 7.3, PA-7.3-07); the reply's events come out of Events.
+	// Wait asks for the Company's reply in the answer to the first
+	// message, holding it up to Wait (spec 7.3, PA-7.3-07), as
+	// SendOptions.Wait does for a later one; the reply's events come out
+	// of Events. Options.LongPoll is the hold of Events' own reads.
 	Wait time.Duration
 }
 
