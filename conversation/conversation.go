@@ -79,11 +79,11 @@ type Options struct {
 	// conversation's Company. Nil
 	// leaves each message's operation as the Company sent it, parsed.
 	Operations *operations.Client
-	// LongPoll is how long a long-poll read of Events asks the Company to
-	// hold it (spec 7.5), in whole seconds. Default 30 s, at most 5 min.
+	// LongPollWait is how long a long-poll read of Events asks the
+	// Company to hold it (spec 7.5), in whole seconds. Default 30 s, at most 5 min.
 	// (StartOptions.Wait and SendOptions.Wait, by contrast, ask for the
 	// Company's reply in the answer to a message.)
-	LongPoll time.Duration
+	LongPollWait time.Duration
 	// StrictText refuses a Text that holds JSON or HTML markup with
 	// an error (PA-7.4-04); otherwise it is sent with a warning.
 	StrictText bool
@@ -136,10 +136,10 @@ func (o *Options) withDefaults() Options {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	if c.LongPoll <= 0 {
-		c.LongPoll = 30 * time.Second
+	if c.LongPollWait <= 0 {
+		c.LongPollWait = 30 * time.Second
 	}
-	c.LongPoll = min(c.LongPoll, 5*time.Minute)
+	c.LongPollWait = min(c.LongPollWait, 5*time.Minute)
 	if c.RequestTimeout <= 0 {
 		c.RequestTimeout = 30 * time.Second
 	}
@@ -322,7 +322,7 @@ type StartOptions struct {
 	// Wait asks for the Company's reply in the answer to the first
 	// message, holding it up to Wait (spec 7.3, PA-7.3-07), as
 	// SendOptions.Wait does for a later one; the reply's events come out
-	// of Events. Options.LongPoll is the hold of Events' own reads.
+	// of Events. Options.LongPollWait is the hold of Events' own reads.
 	Wait time.Duration
 }
 

@@ -646,7 +646,7 @@ func (r *reader) poll(ctx context.Context) (bool, error) {
 	catchUp := r.untilIdle && r.stream && !r.caughtUp
 	wait := 0
 	if st != StatusClosed && !catchUp && !r.more && !(r.untilIdle && st != StatusWorking) {
-		wait = waitSeconds(c.opts.LongPoll)
+		wait = waitSeconds(c.opts.LongPollWait)
 	}
 	p, err := r.readJSON(ctx, cursor, wait)
 	if err != nil {
