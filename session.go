@@ -174,6 +174,7 @@ type Session struct {
 	tokens   map[tokenKey]*Token
 	renewing map[tokenKey]*exchange[*Token] // nil while none is under way
 	held     heldTokens                     // more tokens never to send in a URL (urltokens.go)
+	values   sync.Map                       // SessionValue keys to their values (sessionvalue.go)
 }
 
 // Session starts or resumes the Session named by opts for the local user

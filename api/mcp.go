@@ -57,7 +57,8 @@ type MCPOptions struct {
 	// an operation that a call of the same tool with the same arguments
 	// proposed is still open, nothing is sent and CallTool returns that
 	// operation in a *operations.PendingError (OPS 6, PA-OPS6-04, A-38).
-	// It must be a Client of the same Session.
+	// It must be a Client of the same Session. Nil means the Session's
+	// Client, if New made one (operations.SessionClient).
 	Operations *operations.Client
 	// MaxTools and MaxToolPages bound what Tools reads of tools/list: at
 	// most MaxTools tools in at most MaxToolPages pages. Zero means 1,000
@@ -265,14 +266,24 @@ type ToolResult struct {
 	Operation *operations.Operation
 }
 
+// operations returns the Client the MCP connection hands operations to:
+// MCPOptions.Operations, else the Session's (operations.SessionClient).
+func (m *MCP) operations() *operations.Client {
+	if m.opsc != nil {
+		return m.opsc
+	}
+	return operations.SessionClient(m.sess)
+}
+
 // CallTool calls the tool name with args (a JSON object: a map, a struct or
 // a json.RawMessage). A refusal by the server (403 insufficient_scope or
 // sign_in_required after the stored Account Token, if any, was tried) is an
 // error wrapping the *poppy.Error; a tool's own failure is a result with
-// IsError set. With MCPOptions.Operations, a call whose operation is still
-// open is not sent (see there).
+// IsError set. With MCPOptions.Operations (or the Session's Client), a
+// call whose operation is still open is not sent (see there).
 func (m *MCP) CallTool(ctx context.Context, name string, args any) (*ToolResult, error) {
-	if m.opsc == nil {
+	opsc := m.operations()
+	if opsc == nil {
 		return m.callTool(ctx, name, args)
 	}
 	key, err := operations.ToolCallKey(m.entry.URL, name, args)
@@ -280,7 +291,7 @@ func (m *MCP) CallTool(ctx context.Context, name string, args any) (*ToolResult,
 		return nil, fmt.Errorf("%w: %w", ErrInvalidArguments, err)
 	}
 	var out *ToolResult
-	op, _, err := m.opsc.Propose(ctx, nil, operations.ToolAction(name), &operations.ProposeOptions{CallKey: key,
+	op, _, err := opsc.Propose(ctx, nil, operations.ToolAction(name), &operations.ProposeOptions{CallKey: key,
 		Call: func(ctx context.Context) (*operations.Operation, error) {
 			var err error
 			if out, err = m.callTool(ctx, name, args); err != nil || out.Operation == nil {

@@ -58,7 +58,8 @@ type OpenAPIOptions struct {
 	// the call returns that operation in a *operations.PendingError: the
 	// SDK never asks for a new proposal of an action whose operation isn't
 	// final, not even across restarts (OPS 6, PA-OPS6-04, A-38). It must
-	// be a Client of the same Session. The operation a call proposes is
+	// be a Client of the same Session; nil means the Session's Client, if
+	// New made one (operations.SessionClient). The operation a call proposes is
 	// then also the Client's to track; its Response holds the Client's
 	// view of it, with Body {"operation": …} and no headers, and an
 	// operation the Client refuses (OPS 3) is an error.
@@ -1047,16 +1048,26 @@ func paramValues(v any) ([]string, error) {
 	return nil, fmt.Errorf("unsupported value of type %T", v)
 }
 
+// operations returns the Client the OpenAPI hands operations to:
+// OpenAPIOptions.Operations, else the Session's (operations.SessionClient).
+func (oa *OpenAPI) operations() *operations.Client {
+	if oa.opsc != nil {
+		return oa.opsc
+	}
+	return operations.SessionClient(oa.sess)
+}
+
 func (oa *OpenAPI) call(ctx context.Context, o *Endpoint, args *Args) (*Response, error) {
 	req, err := oa.request(ctx, o, args)
 	if err != nil {
 		return nil, err
 	}
 	var resp *http.Response
-	if safe := req.Method == http.MethodGet || req.Method == http.MethodHead || req.Method == http.MethodOptions; oa.opsc != nil && !safe {
+	opsc := oa.operations()
+	if safe := req.Method == http.MethodGet || req.Method == http.MethodHead || req.Method == http.MethodOptions; opsc != nil && !safe {
 		// OPS 6, A-38: one proposal per request while it is open.
 		var op *operations.Operation
-		if op, resp, err = oa.opsc.Propose(ctx, req, operations.OpenAPIAction(o.Method, o.Path), &operations.ProposeOptions{HTTPClient: oa.client}); err != nil {
+		if op, resp, err = opsc.Propose(ctx, req, operations.OpenAPIAction(o.Method, o.Path), &operations.ProposeOptions{HTTPClient: oa.client}); err != nil {
 			return nil, wire.URLErrorCause(err)
 		}
 		if op != nil {
@@ -1090,8 +1101,8 @@ func (oa *OpenAPI) call(ctx context.Context, o *Endpoint, args *Args) (*Response
 			}
 			// A safe method went around Propose: the Client still sees
 			// every operation read with it (OPS 4), as Propose's are.
-			if oa.opsc != nil {
-				if out.Operation, err = oa.opsc.Observe(out.Operation, operations.OpenAPIAction(o.Method, o.Path)); err != nil {
+			if opsc != nil {
+				if out.Operation, err = opsc.Observe(out.Operation, operations.OpenAPIAction(o.Method, o.Path)); err != nil {
 					return nil, fmt.Errorf("api: %s %s: the 202's operation: %w", o.Method, endpointOf(req.URL), err)
 				}
 			}

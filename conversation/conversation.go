@@ -76,8 +76,9 @@ type Options struct {
 	// Operation is then the Client's view of it, one operation with the
 	// same operation_id from an API answer or a tool result (OPS 4). It
 	// must be a Client of a Session of the same Agent at the
-	// conversation's Company. Nil
-	// leaves each message's operation as the Company sent it, parsed.
+	// conversation's Company. Nil means the Session's Client, if New made
+	// one (operations.SessionClient); without one, each message's
+	// operation is as the Company sent it, parsed.
 	Operations *operations.Client
 	// LongPollWait is how long a long-poll read of Events asks the
 	// Company to hold it (spec 7.5), in whole seconds. Default 30 s, at most 5 min.
@@ -126,6 +127,16 @@ func (o *Options) check(sess *poppy.Session) error {
 		return errors.New("conversation: Options.Operations is a Client of another Company or Agent")
 	}
 	return nil
+}
+
+// operations returns the Client the conversation hands operations to:
+// Options.Operations, else the Session's (operations.SessionClient), nil if
+// neither.
+func (c *Conversation) operations() *operations.Client {
+	if c.opts.Operations != nil {
+		return c.opts.Operations
+	}
+	return operations.SessionClient(c.sess.Load())
 }
 
 func (o *Options) withDefaults() Options {

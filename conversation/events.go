@@ -1043,11 +1043,11 @@ type wireReceived struct {
 }
 
 // readOperation reads the operation of message id (OPS 4.3) and hands it
-// to Options.Operations, if set.
+// to the conversation's operations Client, if any.
 func (c *Conversation) readOperation(id string, raw json.RawMessage) (*operations.Operation, error) {
 	op, err := operations.Parse(raw)
-	if err == nil && c.opts.Operations != nil {
-		op, err = c.opts.Operations.Observe(op, operations.ConversationAction())
+	if oc := c.operations(); err == nil && oc != nil {
+		op, err = oc.Observe(op, operations.ConversationAction())
 	}
 	if err != nil {
 		c.log.Warn("conversation: a message's operation was not taken", "conversation_id", c.id, "message_id", id, "error", err)

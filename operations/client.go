@@ -130,12 +130,32 @@ func New(sess *poppy.Session, opts *Options) (*Client, error) {
 	if o.MaxWait <= 0 {
 		o.MaxWait = 5 * time.Minute
 	}
-	return &Client{
+	oc := &Client{
 		sess: sess, endpoint: strings.TrimSuffix(v.Endpoint, "/"), approver: o.Approver,
 		log: o.Logger, clock: c.Agent().Clock(), maxWait: o.MaxWait, onFinal: o.OnFinal,
 		origins: companyOrigins(c), ops: map[string]*entry{},
 		j: &journal{sess: sess, endpoint: strings.TrimSuffix(v.Endpoint, "/"), clock: c.Agent().Clock()},
-	}, nil
+	}
+	sessionClient.LoadOrStore(sess, oc)
+	return oc, nil
+}
+
+// sessionClient holds each Session's Client: the first one New made for
+// it (see SessionClient).
+var sessionClient poppy.SessionValue[*Client]
+
+// SessionClient returns sess's Client: the first one New made for sess,
+// nil if New made none. Packages api and conversation use it for every
+// operation they read when not given a Client (api.OpenAPIOptions,
+// api.MCPOptions, conversation.Options), so that one operation_id is one
+// operation across channels by default (OPS 4), with the Approver and
+// OnFinal the caller gave New. A later New for the same Session makes a
+// Client of its own, as another process would (they share the journal in
+// the keystore); Company.Session returns one *Session per User and
+// Session name, so this is one Client per Company, User and Session.
+func SessionClient(sess *poppy.Session) *Client {
+	oc, _ := sessionClient.Load(sess)
+	return oc
 }
 
 // Endpoint returns the operations endpoint.
@@ -149,10 +169,11 @@ func (c *Client) Session() *poppy.Session { return c.sess }
 // operation_id from two channels is one operation, the newest revision
 // wins, and a final state is never replaced (OPS 4). Changed terms under a
 // revision already seen are an ErrProtocol, and the earlier view stays.
-// Packages api and conversation call it for every operation they read
-// when given the Client (api.OpenAPIOptions.Operations,
-// api.MCPOptions.Operations, conversation.Options.Operations); call it for
-// an operation read elsewhere (Parse, FromResponse).
+// Packages api and conversation call it for every operation they read,
+// on the Client they are given (api.OpenAPIOptions.Operations,
+// api.MCPOptions.Operations, conversation.Options.Operations) or else on
+// the Session's (SessionClient); call it for an operation read elsewhere
+// (Parse, FromResponse).
 func (c *Client) Observe(op *Operation, action Action) (*Operation, error) {
 	return c.observe(op, &action, "")
 }

@@ -1,6 +1,7 @@
 package operations_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -403,6 +404,55 @@ func TestOneOperationAcrossChannels(t *testing.T) {
 	changed.Summary = "Exchange for something else"
 	if _, err := e.c.Observe(changed, exchangeAction); !errors.Is(err, operations.ErrProtocol) {
 		t.Errorf("changed revision: %v", err)
+	}
+}
+
+// OPS 4: one operation per operation_id across channels by default. A
+// conversation started without Options.Operations finds the Client New
+// made first for the Session (SessionClient), so the revision 1 a message
+// brings late is that Client's view, revision 2, as it is when the Client
+// is passed by hand (TestOneOperationAcrossChannels). A later New for the
+// same Session makes a Client of its own, as another process would.
+func TestSessionClientFoundByDefault(t *testing.T) {
+	var late atomic.Pointer[json.RawMessage]
+	e := newEnv(t, &poppytest.Options{Conversations: poppytest.ConversationOptions{Agent: func(tn *poppytest.Turn) {
+		tn.Reply(poppytest.Reply{Text: "Here it is", Operation: *late.Load()})
+	}}}, nil)
+	if got := operations.SessionClient(e.sess); got != e.c {
+		t.Fatalf("SessionClient = %p, want the first Client New made, %p", got, e.c)
+	}
+	if c2, err := operations.New(e.sess, nil); err != nil || c2 == e.c || operations.SessionClient(e.sess) != e.c {
+		t.Fatalf("a later New: %v; the Session's Client changed or was reused", err)
+	}
+	op := e.propose("itm_4Qa")
+	if _, err := e.Srv.Operations().Revise(op.ID); err != nil {
+		t.Fatal(err)
+	}
+	if rev2, err := e.c.Get(ctx, op.ID); err != nil || rev2.Revision != 2 {
+		t.Fatalf("%v %v", rev2, err)
+	}
+	old, _ := json.Marshal(op)
+	late.Store((*json.RawMessage)(&old))
+	tctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	conv, err := conversation.Start(tctx, e.sess, conversation.Text("Show it again."), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var view *operations.Operation
+	for ev, err := range conv.Events(tctx, &conversation.EventsOptions{UntilIdle: true, LongPoll: true}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Type == conversation.EventMessage && ev.Message.Role == conversation.RoleCompany {
+			view = ev.Message.Operation
+		}
+	}
+	if view == nil {
+		t.Fatal("no message with the operation")
+	}
+	if view.Revision != 2 {
+		t.Fatalf("the conversation's view of the operation is at revision %d, want the Session's Client's 2", view.Revision)
 	}
 }
 
