@@ -74,9 +74,6 @@ type Client struct {
 
 	mu  sync.Mutex
 	ops map[string]*entry
-	// legacy is set when the journal holds an open operation whose
-	// proposal key is of the legacy form (see proposalKeys).
-	legacy bool
 
 	j     *journal // the keystore journal (journal.go)
 	locks keyLocks // one proposing request per key in flight (propose.go)

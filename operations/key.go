@@ -14,9 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
-	"mime"
 	"net/http"
 	"net/url"
 	"slices"
@@ -24,9 +22,10 @@ import (
 	"unicode/utf8"
 
 	"github.com/poppyproto/poppy/internal/bounded"
+	"github.com/poppyproto/poppy/internal/wire"
 )
 
-// maxKeyedBody bounds a replayable request body proposalKeys hashes;
+// maxKeyedBody bounds a replayable request body proposalKey hashes;
 // maxCanonicalBody bounds the JSON body it reads into memory to key it as
 // canonical JSON (a larger one is keyed byte for byte).
 const (
@@ -34,17 +33,11 @@ const (
 	maxCanonicalBody = 8 << 20
 )
 
-// keyPrefix starts every proposal key of a request: a key without
-// it (and without the "mcp-" of ToolCallKey) is a legacy key.
+// keyPrefix starts every proposal key of a request, as "mcp-"
+// starts ToolCallKey's.
 const keyPrefix = "r2-"
 
-// legacyKey reports whether a journalled proposal key is of the legacy
-// form: the exact bytes of method, URL and body.
-func legacyKey(k string) bool {
-	return k != "" && !strings.HasPrefix(k, keyPrefix) && !strings.HasPrefix(k, "mcp-")
-}
-
-// proposalKeys identifies a proposing request, "the same action":
+// proposalKey identifies a proposing request, "the same action":
 // the method; the URL with its host in lower case, without a default port
 // or fragment, and its query parameters sorted by name (the values of one
 // name keep their order); and the body: canonical JSON (members sorted by
@@ -52,65 +45,47 @@ func legacyKey(k string) bool {
 // when the Content-Type is JSON and the body is valid UTF-8 JSON of at
 // most 8 MiB without a repeated member name, otherwise its bytes. So
 // reordered JSON members or query parameters are the same request; any
-// other difference is another one.
-//
-// With legacy, it also returns the key the SDK computed before these keys
-// existed (method, URL and body byte for byte), to match proposals
-// journalled under it. It leaves req's body readable.
-func proposalKeys(req *http.Request, legacy bool) (key, old string, err error) {
+// other difference is another one. It leaves req's body readable.
+func proposalKey(req *http.Request) (string, error) {
 	body, err := keyBody(req)
 	if err != nil {
-		return "", "", err
+		return "", err
 	}
 	hk := sha256.New()
 	fmt.Fprintf(hk, "%s %s\n", req.Method, canonicalURL(req.URL))
-	var ho hash.Hash
-	w := io.Writer(hk)
-	if legacy {
-		ho = sha256.New()
-		fmt.Fprintf(ho, "%s %s\n", req.Method, req.URL.String())
-		w = io.MultiWriter(hk, ho)
-	}
 	if body != nil {
 		defer body.Close()
 		lr := io.LimitReader(body, maxKeyedBody+1)
 		var n int64
-		if isJSON(req.Header.Get("Content-Type")) {
+		if wire.IsJSON(req.Header.Get("Content-Type")) {
 			head, err := io.ReadAll(io.LimitReader(lr, maxCanonicalBody+1))
 			if err != nil {
-				return "", "", fmt.Errorf("operations: reading the request body: %w", err)
+				return "", fmt.Errorf("operations: reading the request body: %w", err)
 			}
 			n = int64(len(head))
-			if ho != nil {
-				ho.Write(head)
-			}
 			if canon, ok := canonicalJSONUpTo(head, n); ok {
 				hk.Write([]byte("c\n")) // canonical JSON
 				hk.Write(canon)
 			} else {
 				hk.Write([]byte("r\n")) // raw bytes
 				hk.Write(head)
-				m, err := io.Copy(w, lr)
+				m, err := io.Copy(hk, lr)
 				if err != nil {
-					return "", "", fmt.Errorf("operations: reading the request body: %w", err)
+					return "", fmt.Errorf("operations: reading the request body: %w", err)
 				}
 				n += m
 			}
 		} else {
 			hk.Write([]byte("r\n"))
-			if n, err = io.Copy(w, lr); err != nil {
-				return "", "", fmt.Errorf("operations: reading the request body: %w", err)
+			if n, err = io.Copy(hk, lr); err != nil {
+				return "", fmt.Errorf("operations: reading the request body: %w", err)
 			}
 		}
 		if n > maxKeyedBody {
-			return "", "", errors.New("operations: request body too large")
+			return "", errors.New("operations: request body too large")
 		}
 	}
-	key = keyPrefix + base64.RawURLEncoding.EncodeToString(hk.Sum(nil))
-	if ho != nil {
-		old = base64.RawURLEncoding.EncodeToString(ho.Sum(nil))
-	}
-	return key, old, nil
+	return keyPrefix + base64.RawURLEncoding.EncodeToString(hk.Sum(nil)), nil
 }
 
 // keyBody returns a reader over a copy of req's body, nil for none. A body
@@ -141,7 +116,7 @@ func keyBody(req *http.Request) (io.ReadCloser, error) {
 	return io.NopCloser(bytes.NewReader(b)), nil
 }
 
-// canonicalURL is u as proposalKeys keys it.
+// canonicalURL is u as proposalKey keys it.
 func canonicalURL(u *url.URL) string {
 	c := *u
 	c.User = nil
@@ -155,13 +130,6 @@ func canonicalURL(u *url.URL) string {
 		c.RawQuery = q.Encode() // sorted by name; one name's values in order
 	}
 	return c.String()
-}
-
-// isJSON reports whether a Content-Type is JSON: application/json or a
-// +json suffix.
-func isJSON(ct string) bool {
-	mt, _, err := mime.ParseMediaType(ct)
-	return err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json"))
 }
 
 func canonicalJSONUpTo(b []byte, n int64) ([]byte, bool) {

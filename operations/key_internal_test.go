@@ -3,7 +3,6 @@ package operations
 import (
 	"bytes"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/json"
 	"net/http"
 	"reflect"
@@ -48,7 +47,7 @@ func TestProposalKeys(t *testing.T) {
 		if ct != "" {
 			r.Header.Set("Content-Type", ct)
 		}
-		k, _, err := proposalKeys(r, false)
+		k, err := proposalKey(r)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -77,14 +76,6 @@ func TestProposalKeys(t *testing.T) {
 	// A raw body that looks like the canonical marker is not a canonical body.
 	if key("POST", "https://a.example/x", "application/json", "c\n{}") == key("POST", "https://a.example/x", "application/json", "{}") {
 		t.Error("a raw body collides with a canonical one")
-	}
-	// The legacy key is the exact bytes, as before.
-	r, _ := http.NewRequest("POST", "https://api.example.com/x?b=2", strings.NewReader(`{"b":2}`))
-	r.Header.Set("Content-Type", "application/json")
-	_, old, _ := proposalKeys(r, true)
-	h := sha256.Sum256([]byte("POST https://api.example.com/x?b=2\n{\"b\":2}"))
-	if old != base64.RawURLEncoding.EncodeToString(h[:]) {
-		t.Errorf("legacy key %s", old)
 	}
 }
 
@@ -117,8 +108,8 @@ func FuzzCanonicalJSON(f *testing.F) {
 }
 
 // BenchmarkProposalKey measures keying a proposing request with a 4 KiB
-// JSON body, against the floor of the legacy key (one SHA-256 of method,
-// URL and body) in the same run.
+// JSON body, against the floor of one SHA-256 of method, URL and body in
+// the same run.
 func BenchmarkProposalKey(b *testing.B) {
 	var body bytes.Buffer
 	body.WriteString(`{"items":[`)
@@ -145,7 +136,7 @@ func BenchmarkProposalKey(b *testing.B) {
 	b.SetBytes(int64(len(raw)))
 	b.ResetTimer()
 	for b.Loop() {
-		if _, _, err := proposalKeys(req, false); err != nil {
+		if _, err := proposalKey(req); err != nil {
 			b.Fatal(err)
 		}
 	}

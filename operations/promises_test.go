@@ -7,8 +7,6 @@ package operations_test
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -198,56 +196,6 @@ func TestPA_OPS6_04_SameActionInAnyOrder(t *testing.T) {
 		if err != nil || op == nil || op.ID == first.ID {
 			t.Errorf("other request %d: %s %v", i, brief(op), err)
 		}
-	}
-}
-
-// legacyKey is a proposal key as the SDK computed it before keys were
-// canonical: method, URL and body, byte for byte.
-func legacyKey(method, u, body string) string {
-	h := sha256.Sum256([]byte(method + " " + u + "\n" + body))
-	return base64.RawURLEncoding.EncodeToString(h[:])
-}
-
-// A-38 across an upgrade: a proposal an earlier version journalled under
-// the exact-bytes key still holds back the same request (byte for byte)
-// while its operation is open (PA-OPS6-04).
-func TestPA_OPS6_04_LegacyProposalKeys(t *testing.T) {
-	e := newEnv(t, &poppytest.Options{Operations: poppytest.OperationsOptions{ProposeAgain: true}}, nil)
-	op := e.propose("itm_4Qa")
-	// Rewrite the journal as the earlier version wrote it.
-	body := `{"item_id":"itm_4Qa","replacement_sku":"stormline-insulated-m"}`
-	keys, err := e.Store.List(ctx, keystore.KindOperation, "local-user", e.Srv.Issuer())
-	if err != nil || len(keys) != 2 {
-		t.Fatalf("journal: %v %v", keys, err)
-	}
-	for _, k := range keys {
-		err = e.Store.Update(ctx, k, func(cur []byte) ([]byte, error) {
-			var rec map[string]any
-			if err := json.Unmarshal(cur, &rec); err != nil {
-				return nil, err
-			}
-			if rec["operation_id"] != op.ID {
-				return nil, nil // the proposing request's record: the earlier version had none
-			}
-			rec["proposal"] = legacyKey("POST", e.Srv.APIURL()+"/orders/ord_7Hk2/exchanges", body)
-			delete(rec, "idempotency_key")
-			return json.Marshal(rec)
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	// A new process with the upgraded SDK.
-	c2, err := operations.New(e.sess, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, _, err := c2.Propose(ctx, e.exchangeRequest("itm_4Qa"), exchangeAction, nil)
-	if !isPending(err) || got == nil || got.ID != op.ID {
-		t.Fatalf("PA-OPS6-04: the legacy-keyed proposal was not found: %s %v", brief(got), err)
-	}
-	if n := len(e.Requests(poppytest.EndpointAPI)); n != 1 {
-		t.Errorf("%d proposing requests, want 1", n)
 	}
 }
 

@@ -83,7 +83,7 @@ func (c *Client) Propose(ctx context.Context, req *http.Request, action Action, 
 	if err := c.load(ctx); err != nil {
 		return nil, nil, err
 	}
-	key, old, err := proposalKeys(req, c.hasLegacy())
+	key, err := proposalKey(req)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -92,12 +92,12 @@ func (c *Client) Propose(ctx context.Context, req *http.Request, action Action, 
 		return nil, nil, err
 	}
 	defer unlock()
-	if open := c.openProposal(ctx, key, old); open != nil {
+	if open := c.openProposal(ctx, key); open != nil {
 		// Another process may have finished it since: the journal says.
 		if _, err := c.loadRecord(ctx, open.ID); err != nil {
 			return nil, nil, err
 		}
-		if open := c.openProposal(ctx, key, old); open != nil {
+		if open := c.openProposal(ctx, key); open != nil {
 			return open, nil, &PendingError{Operation: open} // PA-OPS6-04
 		}
 	}
@@ -108,7 +108,7 @@ func (c *Client) Propose(ctx context.Context, req *http.Request, action Action, 
 		if _, err := c.loadRecord(ctx, openID); err != nil {
 			return nil, nil, err
 		}
-		if open := c.openProposal(ctx, key, old); open != nil {
+		if open := c.openProposal(ctx, key); open != nil {
 			return open, nil, &PendingError{Operation: open} // PA-OPS6-04
 		}
 		idem, _, err = c.j.sending(ctx, key, action, req.Header.Get("Idempotency-Key"), openID, c.answered)
@@ -164,14 +164,6 @@ func (c *Client) Propose(ctx context.Context, req *http.Request, action Action, 
 	return v, nil, nil
 }
 
-// hasLegacy reports whether proposals journalled under legacy keys are
-// open, so that requests must be keyed both ways.
-func (c *Client) hasLegacy() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.legacy
-}
-
 // proposeCall is Propose of a call (ProposeOptions.Call) keyed by key.
 func (c *Client) proposeCall(ctx context.Context, key string, action Action, call func(ctx context.Context) (*Operation, error)) (*Operation, error) {
 	if key == "" {
@@ -185,7 +177,7 @@ func (c *Client) proposeCall(ctx context.Context, key string, action Action, cal
 		return nil, err
 	}
 	defer unlock()
-	if open := c.openProposal(ctx, key, ""); open != nil {
+	if open := c.openProposal(ctx, key); open != nil {
 		return open, &PendingError{Operation: open} // PA-OPS6-04
 	}
 	op, err := call(ctx)
@@ -202,13 +194,12 @@ func (c *Client) proposeCall(ctx context.Context, key string, action Action, cal
 	return v, nil
 }
 
-// openProposal returns the open operation the request with key (or the
-// legacy key old, when not "") proposed.
-func (c *Client) openProposal(ctx context.Context, key, old string) *Operation {
+// openProposal returns the open operation the request with key proposed.
+func (c *Client) openProposal(ctx context.Context, key string) *Operation {
 	c.mu.Lock()
 	var open *Operation
 	for _, e := range c.ops {
-		if (e.proposal == key || old != "" && e.proposal == old) && !e.op.State.Final() {
+		if e.proposal == key && !e.op.State.Final() {
 			open = e.op.Clone()
 			break
 		}

@@ -37,9 +37,6 @@ func (c *Client) load(ctx context.Context) error {
 				e.idem = r.IdempotencyKey
 			}
 		}
-		if !r.Final && legacyKey(r.Proposal) {
-			c.legacy = true
-		}
 	}
 	c.mu.Unlock()
 	for _, p := range proposing {
