@@ -126,8 +126,8 @@ func opJSON(op *operations.Operation) json.RawMessage {
 }
 
 // errNoAnswer: the User neither approved nor declined; the operation is
-// left as it is (exit code 5). operations.ErrNoTerminal, the case of a
-// stdin that is not a terminal, where no answer is read, matches it.
+// left as it is (exit code 5). A stdin that is not a terminal, where no
+// answer is read, is one too.
 var errNoAnswer = operations.ErrNoAnswer
 
 // approve asks the User on the terminal (OPS 5.1) with the SDK's terminal
