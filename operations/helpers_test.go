@@ -103,7 +103,7 @@ func signIn(t testing.TB, e *testenv.Env, sess *poppy.Session) {
 // exchangeRequest is the spec's exchange request (OPS 4.1).
 func (e *env) exchangeRequest(item string) *http.Request {
 	body := `{"item_id":"` + item + `","replacement_sku":"stormline-insulated-m"}`
-	req, err := http.NewRequest("POST", e.Srv.APIURL()+"/orders/ord_7Hk2/exchanges", strings.NewReader(body))
+	req, err := http.NewRequest("POST", e.Srv.EndpointURL(poppytest.EndpointAPI)+"/orders/ord_7Hk2/exchanges", strings.NewReader(body))
 	if err != nil {
 		e.T.Fatal(err)
 	}

@@ -103,7 +103,7 @@ func ExampleServer_Browse() {
 
 	verifier := "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk"
 	sum := sha256.Sum256([]byte(verifier))
-	authURL := srv.AuthorizationEndpoint() + "?" + url.Values{
+	authURL := srv.EndpointURL(poppytest.EndpointAuthorize) + "?" + url.Values{
 		"response_type":         {"code"},
 		"client_id":             {"https://agent.test/agent.json"},
 		"redirect_uri":          {"https://agent.test/oauth/callback"},

@@ -42,8 +42,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/oauthex"
 )
 
-// MCPOptions configures the fake's MCP server (Options.MCP).
-type MCPOptions struct {
+// MCPServerOptions configures the fake's MCP server (Options.MCP).
+type MCPServerOptions struct {
 	// AuthorizationServers replaces authorization_servers in the MCP
 	// server's protected resource metadata (negative: CO-6-07 when it
 	// doesn't list the issuer). Nil means [auth.issuer].
@@ -73,17 +73,17 @@ func (s *Server) mcpHostName() string {
 	return s.mcpHost
 }
 
-// MCP2URL returns the url of the second MCP server (MCPOptions.SecondServer).
-func (s *Server) MCP2URL() string { return "https://mcp2." + s.primary + "/mcp" }
+// mcp2URL returns the url of the second MCP server (MCPOptions.SecondServer).
+func (s *Server) mcp2URL() string { return "https://mcp2." + s.primary + "/mcp" }
 
 // mcpResourceMetadataPath is the RFC 9728 location of the metadata for the
 // resource https://{host}/mcp (the well-known segment inserted before the
 // path).
 const mcpResourceMetadataPath = "/.well-known/oauth-protected-resource/mcp"
 
-// MCPResourceMetadataURL returns where the MCP server's protected resource
+// mcpResourceMetadataURL returns where the MCP server's protected resource
 // metadata is served.
-func (s *Server) MCPResourceMetadataURL() string {
+func (s *Server) mcpResourceMetadataURL() string {
 	return "https://" + s.mcpHostName() + mcpResourceMetadataPath
 }
 
@@ -467,7 +467,7 @@ func (s *Server) addMCPTools(srv *mcp.Server) {
 
 // isMCPURL reports whether res is the url of one of the fake's MCP servers.
 func (s *Server) isMCPURL(res string) bool {
-	return res == s.MCPURL() || (s.opts.MCP.SecondServer && res == s.MCP2URL()) || slices.Contains(s.opts.MCP.OtherServers, res)
+	return res == s.mcpURL() || (s.opts.MCP.SecondServer && res == s.mcp2URL()) || slices.Contains(s.opts.MCP.OtherServers, res)
 }
 
 // closeMCP ends the MCP sessions clients left open.
