@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/poppyproto/poppy/internal/leakcheck"
 
 	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/keystore"
@@ -18,10 +18,10 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
+	leakcheck.VerifyTestMain(m,
 		// net/http keeps idle connections' goroutines until the transport
 		// is closed; poppytest closes its own at Close.
-		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+		"internal/poll.runtime_pollWait",
 	)
 	_ = os.Stdout
 }

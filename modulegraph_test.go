@@ -9,9 +9,9 @@ import (
 )
 
 // maxRootModules bounds what a program importing the root module lists in
-// `go list -m all` (issue 24: 81 before the heavy leaves became modules
-// of their own). docs/layout.md says what each of them is for.
-const maxRootModules = 35
+// `go list -m all` (81 before the heavy leaves became modules of their
+// own). docs/layout.md says what each of them is for.
+const maxRootModules = 34
 
 // TestRootModuleGraph builds the module graph of a program that imports
 // the packages a script uses (the root, signin, keystore, conversation

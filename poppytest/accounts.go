@@ -139,7 +139,7 @@ type AccountTokenInfo struct {
 	Scopes    []string
 	IssuedAt  time.Time // of the sign-in; a rotation keeps it
 	ExpiresAt time.Time // zero: no lifetime
-	Revoked   bool      // revoked by the agent, RevokeAccountToken or Disconnect
+	Revoked   bool      // revoked by the agent, Tokens.RevokeAccount or Sessions.Disconnect
 	// Replaced reports that a rotation replaced this value; Current is the
 	// value that works now.
 	Replaced bool

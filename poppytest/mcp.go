@@ -17,7 +17,7 @@ package poppytest
 // The protected resource metadata (RFC 9728) is served at the path-inserted
 // location https://mcp.{primary}/.well-known/oauth-protected-resource/mcp and
 // lists auth.issuer in authorization_servers (CO-6-07), unless
-// MCPOptions.AuthorizationServers replaces them (negative).
+// MCPServerOptions.AuthorizationServers replaces them (negative).
 //
 // tools/list answers pages of two tools: a client must follow nextCursor.
 //
@@ -73,7 +73,7 @@ func (s *Server) mcpHostName() string {
 	return s.mcpHost
 }
 
-// mcp2URL returns the url of the second MCP server (MCPOptions.SecondServer).
+// mcp2URL returns the url of the second MCP server (MCPServerOptions.SecondServer).
 func (s *Server) mcp2URL() string { return "https://mcp2." + s.primary + "/mcp" }
 
 // mcpResourceMetadataPath is the RFC 9728 location of the metadata for the

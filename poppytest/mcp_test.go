@@ -287,7 +287,7 @@ func TestCO_4_4_02_CustomScope(t *testing.T) {
 	}
 }
 
-// MCPOptions.OnAPIHost: the MCP server shares the API's host; a DPoP token
+// MCPServerOptions.OnAPIHost: the MCP server shares the API's host; a DPoP token
 // at /mcp and a Bearer token at the API are refused and recorded.
 func TestMCPOnAPIHostWrongTokens(t *testing.T) {
 	srv := poppytest.NewServer(t, &poppytest.Options{MCP: poppytest.MCPServerOptions{OnAPIHost: true}})

@@ -298,7 +298,7 @@ func (s *Server) deviceAuthorizationEndpoint() string { return s.authBase + "/oa
 func (s *Server) verificationURI() string { return s.authBase + "/device" }
 
 // mediatedEndpoint returns auth.mediated.endpoint (Mediated Sign-In); a
-// one-time code goes to MediatedEndpoint() + "/" + sign_in_id.
+// one-time code goes to EndpointURL(EndpointSignIn) + "/" + sign_in_id.
 func (s *Server) mediatedEndpoint() string { return s.authBase + "/poppy/sign-in" }
 
 // classifySignIn names the sign-in endpoint at path on the issuer host, or

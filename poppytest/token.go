@@ -68,7 +68,7 @@ type token struct {
 	revoked           bool
 	revokedForReissue bool
 	// seq orders the tokens the token endpoint issued (1, 2, …); 0 for
-	// one a test made with SignInSession, which supersedes nothing.
+	// one a test made with Sessions.SignIn, which supersedes nothing.
 	seq uint64
 }
 
@@ -139,7 +139,7 @@ type SessionInfo struct {
 	// AccountToken is the current value of the Account Token the Session
 	// is signed in with: the one its sign-in or refresh issued or used
 	// (after a rotation, the newest). "" when signed out, or signed in by
-	// SignInSession.
+	// Sessions.SignIn.
 	AccountToken string
 }
 

@@ -294,7 +294,7 @@ func TestWebCookieExpires(t *testing.T) {
 // on the server, are at most the Session's remaining life, not a fixed
 // TTL: a Session that ends 30 minutes after its start (SessionLifetime)
 // and joins at minute 20 gets a cookie of 10 minutes, though CookieTTL is
-// an hour. When the Session ends, at its lifetime or by EndSession, the
+// an hour. When the Session ends, at its lifetime or by Sessions.End, the
 // cookie is treated as no Session.
 func TestCO_5_15_CookieNeverOutlivesSession(t *testing.T) {
 	srv, a, sid := webSetup(t, &poppytest.Options{Tokens: poppytest.TokenPolicy{SessionLifetime: 30 * time.Minute}})
@@ -320,7 +320,7 @@ func TestCO_5_15_CookieNeverOutlivesSession(t *testing.T) {
 	if info, _ := srv.Sessions().Get(sid); !info.Ended {
 		t.Fatal("the Session did not end at its lifetime")
 	}
-	// A Session ended sooner, by EndSession: its cookie, set for the
+	// A Session ended sooner, by Sessions.End: its cookie, set for the
 	// Session's whole remaining life, stops with it.
 	sid2 := a.start("usr_bob").str("session_id")
 	resp = join(t, srv, srv.EndpointURL(poppytest.EndpointBrowserSession), url.Values{"assertion": {a.browserAssertion("usr_bob", sid2)}})
