@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/lestrrat-go/jwx/v3/jwk"
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // Options configures a [Server]. The zero value (or nil) gives the defaults
@@ -328,7 +327,6 @@ type Server struct {
 	metaPaths    map[string]bool
 	openapi      []byte
 	mcpHandlers  map[string]http.Handler // by host
-	mcpServers   []*mcp.Server
 	grants       map[string]grantFunc
 	tokenCrypter *tokenCrypter
 
@@ -668,7 +666,6 @@ func (s *Server) Close() {
 		s.waitTurns()
 		s.srv.Shutdown(ctx)
 		s.plainSrv.Shutdown(ctx)
-		s.closeMCP()
 		s.transport.CloseIdleConnections()
 		s.proxyOnce.Do(func() {}) // no proxy starts after Close
 		if s.proxy != nil {
