@@ -16,6 +16,7 @@ package poppytest
 //   - EndpointSignIn: auth.mediated.endpoint; a one-time code goes to
 //     EndpointURL(EndpointSignIn) + "/" + sign_in_id
 //   - EndpointAPI: the base URL of the OpenAPI API, "https://api.example.test"
+//     (its description, poppy.json's url, is /openapi.json there)
 //   - EndpointMCP: the MCP server's url, the resource a Bearer Session
 //     Token must be requested for (the second server of
 //     MCPServerOptions.SecondServer is https://mcp2.{primary}/mcp, its

@@ -126,3 +126,29 @@ func ExampleServer_Browse() {
 	// agent.test/oauth/callback Xq81vR-a-fresh-random-state https://auth.example.test true
 	// Example Agent [poppy:read poppy:write]
 }
+
+// ExampleServer_EndpointURL shows where each part of the Company is, as
+// its documents publish it.
+func ExampleServer_EndpointURL() {
+	srv, err := poppytest.New(nil) // in a test: srv := poppytest.NewServer(t, nil), closed at cleanup
+	if err != nil {
+		panic(err)
+	}
+	defer srv.Close()
+	for _, ep := range []poppytest.EndpointKind{
+		poppytest.EndpointPoppyJSON, poppytest.EndpointToken, poppytest.EndpointDevice,
+		poppytest.EndpointSignIn, poppytest.EndpointAPI, poppytest.EndpointMCP,
+		poppytest.EndpointConversation, poppytest.EndpointOperations,
+	} {
+		fmt.Println(ep, srv.EndpointURL(ep))
+	}
+	// Output:
+	// poppy.json https://example.test/.well-known/poppy.json
+	// token https://auth.example.test/oauth/token
+	// device https://auth.example.test/oauth/device
+	// sign-in https://auth.example.test/poppy/sign-in
+	// api https://api.example.test
+	// mcp https://mcp.example.test/mcp
+	// conversation https://api.example.test/poppy/conversations
+	// operations https://api.example.test/poppy/operations
+}
