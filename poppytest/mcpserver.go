@@ -105,20 +105,9 @@ func (m *mcpServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.Method {
 	case http.MethodPost:
 	case http.MethodDelete:
-		id := r.Header.Get("Mcp-Session-Id")
-		if id == "" {
-			http.Error(w, "Bad Request: DELETE requires an Mcp-Session-Id header", http.StatusBadRequest)
-			return
+		if m.knownSession(w, r, true) {
+			w.WriteHeader(http.StatusNoContent)
 		}
-		m.mu.Lock()
-		_, ok := m.sessions[id]
-		delete(m.sessions, id)
-		m.mu.Unlock()
-		if !ok {
-			http.Error(w, "session not found", http.StatusNotFound)
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
 		return
 	default:
 		w.Header().Set("Allow", "POST, DELETE")
@@ -151,16 +140,7 @@ func (m *mcpServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		m.initialize(w, msg)
 		return
 	}
-	id := r.Header.Get("Mcp-Session-Id")
-	if id == "" {
-		http.Error(w, "Bad Request: missing Mcp-Session-Id header", http.StatusBadRequest)
-		return
-	}
-	m.mu.Lock()
-	_, ok := m.sessions[id]
-	m.mu.Unlock()
-	if !ok {
-		http.Error(w, "session not found", http.StatusNotFound)
+	if !m.knownSession(w, r, false) {
 		return
 	}
 	if len(msg.ID) == 0 || msg.Method == "" { // a notification or a response
@@ -169,6 +149,27 @@ func (m *mcpServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	result, rerr := m.call(r.Context(), msg)
 	writeRPC(w, msg.ID, result, rerr)
+}
+
+// knownSession checks the request's Mcp-Session-Id: it answers 400
+// without one and 404 for one the server doesn't hold, and reports whether
+// it holds it. end ends the session.
+func (m *mcpServer) knownSession(w http.ResponseWriter, r *http.Request, end bool) bool {
+	id := r.Header.Get("Mcp-Session-Id")
+	if id == "" {
+		http.Error(w, "Bad Request: missing Mcp-Session-Id header", http.StatusBadRequest)
+		return false
+	}
+	m.mu.Lock()
+	_, ok := m.sessions[id]
+	if end {
+		delete(m.sessions, id)
+	}
+	m.mu.Unlock()
+	if !ok {
+		http.Error(w, "session not found", http.StatusNotFound)
+	}
+	return ok
 }
 
 // initialize starts a session (MCP "Lifecycle").
