@@ -130,7 +130,7 @@ func TestPA_4_3_17_SignedInBearerUsesAccountToken(t *testing.T) {
 // side; each goes only where it belongs, and the Bearer token to no host
 // but its MCP server's.
 func TestPA_4_3_19_DPoPAndBearerSideBySide(t *testing.T) {
-	env, sess := setup(t, &poppytest.Options{MCP: poppytest.MCPServerOptions{SecondServer: true}})
+	env, sess := setup(t, &poppytest.Options{MCP: poppytest.MCPServingOptions{SecondServer: true}})
 	ctx := context.Background()
 	oa := loadOpenAPI(t, sess)
 	if _, err := oa.Call(ctx, "listProducts", nil); err != nil {
@@ -211,7 +211,7 @@ func TestPA_4_3_19_BearerOnlyToItsServer(t *testing.T) {
 // Spec 6, RFC 9728: a server whose metadata doesn't list the issuer is
 // refused before any MCP request or Bearer token request.
 func TestMCPResourceMetadataIssuer(t *testing.T) {
-	env, sess := setup(t, &poppytest.Options{MCP: poppytest.MCPServerOptions{AuthorizationServers: []string{"https://auth.other.test"}}})
+	env, sess := setup(t, &poppytest.Options{MCP: poppytest.MCPServingOptions{AuthorizationServers: []string{"https://auth.other.test"}}})
 	_, err := api.ConnectMCP(context.Background(), sess, entry(t, sess.Company(), api.TypeMCP), nil)
 	if !errors.Is(err, api.ErrIssuerNotListed) {
 		t.Fatalf("ConnectMCP: %v, want ErrIssuerNotListed", err)
@@ -381,7 +381,7 @@ func TestPA_6_05_MCPSecondInvalidToken(t *testing.T) {
 // goes to /mcp only and the DPoP token everywhere else, and the Session's
 // DPoP client refuses the MCP url before sending anything.
 func TestPA_4_3_19_MCPOnAPIHost(t *testing.T) {
-	env, sess := setup(t, &poppytest.Options{MCP: poppytest.MCPServerOptions{OnAPIHost: true}})
+	env, sess := setup(t, &poppytest.Options{MCP: poppytest.MCPServingOptions{OnAPIHost: true}})
 	ctx := context.Background()
 	if env.Srv.EndpointURL(poppytest.EndpointMCP) != env.Srv.EndpointURL(poppytest.EndpointAPI)+"/mcp" {
 		t.Fatalf("MCP url %s", env.Srv.EndpointURL(poppytest.EndpointMCP))
@@ -469,7 +469,7 @@ func TestMCPRateLimit(t *testing.T) {
 // listed in poppy.json at a host of the Company.
 func TestMCPProposedOperation(t *testing.T) {
 	const mcpURL = "https://shop.example.test/mcp"
-	env, sess := setup(t, &poppytest.Options{MCP: poppytest.MCPServerOptions{OtherServers: []string{mcpURL}},
+	env, sess := setup(t, &poppytest.Options{MCP: poppytest.MCPServingOptions{OtherServers: []string{mcpURL}},
 		Discovery: poppytest.DiscoveryOptions{DocumentFields: map[string]any{"apis": []any{
 			map[string]any{"type": "mcp", "url": mcpURL, "description": "Orders"},
 		}}}})

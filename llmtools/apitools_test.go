@@ -33,7 +33,7 @@ func companyTools(t *testing.T, e *env) map[string]*llmtools.Tool {
 // what it calls (Domain, API, Action), with a description marked with the
 // domain and an input schema without $ref within the bound.
 func TestAPITools(t *testing.T) {
-	e := llmtest.NewWith(t, &poppytest.Options{MCP: poppytest.MCPServerOptions{SecondServer: true}}, nil, nil)
+	e := llmtest.NewWith(t, &poppytest.Options{MCP: poppytest.MCPServingOptions{SecondServer: true}}, nil, nil)
 	names, err := e.K.AddCompany(ctx, domain)
 	if err != nil {
 		t.Fatal(err)
@@ -173,7 +173,7 @@ func TestAPIToolResultBound(t *testing.T) {
 // An API that fails to load is left out, its error returned with the
 // tools of the others.
 func TestAPIToolsPartial(t *testing.T) {
-	e := llmtest.NewWith(t, &poppytest.Options{MCP: poppytest.MCPServerOptions{AuthorizationServers: []string{"https://auth.other.test"}}}, nil, nil)
+	e := llmtest.NewWith(t, &poppytest.Options{MCP: poppytest.MCPServingOptions{AuthorizationServers: []string{"https://auth.other.test"}}}, nil, nil)
 	names, err := e.K.AddCompany(ctx, domain)
 	if !errors.Is(err, api.ErrIssuerNotListed) {
 		t.Fatalf("AddCompany: %v", err)

@@ -236,7 +236,7 @@ var misconfigurations = []knob{
 	// CO-3-07: apis and agent without auth.
 	{name: "Discovery.DropAuth", opts: poppytest.Options{Discovery: poppytest.DiscoveryOptions{DropAuth: true}}, rule: "CO-3-07"},
 	// CO-6-07
-	{name: "MCP.AuthorizationServers", opts: poppytest.Options{MCP: poppytest.MCPServerOptions{AuthorizationServers: []string{"https://auth.other.test"}}}, rule: "CO-6-07"},
+	{name: "MCP.AuthorizationServers", opts: poppytest.Options{MCP: poppytest.MCPServingOptions{AuthorizationServers: []string{"https://auth.other.test"}}}, rule: "CO-6-07"},
 	// CO-5-17
 	{name: "Web.SameSite", opts: poppytest.Options{Web: poppytest.WebOptions{SameSite: http.SameSiteStrictMode}}, rule: "CO-5-17"},
 	// CO-7.2-06: IDs without a kind prefix (a SHOULD).

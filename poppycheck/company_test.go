@@ -725,7 +725,7 @@ func TestConformantCompanies(t *testing.T) {
 		"SignIn.StrictResourceIndicators":       {SignIn: poppytest.SignInPolicy{StrictResourceIndicators: true}, API: poppytest.OpenAPIServerOptions{Resource: "https://api.example.test/v1"}},
 		"SignIn.UnusualOnNewKey (interactive)":  interactive(poppytest.Options{SignIn: poppytest.SignInPolicy{UnusualOnNewKey: true}}),
 		"SignIn.NarrowScopesOnly (interactive)": interactive(poppytest.Options{SignIn: poppytest.SignInPolicy{NarrowScopesOnly: true}}),
-		"MCP.OnAPIHost, SecondServer":           {MCP: poppytest.MCPServerOptions{OnAPIHost: true, SecondServer: true}},
+		"MCP.OnAPIHost, SecondServer":           {MCP: poppytest.MCPServingOptions{OnAPIHost: true, SecondServer: true}},
 		"Operations.RequireOperations":          {Operations: poppytest.OperationsOptions{RequireOperations: true}},
 		"Clients.SessionStartsPerMinute":        {Clients: poppytest.ClientOptions{SessionStartsPerMinute: 1}},
 		"Web.SameSite None, RevokeOnRejoin":     {Web: poppytest.WebOptions{SameSite: http.SameSiteNoneMode, RevokeOnRejoin: true}},

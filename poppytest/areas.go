@@ -19,7 +19,7 @@ package poppytest
 //     (its description, poppy.json's url, is /openapi.json there)
 //   - EndpointMCP: the MCP server's url, the resource a Bearer Session
 //     Token must be requested for (the second server of
-//     MCPServerOptions.SecondServer is https://mcp2.{primary}/mcp, its
+//     MCPServingOptions.SecondServer is https://mcp2.{primary}/mcp, its
 //     metadata at /.well-known/oauth-protected-resource/mcp on each host)
 //   - EndpointConversation and EndpointOperations: the poppy protocol
 //     entry's and the operations extension's endpoints

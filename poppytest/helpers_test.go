@@ -418,7 +418,7 @@ func within(a, b time.Time, d time.Duration) bool {
 func pa(id string) string { return "PA" + "-" + id }
 
 // mcp2URL is the url of the second MCP server
-// (MCPServerOptions.SecondServer).
+// (MCPServingOptions.SecondServer).
 func mcp2URL(srv *poppytest.Server) string {
 	return strings.Replace(srv.EndpointURL(poppytest.EndpointMCP), "https://mcp.", "https://mcp2.", 1)
 }

@@ -22,7 +22,7 @@ package poppytest
 // The protected resource metadata (RFC 9728) is served at the path-inserted
 // location https://mcp.{primary}/.well-known/oauth-protected-resource/mcp and
 // lists auth.issuer in authorization_servers (CO-6-07), unless
-// MCPServerOptions.AuthorizationServers replaces them (negative).
+// MCPServingOptions.AuthorizationServers replaces them (negative).
 //
 // tools/list answers pages of two tools: a client must follow nextCursor.
 //
@@ -41,8 +41,9 @@ import (
 	"strings"
 )
 
-// MCPServerOptions configures the fake's MCP server (Options.MCP).
-type MCPServerOptions struct {
+// MCPServingOptions configures how the Company serves MCP: the fake's MCP
+// servers and the Bearer tokens it issues for MCP servers (Options.MCP).
+type MCPServingOptions struct {
 	// AuthorizationServers replaces authorization_servers in the MCP
 	// server's protected resource metadata (negative: CO-6-07 when it
 	// doesn't list the issuer). Nil means [auth.issuer].
@@ -72,7 +73,7 @@ func (s *Server) mcpHostName() string {
 	return s.mcpHost
 }
 
-// mcp2URL returns the url of the second MCP server (MCPServerOptions.SecondServer).
+// mcp2URL returns the url of the second MCP server (MCPServingOptions.SecondServer).
 func (s *Server) mcp2URL() string { return "https://mcp2." + s.primary + "/mcp" }
 
 // mcpResourceMetadataPath is the RFC 9728 location of the metadata for the

@@ -162,7 +162,7 @@ func TestCO_6_05_MCPScopes(t *testing.T) {
 
 // CO-6-06: only tokens issued for this server's url.
 func TestCO_6_06_MCPOnlyItsOwnTokens(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{MCP: poppytest.MCPServerOptions{SecondServer: true}})
+	srv := poppytest.NewServer(t, &poppytest.Options{MCP: poppytest.MCPServingOptions{SecondServer: true}})
 	a := newAgent(t, srv, "agent.test")
 	start := a.start("usr_1")
 	sid := start.str("session_id")
@@ -194,7 +194,7 @@ func TestCO_6_07_ResourceMetadata(t *testing.T) {
 	if r.Status != 401 || !strings.Contains(r.wwwAuth(), `resource_metadata="`+mcpMetadataURL(srv)+`"`) {
 		t.Errorf("no token: %d %q", r.Status, r.wwwAuth())
 	}
-	bad := poppytest.NewServer(t, &poppytest.Options{MCP: poppytest.MCPServerOptions{AuthorizationServers: []string{"https://auth.other.test"}}})
+	bad := poppytest.NewServer(t, &poppytest.Options{MCP: poppytest.MCPServingOptions{AuthorizationServers: []string{"https://auth.other.test"}}})
 	r = get(t, bad, mcpMetadataURL(bad))
 	if as, _ := r.Body["authorization_servers"].([]any); len(as) != 1 || as[0] != "https://auth.other.test" {
 		t.Errorf("knob: %s", r.Raw)
@@ -287,10 +287,10 @@ func TestCO_4_4_02_CustomScope(t *testing.T) {
 	}
 }
 
-// MCPServerOptions.OnAPIHost: the MCP server shares the API's host; a DPoP token
+// MCPServingOptions.OnAPIHost: the MCP server shares the API's host; a DPoP token
 // at /mcp and a Bearer token at the API are refused and recorded.
 func TestMCPOnAPIHostWrongTokens(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{MCP: poppytest.MCPServerOptions{OnAPIHost: true}})
+	srv := poppytest.NewServer(t, &poppytest.Options{MCP: poppytest.MCPServingOptions{OnAPIHost: true}})
 	if srv.EndpointURL(poppytest.EndpointMCP) != srv.EndpointURL(poppytest.EndpointAPI)+"/mcp" || mcpMetadataURL(srv) != srv.EndpointURL(poppytest.EndpointAPI)+"/.well-known/oauth-protected-resource/mcp" {
 		t.Fatalf("urls %s %s", srv.EndpointURL(poppytest.EndpointMCP), mcpMetadataURL(srv))
 	}

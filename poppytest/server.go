@@ -67,7 +67,7 @@ type Options struct {
 	// endpoint (spec 5; see web.go).
 	Web WebOptions
 	// MCP configures the MCP server (mcp.go).
-	MCP MCPServerOptions
+	MCP MCPServingOptions
 	// Load bounds what the fake keeps for long load tests: the request
 	// log, violations, Session Tokens (see LoadOptions).
 	Load LoadOptions
