@@ -6,7 +6,6 @@ require (
 	github.com/lestrrat-go/jwx/v3 v3.4.0
 	github.com/tmaxmax/go-sse v0.12.0
 	golang.org/x/sys v0.50.0
-	golang.org/x/term v0.48.0
 	golang.org/x/text v0.43.0
 )
 
