@@ -73,7 +73,7 @@ func TestPA_4_8_01_02_UseAccountToken(t *testing.T) {
 	if r.Form.Get("session_id") != s2.ID() || !s2.SignedIn() {
 		t.Fatalf("session_id %q, Session %q", r.Form.Get("session_id"), s2.ID())
 	}
-	if info, _ := e.srv.Session(s2.ID()); !info.SignedIn {
+	if info, _ := e.srv.Sessions().Get(s2.ID()); !info.SignedIn {
 		t.Fatal("the fake sees it signed out")
 	}
 }
@@ -111,7 +111,7 @@ func TestPA_4_8_03_FewerScopes(t *testing.T) {
 }
 
 func TestPA_4_8_04_05_Rotation(t *testing.T) {
-	e := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInOptions{RotateAccountTokens: true}}, nil)
+	e := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInPolicy{RotateAccountTokens: true}}, nil)
 	signedIn(t, e, "")
 	c := e.company("example.test")
 	var sessions []*poppy.Session
@@ -144,7 +144,7 @@ func TestPA_4_8_04_05_Rotation(t *testing.T) {
 		if r.Status != 200 || r.ErrorCode == "invalid_grant" {
 			t.Fatalf("refresh %d answered %d %s", i, r.Status, r.ErrorCode)
 		}
-		if _, ok := e.srv.AccountToken(r.Form.Get("refresh_token")); !ok {
+		if _, ok := e.srv.Tokens().Account(r.Form.Get("refresh_token")); !ok {
 			t.Fatalf("refresh %d sent an unknown token", i)
 		}
 	}
@@ -157,7 +157,7 @@ func TestPA_4_8_04_05_Rotation(t *testing.T) {
 	}
 	// The store holds the latest: the next use sends the value the Company
 	// says is current.
-	last, _ := e.srv.AccountToken(rs[len(rs)-1].Form.Get("refresh_token"))
+	last, _ := e.srv.Tokens().Account(rs[len(rs)-1].Form.Get("refresh_token"))
 	s, _ := c.Session(ctx, "alice", &poppy.SessionOptions{Name: "after"})
 	if _, ok, err := s.UseAccountToken(ctx, nil); !ok || err != nil {
 		t.Fatalf("UseAccountToken: %v %v", ok, err)
@@ -172,9 +172,9 @@ func TestPA_4_8_06_RevokedAccountToken(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	s := signedIn(t, e, "")
 	// Revoke it at the Company, then let the Session Token expire.
-	e.srv.Disconnect("acct_1")
+	e.srv.Sessions().Disconnect("acct_1")
 	e.srv.Clock().Advance(2 * time.Hour)
-	_, err := doGet(s, e.srv.APIURL()+"/orders")
+	_, err := doGet(s, e.srv.EndpointURL(poppytest.EndpointAPI)+"/orders")
 	// PA-4.8-06: the refresh gets invalid_grant, the Account Token is
 	// deleted, the Session renews signed out, and the account call needs a
 	// sign-in.
@@ -209,8 +209,8 @@ func TestPA_4_8_06_RevokedAccountToken(t *testing.T) {
 func TestPA_4_9_06_Disconnect(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	s := signedIn(t, e, "")
-	e.srv.Disconnect("acct_1")
-	_, err := doGet(s, e.srv.APIURL()+"/orders")
+	e.srv.Sessions().Disconnect("acct_1")
+	_, err := doGet(s, e.srv.EndpointURL(poppytest.EndpointAPI)+"/orders")
 	if !errors.Is(err, poppy.ErrSignInRequired) {
 		t.Fatalf("err = %v", err)
 	}
@@ -255,14 +255,14 @@ func TestPA_4_9_01_02_SignOut(t *testing.T) {
 	}
 	api := sdkRequests(e.srv, poppytest.EndpointAPI)
 	last := api[len(api)-1]
-	if info, _ := e.srv.Token(last.AccessToken); info.SignedIn || last.AccessToken == old.Value() {
+	if info, _ := e.srv.Tokens().Get(last.AccessToken); info.SignedIn || last.AccessToken == old.Value() {
 		t.Fatal("a signed-in token was used after sign-out")
 	}
 }
 
 func TestPA_4_9_03_SessionsEndedOnSignOut(t *testing.T) {
 	var replaced []string
-	e := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInOptions{EndSessionsOnSignOut: true}}, &poppy.AgentOptions{OnSessionReplaced: func(o, n string) { replaced = append(replaced, o, n) }})
+	e := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInPolicy{EndSessionsOnSignOut: true}}, &poppy.AgentOptions{OnSessionReplaced: func(o, n string) { replaced = append(replaced, o, n) }})
 	s := signedIn(t, e, "")
 	old := s.ID()
 	if err := s.SignOut(ctx, ""); err != nil {
@@ -329,7 +329,7 @@ func TestPA_4_2_18_AccountMismatch(t *testing.T) {
 }
 
 func TestPA_4_4_12_AccountTokenExpiry(t *testing.T) {
-	e := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInOptions{AccountTokenTTL: 100 * time.Second}}, nil)
+	e := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInPolicy{AccountTokenTTL: 100 * time.Second}}, nil)
 	s := signedIn(t, e, "")
 	e.srv.Clock().Advance(101 * time.Second)
 	s2, _ := e.company("example.test").Session(ctx, "alice", &poppy.SessionOptions{Name: "later"})
@@ -345,7 +345,7 @@ func TestPA_4_4_12_AccountTokenExpiry(t *testing.T) {
 }
 
 func TestPA_4_4_13_AccountsKeptApart(t *testing.T) {
-	e := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInOptions{Accounts: []poppytest.Account{
+	e := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInPolicy{Accounts: []poppytest.Account{
 		{ID: "personal", Credentials: map[string]string{"email": "p@example.test", "password": "pw1"}},
 		{ID: "business", Credentials: map[string]string{"email": "b@example.test", "password": "pw2"}},
 	}}}, nil)
@@ -376,8 +376,8 @@ func TestPA_4_4_13_AccountsKeptApart(t *testing.T) {
 	e.get(p, "/orders")
 	e.get(b, "/orders")
 	for _, r := range grantsOf(e, "refresh_token") {
-		info, _ := e.srv.AccountToken(r.Form.Get("refresh_token"))
-		si, _ := e.srv.Session(r.Form.Get("session_id"))
+		info, _ := e.srv.Tokens().Account(r.Form.Get("refresh_token"))
+		si, _ := e.srv.Sessions().Get(r.Form.Get("session_id"))
 		if si.Account != "" && si.Account != info.Account {
 			t.Fatal("an Account Token was sent with another account's Session")
 		}
@@ -460,7 +460,7 @@ func TestPA_4_4_08_09_MoreScopes(t *testing.T) {
 	if len(rv) != 1 || strings.Join(after.Scopes, " ") != "poppy:read poppy:write" || strings.Join(before.Scopes, " ") != "poppy:read" {
 		t.Fatalf("%d revocations; scopes now %v", len(rv), after.Scopes)
 	}
-	if info, ok := e.srv.AccountToken(rv[0].Form.Get("token")); !ok || !info.Revoked {
+	if info, ok := e.srv.Tokens().Account(rv[0].Form.Get("token")); !ok || !info.Revoked {
 		t.Fatal("the old Account Token was not revoked")
 	}
 }
@@ -469,7 +469,7 @@ func TestPA_4_8_07_10_11_AccountTokenSecret(t *testing.T) {
 	var logs strings.Builder
 	var mu sync.Mutex
 	logger := slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	e := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInOptions{RotateAccountTokens: true}}, &poppy.AgentOptions{Logger: logger})
+	e := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInPolicy{RotateAccountTokens: true}}, &poppy.AgentOptions{Logger: logger})
 	s := signedIn(t, e, "")
 	for range 3 {
 		if _, err := s.Token(ctx, &poppy.TokenOptions{Renew: true}); err != nil {
@@ -538,7 +538,7 @@ func (n *nestingStore) Update(ctx context.Context, key keystore.Key, fn func([]b
 
 func TestNoNestedKeystoreLocks(t *testing.T) {
 	ns := &nestingStore{Store: keystore.NewMemory(), t: t}
-	e := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInOptions{RotateAccountTokens: true}}, &poppy.AgentOptions{Store: ns})
+	e := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInPolicy{RotateAccountTokens: true}}, &poppy.AgentOptions{Store: ns})
 	direct, err := signin.NewDirect(e.agent, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -567,7 +567,7 @@ func TestNoNestedKeystoreLocks(t *testing.T) {
 	if _, ok, err := s2.UseAccountToken(ctx, nil); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
-	e.srv.Disconnect("acct_1") // the refused-Account-Token path
+	e.srv.Sessions().Disconnect("acct_1") // the refused-Account-Token path
 	e.srv.Clock().Advance(2 * time.Hour)
 	e.get(s, "/products")
 	if err := s2.SignOut(ctx, ""); err != nil && !errors.Is(err, poppy.ErrNoAccountToken) {
@@ -584,7 +584,7 @@ func TestNoNestedKeystoreLocks(t *testing.T) {
 func TestInsufficientScopeNamesScopesAndTypes(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	s := signedIn(t, e, "") // Mediated: poppy:read only
-	_, err := doPost(s, e.srv.APIURL()+"/orders/ord_7Hk2/exchanges", `{}`)
+	_, err := doPost(s, e.srv.EndpointURL(poppytest.EndpointAPI)+"/orders/ord_7Hk2/exchanges", `{}`)
 	if !errors.Is(err, poppy.ErrInsufficientScope) {
 		t.Fatalf("err = %v, want ErrInsufficientScope", err)
 	}
@@ -661,7 +661,7 @@ func TestRestoredAccountRecordAfterSignOutSignsNothingIn(t *testing.T) {
 // have rotated the Account Token at the Company; the record then keeps no
 // Session Token that could stand in for the next refresh.
 func TestLostRotationClearsRecent(t *testing.T) {
-	e, h := hostileEnv(t, &poppytest.Options{SignIn: poppytest.SignInOptions{RotateAccountTokens: true}}, nil)
+	e, h := hostileEnv(t, &poppytest.Options{SignIn: poppytest.SignInPolicy{RotateAccountTokens: true}}, nil)
 	s := signedIn(t, e, "default")
 	if _, err := s.Token(ctx, &poppy.TokenOptions{Renew: true}); err != nil {
 		t.Fatal(err)

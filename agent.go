@@ -20,7 +20,7 @@ import (
 
 // Clock tells the time and waits. The SDK uses it for token expiry, proof
 // and assertion times, HTTP caching and Retry-After waits, so that tests can
-// run against a fake clock (poppytest.Clock).
+// run against a fake clock (poppytest.OffsetClock).
 type Clock interface {
 	Now() time.Time
 	// Sleep waits for d or until ctx is done, returning ctx.Err() then.

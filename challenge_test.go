@@ -66,7 +66,7 @@ func TestPA_6_04_AlgsWithoutES256(t *testing.T) {
 // (here sign_in_required, after a use_dpop_nonce retry on the first
 // request), not by renewing the token the Bearer challenge calls invalid.
 func TestPA_6_04_TransportTakesTheDPoPChallenge(t *testing.T) {
-	e, h := hostileEnv(t, &poppytest.Options{Tokens: poppytest.TokenOptions{RequireNonce: true}}, nil)
+	e, h := hostileEnv(t, &poppytest.Options{Tokens: poppytest.TokenPolicy{RequireNonce: true}}, nil)
 	h.On("/orders", func(req *http.Request, next http.RoundTripper) (*http.Response, error) {
 		resp, err := next.RoundTrip(req)
 		if err == nil {

@@ -24,10 +24,10 @@ func discover(t *testing.T, opts *poppytest.Options, domain string) (*env, *popp
 
 // noFurther asserts that after discovery failed, nothing but poppy.json
 // (and its redirects) was requested.
-func noFurther(t *testing.T, e *env, eps ...poppytest.Endpoint) {
+func noFurther(t *testing.T, e *env, eps ...poppytest.EndpointKind) {
 	t.Helper()
 	if len(eps) == 0 {
-		eps = []poppytest.Endpoint{poppytest.EndpointMetadata, poppytest.EndpointToken, poppytest.EndpointAPI}
+		eps = []poppytest.EndpointKind{poppytest.EndpointMetadata, poppytest.EndpointToken, poppytest.EndpointAPI}
 	}
 	if r := sdkRequests(e.srv, eps...); len(r) != 0 {
 		t.Fatalf("%d further requests, first %s %s", len(r), r[0].Method, r[0].URL)

@@ -31,7 +31,7 @@ func mixedWorkload(t *testing.T, e *env, s *poppy.Session) {
 		if code, body := e.get(s, "/products?page="+strconv.Itoa(i)+"#frag"); code != 200 {
 			t.Fatalf("GET: %d %s", code, body)
 		}
-		resp, err := s.HTTPClient().Post(e.srv.APIURL()+"/echo", "application/json", strings.NewReader(`{"n":1}`))
+		resp, err := s.HTTPClient().Post(e.srv.EndpointURL(poppytest.EndpointAPI)+"/echo", "application/json", strings.NewReader(`{"n":1}`))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -194,7 +194,7 @@ func TestPA_4_1_10_DPoPKeysNotPublished(t *testing.T) {
 }
 
 func TestPA_4_3_12_NonceAtTokenEndpoint(t *testing.T) {
-	e := newEnv(t, &poppytest.Options{Tokens: poppytest.TokenOptions{RequireNonce: true}}, nil)
+	e := newEnv(t, &poppytest.Options{Tokens: poppytest.TokenPolicy{RequireNonce: true}}, nil)
 	e.session("alice")
 	toks := sdkRequests(e.srv, poppytest.EndpointToken)
 	if len(toks) != 2 {
@@ -210,7 +210,7 @@ func TestPA_4_3_12_NonceAtTokenEndpoint(t *testing.T) {
 }
 
 func TestPA_4_3_13_NonceAtAPI(t *testing.T) {
-	e := newEnv(t, &poppytest.Options{Tokens: poppytest.TokenOptions{RequireNonce: true}}, nil)
+	e := newEnv(t, &poppytest.Options{Tokens: poppytest.TokenPolicy{RequireNonce: true}}, nil)
 	s := e.session("alice")
 	if code, body := e.get(s, "/products"); code != 200 {
 		t.Fatalf("status %d %s", code, body)
@@ -228,7 +228,7 @@ func TestPA_4_3_13_NonceAtAPI(t *testing.T) {
 }
 
 func TestPA_4_3_14_NonceFromEveryResponse(t *testing.T) {
-	e := newEnv(t, &poppytest.Options{Tokens: poppytest.TokenOptions{RequireNonce: true, RotateNonce: true}}, nil)
+	e := newEnv(t, &poppytest.Options{Tokens: poppytest.TokenPolicy{RequireNonce: true, RotateNonce: true}}, nil)
 	s := e.session("alice")
 	for i := 0; i < 10; i++ {
 		if code, body := e.get(s, "/products"); code != 200 {
@@ -258,7 +258,7 @@ func TestPA_4_3_15_NonceRetriedOnce(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	s := e.session("alice")
 	e.srv.Faults().ForceError(poppytest.EndpointAPI, poppytest.Fault{Status: 401, Code: "use_dpop_nonce", Times: 10})
-	_, err := doGet(s, e.srv.APIURL()+"/products")
+	_, err := doGet(s, e.srv.EndpointURL(poppytest.EndpointAPI)+"/products")
 	// PA-4.3-15
 	if !errors.Is(err, poppy.ErrDPoPNonce) {
 		t.Fatalf("err = %v, want ErrDPoPNonce", err)
@@ -280,7 +280,7 @@ func TestPA_4_3_16_InvalidProofNoRetry(t *testing.T) {
 	}
 	s := e.session("alice")
 	e.srv.Faults().ForceError(poppytest.EndpointAPI, poppytest.Fault{Status: 401, Code: "invalid_dpop_proof"})
-	_, err := doGet(s, e.srv.APIURL()+"/products")
+	_, err := doGet(s, e.srv.EndpointURL(poppytest.EndpointAPI)+"/products")
 	if !errors.Is(err, poppy.ErrInvalidDPoPProof) {
 		t.Fatalf("API: err = %v", err)
 	}
@@ -293,7 +293,7 @@ func TestPA_4_3_16_InvalidProofNoRetry(t *testing.T) {
 func TestPA_4_3_17_18_BearerTokenForMCP(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	s := e.session("alice")
-	tok, err := s.Token(ctx, &poppy.TokenOptions{Bearer: true, Resource: e.srv.MCPURL()})
+	tok, err := s.Token(ctx, &poppy.TokenOptions{Bearer: true, Resource: e.srv.EndpointURL(poppytest.EndpointMCP)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,7 +304,7 @@ func TestPA_4_3_17_18_BearerTokenForMCP(t *testing.T) {
 		t.Fatalf("Bearer request: DPoP %v, form %v", hasHeader(r, "DPoP"), r.Form)
 	}
 	// PA-4.3-18
-	if r.Form.Get("resource") != e.srv.MCPURL() {
+	if r.Form.Get("resource") != e.srv.EndpointURL(poppytest.EndpointMCP) {
 		t.Fatalf("resource %q", r.Form.Get("resource"))
 	}
 	if tok.Type != "Bearer" {
@@ -338,7 +338,7 @@ func TestPA_4_3_20_NarrowerScope(t *testing.T) {
 func TestPA_4_3_21_ResourceToken(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	s := e.session("alice")
-	res := e.srv.APIURL() + "/"
+	res := e.srv.EndpointURL(poppytest.EndpointAPI) + "/"
 	tok, err := s.Token(ctx, &poppy.TokenOptions{Resource: res})
 	if err != nil {
 		t.Fatal(err)
@@ -348,14 +348,14 @@ func TestPA_4_3_21_ResourceToken(t *testing.T) {
 	if toks[len(toks)-1].Form.Get("resource") != res {
 		t.Fatalf("resource %q", toks[len(toks)-1].Form.Get("resource"))
 	}
-	if info, ok := e.srv.Token(tok.Value()); !ok || info.Resource != res {
+	if info, ok := e.srv.Tokens().Get(tok.Value()); !ok || info.Resource != res {
 		t.Fatalf("server record %+v", info)
 	}
 }
 
 func TestPA_4_3_22_PerResourceToken(t *testing.T) {
 	res := "https://api.example.test/"
-	e := newEnv(t, &poppytest.Options{API: poppytest.APIOptions{Resource: res}}, nil)
+	e := newEnv(t, &poppytest.Options{API: poppytest.OpenAPIServerOptions{Resource: res}}, nil)
 	s := e.session("alice")
 	if code, body := e.get(s, "/products"); code != 200 {
 		t.Fatalf("status %d %s", code, body)
@@ -395,7 +395,7 @@ func TestPA_4_3_23_26_NoAnonymousRequestsNoTokensInURLs(t *testing.T) {
 func TestPA_4_3_24_NoAnonymousMode(t *testing.T) {
 	var s *poppy.Session
 	e := newEnv(t, nil, nil)
-	_, err := s.HTTPClient().Get(e.srv.APIURL() + "/products")
+	_, err := s.HTTPClient().Get(e.srv.EndpointURL(poppytest.EndpointAPI) + "/products")
 	// PA-4.3-24
 	if !errors.Is(err, poppy.ErrNoSession) {
 		t.Fatalf("err = %v, want ErrNoSession", err)
@@ -406,7 +406,7 @@ func TestPA_4_3_24_NoAnonymousMode(t *testing.T) {
 }
 
 func TestPA_4_3_25_NewTokenUsedFromThenOn(t *testing.T) {
-	e := newEnv(t, &poppytest.Options{Tokens: poppytest.TokenOptions{RevokeOnReissue: true}}, nil)
+	e := newEnv(t, &poppytest.Options{Tokens: poppytest.TokenPolicy{RevokeOnReissue: true}}, nil)
 	s := e.session("alice")
 	old, _ := s.Token(ctx, nil)
 	if _, err := s.Token(ctx, &poppy.TokenOptions{Renew: true}); err != nil {
@@ -457,7 +457,7 @@ func TestPA_4_3_29_RateLimitWithoutRetryAfter(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	s := e.session("alice")
 	e.srv.Faults().RateLimit(poppytest.EndpointAPI, 10, "")
-	_, err := doGet(s, e.srv.APIURL()+"/products")
+	_, err := doGet(s, e.srv.EndpointURL(poppytest.EndpointAPI)+"/products")
 	// PA-4.3-29: 1 s, 2 s, 4 s apart, then ErrRateLimited.
 	if !errors.Is(err, poppy.ErrRateLimited) {
 		t.Fatalf("err = %v, want ErrRateLimited", err)
@@ -475,11 +475,11 @@ func TestPA_4_3_29_RateLimitWithoutRetryAfter(t *testing.T) {
 
 // A body survives every kind of retry unchanged.
 func TestRetriedBodyIntact(t *testing.T) {
-	e := newEnv(t, &poppytest.Options{Tokens: poppytest.TokenOptions{RequireNonce: true}}, nil)
+	e := newEnv(t, &poppytest.Options{Tokens: poppytest.TokenPolicy{RequireNonce: true}}, nil)
 	s := e.session("alice")
 	e.srv.Faults().RateLimit(poppytest.EndpointAPI, 1, "1")
 	body := `{"hello":"world"}`
-	req, _ := http.NewRequest("POST", e.srv.APIURL()+"/echo", io.NopCloser(strings.NewReader(body)))
+	req, _ := http.NewRequest("POST", e.srv.EndpointURL(poppytest.EndpointAPI)+"/echo", io.NopCloser(strings.NewReader(body)))
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := s.HTTPClient().Do(req)
 	if err != nil {

@@ -31,7 +31,7 @@ func ExampleWithResponseHeaderTimeout() {
 		log.Fatal(err)
 	}
 	ctx := poppy.WithResponseHeaderTimeout(context.Background(), 0) // no header timeout
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, company.APIURL()+"/products", nil)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, company.EndpointURL(poppytest.EndpointAPI)+"/products", nil)
 	resp, err := sess.Do(req)
 	if err != nil {
 		log.Fatal(err)

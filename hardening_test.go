@@ -127,7 +127,7 @@ func TestAttackRetryAfterHuge(t *testing.T) {
 	s := e.session("alice")
 	before := len(sdkRequests(e.srv, poppytest.EndpointAPI))
 	e.srv.Faults().RateLimit(poppytest.EndpointAPI, 1, "99999999999999999999")
-	resp, err := s.HTTPClient().Get(e.srv.APIURL() + "/products")
+	resp, err := s.HTTPClient().Get(e.srv.EndpointURL(poppytest.EndpointAPI) + "/products")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +150,7 @@ func TestAttackRetryAfterFarDate(t *testing.T) {
 	s := e.session("alice")
 	before := len(sdkRequests(e.srv, poppytest.EndpointAPI))
 	e.srv.Faults().RateLimit(poppytest.EndpointAPI, 1, "Fri, 31 Dec 9999 23:59:59 GMT")
-	resp, err := s.HTTPClient().Get(e.srv.APIURL() + "/products")
+	resp, err := s.HTTPClient().Get(e.srv.EndpointURL(poppytest.EndpointAPI) + "/products")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,7 +300,7 @@ func TestAttackLargeErrorBody(t *testing.T) {
 		return testenv.Answer(req, 403, http.Header{"Content-Type": {"application/json"}}, big), nil
 	})
 	s := e.session("alice")
-	resp, err := s.HTTPClient().Get(e.srv.APIURL() + "/orders")
+	resp, err := s.HTTPClient().Get(e.srv.EndpointURL(poppytest.EndpointAPI) + "/orders")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -458,7 +458,7 @@ func TestAttackDPoPJTI128(t *testing.T) {
 // the fake as a byte pump, so TLS stays end to end; the connection is
 // HTTP/1.1, as with Node.
 type keepAlive struct {
-	clock   *poppytest.Clock
+	clock   *poppytest.OffsetClock
 	timeout time.Duration
 	closed  atomic.Int32 // connections closed that way
 }
@@ -535,7 +535,7 @@ func (k *keepAlive) pump(c, up net.Conn) {
 // 6 s of idle now go through: the SDK sends them again once, on a new
 // connection, with a fresh assertion and proof.
 func TestAttackKeepAliveEOF(t *testing.T) {
-	e := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInOptions{DeviceInterval: 5 * time.Second}}, nil)
+	e := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInPolicy{DeviceInterval: 5 * time.Second}}, nil)
 	ka := &keepAlive{clock: e.srv.Clock(), timeout: 5 * time.Second}
 	e.agent = e.newAgent(&poppy.AgentOptions{HTTPClient: &http.Client{Transport: ka.transport(e.srv.Transport())}})
 	s := e.session("alice")
@@ -550,7 +550,7 @@ func TestAttackKeepAliveEOF(t *testing.T) {
 	// Device polls 5 s apart, and 10 s after a slow_down; the User
 	// approves after 12 polls.
 	e.srv.SignIn().HoldDevicePolls(10)
-	e.srv.SignIn().ScriptDevicePolls(poppytest.PollSlowDown)
+	e.srv.SignIn().ScriptDevicePolls("slow_down")
 	show := signin.PrompterFuncs{ShowCodeFunc: func(ctx context.Context, p *signin.CodePrompt) error {
 		_, err := e.srv.Browse(ctx, p.VerificationURIComplete)
 		return err
@@ -905,7 +905,7 @@ func TestAttackTokenToUnnamedPort(t *testing.T) {
 	h.On("/moved", func(req *http.Request, _ http.RoundTripper) (*http.Response, error) {
 		return testenv.Answer(req, http.StatusFound, http.Header{"Location": {"https://api.example.test:8443/products"}}, ""), nil
 	})
-	if resp, err := s.HTTPClient().Get(e.srv.APIURL() + "/moved"); !errors.Is(err, poppy.ErrForeignHost) {
+	if resp, err := s.HTTPClient().Get(e.srv.EndpointURL(poppytest.EndpointAPI) + "/moved"); !errors.Is(err, poppy.ErrForeignHost) {
 		if err == nil {
 			drainClose(resp)
 		}
@@ -967,7 +967,7 @@ func TestAttackTokenInURL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bearer, err := s.Token(ctx, &poppy.TokenOptions{Bearer: true, Resource: e.srv.MCPURL()})
+	bearer, err := s.Token(ctx, &poppy.TokenOptions{Bearer: true, Resource: e.srv.EndpointURL(poppytest.EndpointMCP)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -989,7 +989,7 @@ func TestAttackTokenInURL(t *testing.T) {
 	if json.Unmarshal(b, &ar) != nil || ar.Token == "" {
 		t.Fatalf("no Account Token in the store: %s", b)
 	}
-	api := e.srv.APIURL()
+	api := e.srv.EndpointURL(poppytest.EndpointAPI)
 	v := cur.Value()
 	cases := []struct {
 		name, url string

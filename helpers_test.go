@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/poppyproto/poppy/internal/leakcheck"
 
 	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/keystore"
@@ -18,10 +18,10 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
+	leakcheck.VerifyTestMain(m,
 		// net/http keeps idle connections' goroutines until the transport
 		// is closed; poppytest closes its own at Close.
-		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+		"internal/poll.runtime_pollWait",
 	)
 	_ = os.Stdout
 }
@@ -124,7 +124,7 @@ func (e *env) session(user string) *poppy.Session {
 // and body.
 func (e *env) get(sess *poppy.Session, path string) (int, string) {
 	e.t.Helper()
-	resp, err := sess.HTTPClient().Get(e.srv.APIURL() + path)
+	resp, err := sess.HTTPClient().Get(e.srv.EndpointURL(poppytest.EndpointAPI) + path)
 	if err != nil {
 		e.t.Fatalf("GET %s: %v", path, err)
 	}
@@ -135,7 +135,7 @@ func (e *env) get(sess *poppy.Session, path string) (int, string) {
 
 // sdkRequests returns the requests the SDK sent to the given endpoints,
 // leaving out the fake's own fetches of the agent's documents.
-func sdkRequests(srv *poppytest.Server, eps ...poppytest.Endpoint) []poppytest.Request {
+func sdkRequests(srv *poppytest.Server, eps ...poppytest.EndpointKind) []poppytest.Request {
 	var out []poppytest.Request
 	for _, r := range srv.RequestsTo(eps...) {
 		if !r.Internal {

@@ -80,7 +80,7 @@ func fetchedMetadata(t *testing.T, e *env) map[string]any {
 			if r.Status != 200 {
 				t.Fatalf("fake's fetch of client_id: %d", r.Status)
 			}
-			b, ok := e.srv.ClientMetadata(testClientID)
+			b, ok := e.srv.Sessions().ClientMetadata(testClientID)
 			if !ok {
 				t.Fatal("fake kept no client metadata")
 			}
@@ -244,7 +244,7 @@ func TestPA_3_3_06_ExtensionRequired(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	s := e.session("alice")
 	e.srv.Faults().ForceError(poppytest.EndpointAPI, poppytest.Fault{Status: 403, Code: "extension_required"})
-	_, err := doPost(s, e.srv.APIURL()+"/orders/ord_1/exchanges", `{}`)
+	_, err := doPost(s, e.srv.EndpointURL(poppytest.EndpointAPI)+"/orders/ord_1/exchanges", `{}`)
 	// PA-3.3-06
 	var xr poppy.ExtensionRequiredError
 	if !errorsAs(err, &xr) || xr.Extension != "operations" {

@@ -85,7 +85,7 @@ func TestExtensionRequiredErrorForms(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	s := e.session("alice")
 	e.srv.Faults().ForceError(poppytest.EndpointAPI, poppytest.Fault{Status: 403, Code: "extension_required"})
-	_, err := doPost(s, e.srv.APIURL()+"/orders/ord_1/exchanges", `{}`)
+	_, err := doPost(s, e.srv.EndpointURL(poppytest.EndpointAPI)+"/orders/ord_1/exchanges", `{}`)
 	var xp *poppy.ExtensionRequiredError
 	var xv poppy.ExtensionRequiredError
 	if !errors.As(err, &xp) || !errors.As(err, &xv) || xp.Extension != "operations" || xv.Extension != "operations" {

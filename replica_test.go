@@ -54,7 +54,7 @@ func (c *crashingStore) Update(ctx context.Context, key keystore.Key, fn func([]
 // working signed-out Session (a new one), and a new replica can start too
 // (PA-4.8-06, PA-4.2-16).
 func TestLostRotationEndsSignedOut(t *testing.T) {
-	e := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInOptions{RotateAccountTokens: true}}, nil)
+	e := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInPolicy{RotateAccountTokens: true}}, nil)
 	s := signedIn(t, e, "")
 	old := s.ID()
 	crash := &crashingStore{Store: e.store}
@@ -74,7 +74,7 @@ func TestLostRotationEndsSignedOut(t *testing.T) {
 	// The surviving replica: its next renewal sends the stored, rotated-away
 	// Account Token.
 	e.srv.Clock().Advance(2 * time.Hour)
-	_, err = doGet(s, e.srv.APIURL()+"/orders")
+	_, err = doGet(s, e.srv.EndpointURL(poppytest.EndpointAPI)+"/orders")
 	if !errors.Is(err, poppy.ErrSignInRequired) {
 		t.Fatalf("account call: err = %v, want ErrSignInRequired", err)
 	}
@@ -129,9 +129,9 @@ func TestLostRotationEndsSignedOut(t *testing.T) {
 // the rotated Account Token is stored first (PA-4.8-04, RFC 6749 6): the
 // next renewal uses it and the User stays signed in.
 func TestPA_4_8_04_RotationKeptFromRefusedResponse(t *testing.T) {
-	e := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInOptions{RotateAccountTokens: true}}, nil)
+	e := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInPolicy{RotateAccountTokens: true}}, nil)
 	s := signedIn(t, e, "")
-	e.srv.SetExpiresIn(poppytest.ExpiresIn{Seconds: 0, Times: 1})
+	e.srv.Tokens().SetExpiresIn(0, 1)
 	if _, err := s.Token(ctx, &poppy.TokenOptions{Renew: true}); !errors.Is(err, poppy.ErrInvalidTokenResponse) {
 		t.Fatalf("err = %v, want ErrInvalidTokenResponse (PA-4.2-13)", err)
 	}
@@ -190,7 +190,7 @@ func (b *barrierStore) arm(n int) {
 // under the Account Token's lock instead of refreshing again.
 func TestPA_4_8_05_OneRefreshAcrossReplicas(t *testing.T) {
 	bs := &barrierStore{Store: keystore.NewMemory()}
-	e := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInOptions{RotateAccountTokens: true}}, &poppy.AgentOptions{Store: bs})
+	e := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInPolicy{RotateAccountTokens: true}}, &poppy.AgentOptions{Store: bs})
 	e.store = bs
 	var sessions []*poppy.Session
 	sessions = append(sessions, signedIn(t, e, ""))

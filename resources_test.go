@@ -24,9 +24,9 @@ func TestPA_4_3_21_RenewalNamesOneResource(t *testing.T) {
 	for _, typ := range []string{"direct", "device"} {
 		t.Run(typ, func(t *testing.T) {
 			e := newEnv(t, &poppytest.Options{
-				API:       poppytest.APIOptions{Resource: apiRes},
+				API:       poppytest.OpenAPIServerOptions{Resource: apiRes},
 				Discovery: poppytest.DiscoveryOptions{DropAgent: true, Extensions: map[string]any{"operations": nil}},
-				SignIn:    poppytest.SignInOptions{StrictResourceIndicators: true, RotateAccountTokens: true, Disable: []string{"mediated"}},
+				SignIn:    poppytest.SignInPolicy{StrictResourceIndicators: true, RotateAccountTokens: true, Disable: []string{"mediated"}},
 			}, nil)
 			sess := e.session("alice")
 			if got := sess.Company().Resources(); len(got) != 2 {
@@ -72,11 +72,11 @@ func TestPA_4_3_21_RenewalNamesOneResource(t *testing.T) {
 			if code, body := e.get(sess, "/orders"); code != 200 {
 				t.Fatalf("GET /orders: %d %s", code, body)
 			}
-			bt, err := sess.Token(ctx, &poppy.TokenOptions{Bearer: true, Resource: e.srv.MCPURL()})
+			bt, err := sess.Token(ctx, &poppy.TokenOptions{Bearer: true, Resource: e.srv.EndpointURL(poppytest.EndpointMCP)})
 			if err != nil {
 				t.Fatalf("MCP Bearer token: %v", err)
 			}
-			if info, ok := e.srv.Token(bt.Value()); !ok || info.Resource != e.srv.MCPURL() || !info.SignedIn {
+			if info, ok := e.srv.Tokens().Get(bt.Value()); !ok || info.Resource != e.srv.EndpointURL(poppytest.EndpointMCP) || !info.SignedIn {
 				t.Fatalf("MCP token %+v", info)
 			}
 			refreshes := 0

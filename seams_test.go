@@ -123,7 +123,7 @@ func TestSessionResourceHTTPClient(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	s := e.session("alice")
 	const res = "https://api.example.test/"
-	resp, err := s.ResourceHTTPClient(res).Get(e.srv.APIURL() + "/products")
+	resp, err := s.ResourceHTTPClient(res).Get(e.srv.EndpointURL(poppytest.EndpointAPI) + "/products")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +189,7 @@ func TestSessionRedact(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bearer, err := s.Token(ctx, &poppy.TokenOptions{Bearer: true, Resource: e.srv.MCPURL()})
+	bearer, err := s.Token(ctx, &poppy.TokenOptions{Bearer: true, Resource: e.srv.EndpointURL(poppytest.EndpointMCP)})
 	if err != nil {
 		t.Fatal(err)
 	}

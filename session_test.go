@@ -76,7 +76,7 @@ func TestPA_4_2_06_to_10_SessionAssertionClaims(t *testing.T) {
 			t.Errorf("sub %q, want %q", claim(a.Claims, "sub"), s.UserID())
 		}
 		// PA-4.2-08: aud is a JSON string equal to token_endpoint.
-		if !strings.Contains(string(a.RawClaims), `"aud":"`+e.srv.TokenEndpoint()+`"`) {
+		if !strings.Contains(string(a.RawClaims), `"aud":"`+e.srv.EndpointURL(poppytest.EndpointToken)+`"`) {
 			t.Errorf("aud not the token endpoint as a single string: %s", a.RawClaims)
 		}
 		// PA-4.2-09
@@ -107,7 +107,7 @@ func TestPA_4_2_11_TokenResponseRead(t *testing.T) {
 	if !strings.HasPrefix(s.ID(), "ses_") && s.ID() == "" {
 		t.Fatalf("session ID %q", s.ID())
 	}
-	info, ok := e.srv.Session(s.ID())
+	info, ok := e.srv.Sessions().Get(s.ID())
 	if !ok {
 		t.Fatalf("fake has no Session %q", s.ID())
 	}
@@ -157,7 +157,7 @@ func TestPA_4_2_11_AssertionAnsweredSignedIn(t *testing.T) {
 
 func TestPA_4_2_12_UnexpectedTokenType(t *testing.T) {
 	e := newEnv(t, nil, nil)
-	e.srv.SetTokenType("Bearer")
+	e.srv.Tokens().SetType("Bearer")
 	_, err := e.company("example.test").Session(ctx, "alice", nil)
 	// PA-4.2-12
 	if !errors.Is(err, poppy.ErrUnexpectedTokenType) {
@@ -167,7 +167,7 @@ func TestPA_4_2_12_UnexpectedTokenType(t *testing.T) {
 
 func TestPA_4_2_13_NonPositiveExpiresIn(t *testing.T) {
 	e := newEnv(t, nil, nil)
-	e.srv.SetExpiresIn(poppytest.ExpiresIn{Seconds: 0})
+	e.srv.Tokens().SetExpiresIn(0, 1)
 	_, err := e.company("example.test").Session(ctx, "alice", nil)
 	// PA-4.2-13
 	if !errors.Is(err, poppy.ErrInvalidTokenResponse) {
@@ -176,7 +176,7 @@ func TestPA_4_2_13_NonPositiveExpiresIn(t *testing.T) {
 }
 
 func TestPA_4_2_14_RenewAfterExpiry(t *testing.T) {
-	e := newEnv(t, &poppytest.Options{Tokens: poppytest.TokenOptions{TTL: time.Hour}}, nil)
+	e := newEnv(t, &poppytest.Options{Tokens: poppytest.TokenPolicy{TTL: time.Hour}}, nil)
 	s := e.session("alice")
 	if code, body := e.get(s, "/products"); code != 200 {
 		t.Fatalf("status %d %s", code, body)
@@ -226,7 +226,7 @@ func TestPA_4_2_16_EndedSessionIsReplaced(t *testing.T) {
 	}})
 	s := e.session("alice")
 	old := s.ID()
-	e.srv.EndSession(old)
+	e.srv.Sessions().End(old)
 	e.srv.Clock().Advance(2 * time.Hour) // the token expires; renewal finds the Session ended
 	if code, body := e.get(s, "/products"); code != 200 {
 		t.Fatalf("status %d %s", code, body)
@@ -306,7 +306,7 @@ func TestPA_4_2_20_TokenContentsIgnored(t *testing.T) {
 		return out
 	}
 	opaque := renewals(nil)
-	jwt := renewals(&poppytest.Options{Tokens: poppytest.TokenOptions{JWT: true}})
+	jwt := renewals(&poppytest.Options{Tokens: poppytest.TokenPolicy{JWT: true}})
 	// PA-4.2-20: identical renewal timing, driven by expires_in.
 	if fmt.Sprint(opaque) != fmt.Sprint(jwt) || len(opaque) < 2 {
 		t.Fatalf("renewals opaque %v, JWT-shaped %v", opaque, jwt)
@@ -423,7 +423,7 @@ func TestPA_4_01_ConcurrentSessions(t *testing.T) {
 		t.Fatalf("session IDs %v", ids)
 	}
 	for _, r := range sdkRequests(e.srv, poppytest.EndpointAPI) {
-		info, ok := e.srv.Token(r.AccessToken)
+		info, ok := e.srv.Tokens().Get(r.AccessToken)
 		if !ok || r.SessionID != info.SessionID {
 			t.Fatalf("request carried an unknown or foreign token")
 		}
@@ -500,15 +500,15 @@ func TestNoSecretsInLogsOrErrors(t *testing.T) {
 	var logs strings.Builder
 	var mu sync.Mutex
 	logger := slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	e := newEnv(t, &poppytest.Options{Tokens: poppytest.TokenOptions{RequireNonce: true}}, &poppy.AgentOptions{Logger: logger})
+	e := newEnv(t, &poppytest.Options{Tokens: poppytest.TokenPolicy{RequireNonce: true}}, &poppy.AgentOptions{Logger: logger})
 	s := e.session("alice")
 	mixedWorkload(t, e, s)
 	var errs []string
 	e.srv.Faults().ForceError(poppytest.EndpointAPI, poppytest.Fault{Status: 401, Code: "invalid_dpop_proof"})
-	_, err := s.HTTPClient().Get(e.srv.APIURL() + "/products")
+	_, err := s.HTTPClient().Get(e.srv.EndpointURL(poppytest.EndpointAPI) + "/products")
 	errs = append(errs, fmt.Sprint(err))
 	e.srv.Faults().RateLimit(poppytest.EndpointAPI, 10, "")
-	_, err = s.HTTPClient().Get(e.srv.APIURL() + "/products")
+	_, err = s.HTTPClient().Get(e.srv.EndpointURL(poppytest.EndpointAPI) + "/products")
 	errs = append(errs, fmt.Sprint(err))
 	e.srv.Faults().ForceError(poppytest.EndpointToken, poppytest.Fault{Status: 400, Code: "invalid_grant"})
 	_, err = s.Token(ctx, &poppy.TokenOptions{Renew: true})

@@ -89,7 +89,7 @@ func TestExchangeCodeRedirectURI(t *testing.T) {
 // PA-4.7-09: a one-time code goes only with the code_required step of the
 // Session that sent the credentials.
 func TestMediatedCodeStepOwnership(t *testing.T) {
-	e := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInOptions{RequireCode: true}}, nil)
+	e := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInPolicy{RequireCode: true}}, nil)
 	s := e.session("alice")
 	other, err := e.company("example.test").Session(ctx, "bob", nil)
 	if err != nil {

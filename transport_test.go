@@ -38,7 +38,7 @@ func TestTransportReturnsErrorResponses(t *testing.T) {
 	c := handWrittenClient{&http.Client{Transport: s.Transport()}}
 
 	// A signed-out Session asks for an account resource: 403.
-	status, body, hdr, err := c.get(e.srv.APIURL() + "/orders")
+	status, body, hdr, err := c.get(e.srv.EndpointURL(poppytest.EndpointAPI) + "/orders")
 	if err != nil {
 		t.Fatalf("transport error for a 403: %v", err)
 	}
@@ -51,7 +51,7 @@ func TestTransportReturnsErrorResponses(t *testing.T) {
 	}
 
 	// ResponseError on the same answer.
-	resp, err := s.HTTPClient().Get(e.srv.APIURL() + "/orders")
+	resp, err := s.HTTPClient().Get(e.srv.EndpointURL(poppytest.EndpointAPI) + "/orders")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func TestTransportReturnsErrorResponses(t *testing.T) {
 	// comes back as a response.
 	before := len(sdkRequests(e.srv, poppytest.EndpointAPI))
 	e.srv.Faults().RateLimit(poppytest.EndpointAPI, 1, "600")
-	status, _, hdr, err = c.get(e.srv.APIURL() + "/products")
+	status, _, hdr, err = c.get(e.srv.EndpointURL(poppytest.EndpointAPI) + "/products")
 	if err != nil || status != http.StatusTooManyRequests || hdr.Get("Retry-After") != "600" {
 		t.Fatalf("429: status %d, err %v", status, err)
 	}
@@ -82,7 +82,7 @@ func TestTransportReturnsErrorResponses(t *testing.T) {
 		t.Fatalf("%d requests for a 429 beyond MaxRetryWait, want 1", n)
 	}
 	e.srv.Faults().RateLimit(poppytest.EndpointAPI, 1, "600")
-	resp, err = s.HTTPClient().Get(e.srv.APIURL() + "/products")
+	resp, err = s.HTTPClient().Get(e.srv.EndpointURL(poppytest.EndpointAPI) + "/products")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func TestTransportReturnsErrorResponses(t *testing.T) {
 
 	// Session.Do returns the answer, as HTTPClient().Do does, and
 	// ResponseError gives the error.
-	req, _ := http.NewRequest(http.MethodGet, e.srv.APIURL()+"/orders", nil)
+	req, _ := http.NewRequest(http.MethodGet, e.srv.EndpointURL(poppytest.EndpointAPI)+"/orders", nil)
 	resp, err = s.Do(req)
 	if err != nil || resp.StatusCode != http.StatusForbidden {
 		t.Fatalf("Do: %v, %v", resp, err)
@@ -105,7 +105,7 @@ func TestTransportReturnsErrorResponses(t *testing.T) {
 		t.Fatalf("Do, ResponseError: %v", rerr)
 	}
 	// A 2xx is no error.
-	req, _ = http.NewRequest(http.MethodGet, e.srv.APIURL()+"/products", nil)
+	req, _ = http.NewRequest(http.MethodGet, e.srv.EndpointURL(poppytest.EndpointAPI)+"/products", nil)
 	resp, err = s.Do(req)
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("Do 200: %v", err)

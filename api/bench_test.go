@@ -11,6 +11,7 @@ import (
 
 	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/api"
+	"github.com/poppyproto/poppy/poppytest"
 )
 
 // staticBearer is what a bare go-sdk client does: one Bearer token, set on
@@ -35,13 +36,13 @@ func BenchmarkMCPToolCall(b *testing.B) {
 	env, sess := setup(b, nil)
 	ctx := context.Background()
 	m := connectMCP(b, sess)
-	tok, err := sess.Token(ctx, &poppy.TokenOptions{Bearer: true, Resource: env.Srv.MCPURL()})
+	tok, err := sess.Token(ctx, &poppy.TokenOptions{Bearer: true, Resource: env.Srv.EndpointURL(poppytest.EndpointMCP)})
 	if err != nil {
 		b.Fatal(err)
 	}
 	hc := &http.Client{Transport: staticBearer{tok: tok.Value(), base: env.Srv.Client().Transport}}
 	bare, err := mcp.NewClient(&mcp.Implementation{Name: "bare", Version: "1"}, nil).Connect(ctx,
-		&mcp.StreamableClientTransport{Endpoint: env.Srv.MCPURL(), HTTPClient: hc, MaxRetries: -1},
+		&mcp.StreamableClientTransport{Endpoint: env.Srv.EndpointURL(poppytest.EndpointMCP), HTTPClient: hc, MaxRetries: -1},
 		&mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
 	if err != nil {
 		b.Fatal(err)
@@ -104,7 +105,7 @@ func BenchmarkMCPToolCall(b *testing.B) {
 func BenchmarkLoadOpenAPI(b *testing.B) {
 	env, sess := setup(b, nil)
 	ctx := context.Background()
-	resp, err := env.Srv.Client().Get(env.Srv.APIURL() + "/openapi.json")
+	resp, err := env.Srv.Client().Get(env.Srv.EndpointURL(poppytest.EndpointAPI) + "/openapi.json")
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -17,7 +17,7 @@ import (
 // module that depends on kin-openapi, so that the root module does not.)
 func TestCO_6_02_FakeDescriptionValidates(t *testing.T) {
 	srv := poppytest.NewServer(t, nil)
-	resp, err := srv.Client().Get(srv.APIURL() + "/openapi.json")
+	resp, err := srv.Client().Get(srv.EndpointURL(poppytest.EndpointAPI) + "/openapi.json")
 	if err != nil {
 		t.Fatal(err)
 	}

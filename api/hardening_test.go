@@ -45,7 +45,7 @@ func TestAttackPathParameterDotSegment(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	prefix := env.Srv.APIURL() + "/users/"
+	prefix := env.Srv.EndpointURL(poppytest.EndpointAPI) + "/users/"
 	for _, id := range []string{
 		"..", ".", "%2e%2e", "%2E.", ".%2e", "%2e", "%252e%252e", "%25252E%25252E", // encoded, once and more
 		"../admin", "a/../b", "a/./b", "..%2f..", "x/..", // dot segments inside a value with slashes
@@ -73,7 +73,7 @@ func TestAttackPathParameterDotSegment(t *testing.T) {
 			}
 		}
 		got := requestURIs(env.Srv, prefix)
-		if len(got) == 0 || got[len(got)-1] != env.Srv.APIURL()+want {
+		if len(got) == 0 || got[len(got)-1] != env.Srv.EndpointURL(poppytest.EndpointAPI)+want {
 			t.Errorf("id %q: request URIs %q, want …%s last", id, got, want)
 		}
 	}
@@ -85,7 +85,7 @@ func connectEndless(t testing.TB, h *testenv.EndlessTools, opts *api.MCPOptions)
 	t.Helper()
 	srv := poppytest.NewServer(t, nil)
 	h.Base = srv.Client().Transport
-	u, _ := url.Parse(srv.MCPURL())
+	u, _ := url.Parse(srv.EndpointURL(poppytest.EndpointMCP))
 	h.SetPath(u.Path)
 	env := testenv.NewOn(t, srv, &poppy.AgentOptions{HTTPClient: &http.Client{Transport: h}})
 	sess := env.Session("alice")

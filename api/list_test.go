@@ -18,7 +18,7 @@ import (
 func TestListOneURLRule(t *testing.T) {
 	const local = "http://127.0.0.1:8080/api"
 	for _, allow := range []bool{false, true} {
-		env := testenv.New(t, &poppytest.Options{API: poppytest.APIOptions{Resource: "https://api.example.test/v1"}}, nil)
+		env := testenv.New(t, &poppytest.Options{API: poppytest.OpenAPIServerOptions{Resource: "https://api.example.test/v1"}}, nil)
 		h := testenv.NewHostile(env.Srv.Transport())
 		h.OnJSON("/.well-known/poppy.json", func(m map[string]any) {
 			apis := m["apis"].([]any)

@@ -79,7 +79,7 @@ func TestCO_6_04_PA_6_02_PA_6_03_MCPBearer(t *testing.T) {
 		if r.AuthScheme != "Bearer" || r.AccessToken == "" || len(r.Header.Values("DPoP")) != 0 {
 			t.Errorf("MCP request %d: scheme %q, DPoP %q", i, r.AuthScheme, r.Header.Values("DPoP"))
 		}
-		if info, ok := env.Srv.Token(r.AccessToken); !ok || info.Type != "Bearer" || info.Resource != env.Srv.MCPURL() {
+		if info, ok := env.Srv.Tokens().Get(r.AccessToken); !ok || info.Type != "Bearer" || info.Resource != env.Srv.EndpointURL(poppytest.EndpointMCP) {
 			t.Errorf("MCP request %d: token %+v", i, info)
 		}
 		// PA-6-03: after initialize, MCP-Protocol-Version and Mcp-Session-Id.
@@ -95,7 +95,7 @@ func TestCO_6_04_PA_6_02_PA_6_03_MCPBearer(t *testing.T) {
 	}
 	// PA-4.3-17, PA-4.3-18: one proof-less token request, for the MCP url,
 	// with the signed-out Session's renewal grant.
-	reqs := mcpTokenRequests(env, env.Srv.MCPURL())
+	reqs := mcpTokenRequests(env, env.Srv.EndpointURL(poppytest.EndpointMCP))
 	if len(reqs) != 1 {
 		t.Fatalf("%d Bearer token requests, want 1", len(reqs))
 	}
@@ -119,7 +119,7 @@ func TestPA_4_3_17_SignedInBearerUsesAccountToken(t *testing.T) {
 	if res.IsError {
 		t.Fatalf("list_orders failed: %+v", res.Content)
 	}
-	reqs := mcpTokenRequests(env, env.Srv.MCPURL())
+	reqs := mcpTokenRequests(env, env.Srv.EndpointURL(poppytest.EndpointMCP))
 	if len(reqs) != 1 || reqs[0].Form.Get("grant_type") != "refresh_token" || len(reqs[0].Header.Values("DPoP")) != 0 ||
 		reqs[0].Form.Get("session_id") != sess.ID() {
 		t.Fatalf("Bearer token requests: %+v", reqs)
@@ -130,7 +130,7 @@ func TestPA_4_3_17_SignedInBearerUsesAccountToken(t *testing.T) {
 // side; each goes only where it belongs, and the Bearer token to no host
 // but its MCP server's.
 func TestPA_4_3_19_DPoPAndBearerSideBySide(t *testing.T) {
-	env, sess := setup(t, &poppytest.Options{MCP: poppytest.MCPOptions{SecondServer: true}})
+	env, sess := setup(t, &poppytest.Options{MCP: poppytest.MCPServingOptions{SecondServer: true}})
 	ctx := context.Background()
 	oa := loadOpenAPI(t, sess)
 	if _, err := oa.Call(ctx, "listProducts", nil); err != nil {
@@ -193,14 +193,14 @@ func TestPA_4_3_19_DPoPAndBearerSideBySide(t *testing.T) {
 // PA-4.3-19: the Bearer transport sends nothing to another origin.
 func TestPA_4_3_19_BearerOnlyToItsServer(t *testing.T) {
 	env, sess := setup(t, nil)
-	rt := api.BearerTransport(sess, env.Srv.MCPURL())
-	for _, u := range []string{env.Srv.APIURL() + "/mcp", "https://mcp.example.test:8443/mcp", "http://mcp.example.test/mcp"} {
+	rt := api.BearerTransport(sess, env.Srv.EndpointURL(poppytest.EndpointMCP))
+	for _, u := range []string{env.Srv.EndpointURL(poppytest.EndpointAPI) + "/mcp", "https://mcp.example.test:8443/mcp", "http://mcp.example.test/mcp"} {
 		req, _ := http.NewRequest(http.MethodPost, u, strings.NewReader(`{}`))
 		if _, err := rt.RoundTrip(req); !errors.Is(err, poppy.ErrForeignHost) {
 			t.Errorf("%s: %v, want ErrForeignHost", u, err)
 		}
 	}
-	if n := len(mcpTokenRequests(env, env.Srv.MCPURL())); n != 0 {
+	if n := len(mcpTokenRequests(env, env.Srv.EndpointURL(poppytest.EndpointMCP))); n != 0 {
 		t.Errorf("%d Bearer token requests for refused requests", n)
 	}
 	if n := len(env.Requests(poppytest.EndpointMCP)) + len(env.Requests(poppytest.EndpointAPI)); n != 0 {
@@ -211,7 +211,7 @@ func TestPA_4_3_19_BearerOnlyToItsServer(t *testing.T) {
 // Spec 6, RFC 9728: a server whose metadata doesn't list the issuer is
 // refused before any MCP request or Bearer token request.
 func TestMCPResourceMetadataIssuer(t *testing.T) {
-	env, sess := setup(t, &poppytest.Options{MCP: poppytest.MCPOptions{AuthorizationServers: []string{"https://auth.other.test"}}})
+	env, sess := setup(t, &poppytest.Options{MCP: poppytest.MCPServingOptions{AuthorizationServers: []string{"https://auth.other.test"}}})
 	_, err := api.ConnectMCP(context.Background(), sess, entry(t, sess.Company(), api.TypeMCP), nil)
 	if !errors.Is(err, api.ErrIssuerNotListed) {
 		t.Fatalf("ConnectMCP: %v, want ErrIssuerNotListed", err)
@@ -219,12 +219,12 @@ func TestMCPResourceMetadataIssuer(t *testing.T) {
 	if n := len(mcpCalls(env)); n != 0 {
 		t.Errorf("%d MCP requests after a refused metadata", n)
 	}
-	if n := len(mcpTokenRequests(env, env.Srv.MCPURL())); n != 0 {
+	if n := len(mcpTokenRequests(env, env.Srv.EndpointURL(poppytest.EndpointMCP))); n != 0 {
 		t.Errorf("%d Bearer token requests after a refused metadata", n)
 	}
 	// The metadata was read from the RFC 9728 location.
 	meta := env.Requests(poppytest.EndpointMCP)
-	if len(meta) != 1 || meta[0].URL != env.Srv.MCPResourceMetadataURL() || meta[0].AccessToken != "" {
+	if len(meta) != 1 || meta[0].URL != strings.TrimSuffix(env.Srv.EndpointURL(poppytest.EndpointMCP), "/mcp")+"/.well-known/oauth-protected-resource/mcp" || meta[0].AccessToken != "" {
 		t.Errorf("metadata requests: %+v", meta)
 	}
 }
@@ -237,7 +237,7 @@ func TestMCPResourceMetadataCached(t *testing.T) {
 	connectMCP(t, sess)
 	n := 0
 	for _, r := range env.Requests(poppytest.EndpointMCP) {
-		if r.URL == env.Srv.MCPResourceMetadataURL() {
+		if r.URL == strings.TrimSuffix(env.Srv.EndpointURL(poppytest.EndpointMCP), "/mcp")+"/.well-known/oauth-protected-resource/mcp" {
 			n++
 		}
 	}
@@ -250,7 +250,7 @@ func TestMCPResourceMetadataCached(t *testing.T) {
 // refused with insufficient_scope naming the scope, and the error names the
 // sign-in types that can grant it (A-21).
 func TestMCPInsufficientScope(t *testing.T) {
-	env, sess := setup(t, &poppytest.Options{SignIn: poppytest.SignInOptions{Scopes: map[string][]string{"device": {"poppy:read", "poppy:write"}}}})
+	env, sess := setup(t, &poppytest.Options{SignIn: poppytest.SignInPolicy{Scopes: map[string][]string{"device": {"poppy:read", "poppy:write"}}}})
 	signIn(t, env, sess, "poppy:read")
 	m := connectMCP(t, sess)
 	_, err := m.CallTool(context.Background(), "save_size_profile", map[string]any{"height_cm": 180})
@@ -305,7 +305,7 @@ func TestPA_6_06_MCPSignInRequired(t *testing.T) {
 // Bearer token expiry, a server-side expiry and a server-side revocation:
 // every call is answered, and each of them costs exactly one renewal.
 func TestMCPSessionAcrossExpiryAndRevocation(t *testing.T) {
-	env, sess := setup(t, &poppytest.Options{Tokens: poppytest.TokenOptions{TTL: 10 * time.Minute}})
+	env, sess := setup(t, &poppytest.Options{Tokens: poppytest.TokenPolicy{TTL: 10 * time.Minute}})
 	m := connectMCP(t, sess)
 	ctx := context.Background()
 	bearer := func() string {
@@ -318,11 +318,11 @@ func TestMCPSessionAcrossExpiryAndRevocation(t *testing.T) {
 		case 25: // the token expires by time: renewed before it is sent
 			env.Srv.Clock().Advance(10 * time.Minute)
 		case 50: // the Company expires it early: 401, renewed, retried
-			if !env.Srv.ExpireToken(bearer()) {
+			if !env.Srv.Tokens().Expire(bearer()) {
 				t.Fatal("ExpireToken: unknown token")
 			}
 		case 75: // the Company revokes it: 401, renewed, retried
-			if !env.Srv.RevokeToken(bearer()) {
+			if !env.Srv.Tokens().Revoke(bearer()) {
 				t.Fatal("RevokeToken: unknown token")
 			}
 		}
@@ -339,7 +339,7 @@ func TestMCPSessionAcrossExpiryAndRevocation(t *testing.T) {
 		t.Fatalf("%d calls answered", answered)
 	}
 	// One token for the connection, one renewal per expiry or revocation.
-	if n := len(mcpTokenRequests(env, env.Srv.MCPURL())); n != 4 {
+	if n := len(mcpTokenRequests(env, env.Srv.EndpointURL(poppytest.EndpointMCP))); n != 4 {
 		t.Errorf("%d Bearer token requests, want 4", n)
 	}
 	if m.Renewals() != 2 {
@@ -381,10 +381,10 @@ func TestPA_6_05_MCPSecondInvalidToken(t *testing.T) {
 // goes to /mcp only and the DPoP token everywhere else, and the Session's
 // DPoP client refuses the MCP url before sending anything.
 func TestPA_4_3_19_MCPOnAPIHost(t *testing.T) {
-	env, sess := setup(t, &poppytest.Options{MCP: poppytest.MCPOptions{OnAPIHost: true}})
+	env, sess := setup(t, &poppytest.Options{MCP: poppytest.MCPServingOptions{OnAPIHost: true}})
 	ctx := context.Background()
-	if env.Srv.MCPURL() != env.Srv.APIURL()+"/mcp" {
-		t.Fatalf("MCP url %s", env.Srv.MCPURL())
+	if env.Srv.EndpointURL(poppytest.EndpointMCP) != env.Srv.EndpointURL(poppytest.EndpointAPI)+"/mcp" {
+		t.Fatalf("MCP url %s", env.Srv.EndpointURL(poppytest.EndpointMCP))
 	}
 	oa := loadOpenAPI(t, sess)
 	m := connectMCP(t, sess)
@@ -395,7 +395,7 @@ func TestPA_4_3_19_MCPOnAPIHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := len(env.Requests())
-	_, err := sess.HTTPClient().Post(env.Srv.MCPURL(), "application/json", strings.NewReader(`{}`))
+	_, err := sess.HTTPClient().Post(env.Srv.EndpointURL(poppytest.EndpointMCP), "application/json", strings.NewReader(`{}`))
 	if !errors.Is(err, poppy.ErrForeignHost) {
 		t.Errorf("DPoP client to the MCP url: %v, want ErrForeignHost", err)
 	}
@@ -422,7 +422,7 @@ func TestMCPConcurrentRenewal(t *testing.T) {
 		t.Fatal(err)
 	}
 	calls := mcpCalls(env)
-	env.Srv.RevokeToken(calls[len(calls)-1].AccessToken)
+	env.Srv.Tokens().Revoke(calls[len(calls)-1].AccessToken)
 	errs := make(chan error, 8)
 	for range 8 {
 		go func() {
@@ -440,7 +440,7 @@ func TestMCPConcurrentRenewal(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := len(mcpTokenRequests(env, env.Srv.MCPURL())); n != 2 {
+	if n := len(mcpTokenRequests(env, env.Srv.EndpointURL(poppytest.EndpointMCP))); n != 2 {
 		t.Errorf("%d Bearer token requests, want 2 (one renewal)", n)
 	}
 }
@@ -469,7 +469,7 @@ func TestMCPRateLimit(t *testing.T) {
 // listed in poppy.json at a host of the Company.
 func TestMCPProposedOperation(t *testing.T) {
 	const mcpURL = "https://shop.example.test/mcp"
-	env, sess := setup(t, &poppytest.Options{MCP: poppytest.MCPOptions{OtherServers: []string{mcpURL}},
+	env, sess := setup(t, &poppytest.Options{MCP: poppytest.MCPServingOptions{OtherServers: []string{mcpURL}},
 		Discovery: poppytest.DiscoveryOptions{DocumentFields: map[string]any{"apis": []any{
 			map[string]any{"type": "mcp", "url": mcpURL, "description": "Orders"},
 		}}}})

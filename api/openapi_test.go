@@ -41,7 +41,7 @@ func TestPA_6_01_SkipsUnknownTypes(t *testing.T) {
 func TestLoadOpenAPI(t *testing.T) {
 	env, sess := setup(t, nil)
 	oa := loadOpenAPI(t, sess)
-	if oa.ServerURL() != env.Srv.APIURL() {
+	if oa.ServerURL() != env.Srv.EndpointURL(poppytest.EndpointAPI) {
 		t.Errorf("ServerURL %q", oa.ServerURL())
 	}
 	ex, ok := oa.Endpoint("exchangeItem")
@@ -83,7 +83,7 @@ func TestLoadOpenAPI(t *testing.T) {
 }
 
 func descriptionFetches(env interface {
-	Requests(...poppytest.Endpoint) []poppytest.Request
+	Requests(...poppytest.EndpointKind) []poppytest.Request
 }) int {
 	n := 0
 	for _, r := range env.Requests(poppytest.EndpointAPI) {
@@ -160,7 +160,7 @@ func TestPA_6_02_OpenAPICallWithDPoP(t *testing.T) {
 	for _, r := range env.Requests(poppytest.EndpointAPI) {
 		last = r
 	}
-	if last.AuthScheme != "DPoP" || last.Proof == nil || last.URL != env.Srv.APIURL()+"/products?limit=5&q=insulated" {
+	if last.AuthScheme != "DPoP" || last.Proof == nil || last.URL != env.Srv.EndpointURL(poppytest.EndpointAPI)+"/products?limit=5&q=insulated" {
 		t.Errorf("request: %s scheme %q proof %v", last.URL, last.AuthScheme, last.Proof != nil)
 	}
 	if strings.Contains(last.URL, last.AccessToken) {
@@ -175,7 +175,7 @@ func TestPA_6_05_OpenAPIInvalidToken(t *testing.T) {
 	oa := loadOpenAPI(t, sess)
 	ctx := context.Background()
 	tok, _ := sess.Token(ctx, nil)
-	env.Srv.ExpireToken(tok.Value())
+	env.Srv.Tokens().Expire(tok.Value())
 	before := len(env.Requests(poppytest.EndpointToken))
 	if _, err := oa.Call(ctx, "listProducts", nil); err != nil {
 		t.Fatalf("after an early expiry: %v", err)
@@ -207,7 +207,7 @@ func TestPA_6_06_OpenAPISignInRequired(t *testing.T) {
 		t.Errorf("%d API requests, want 1 (no retry)", n)
 	}
 	signIn(t, env, sess, "poppy:read")
-	env.Srv.SignOutSession(sess.ID()) // the Company signed it out; the Account Token stays
+	env.Srv.Sessions().SignOut(sess.ID()) // the Company signed it out; the Account Token stays
 	tokBefore := len(env.Requests(poppytest.EndpointToken))
 	resp, err := oa.Call(ctx, "listOrders", nil)
 	if err != nil || resp.Status != 200 {
@@ -341,7 +341,7 @@ func TestOpenAPIProposedOperation(t *testing.T) {
 // date.
 func TestGeneratedDescriptionCurrent(t *testing.T) {
 	env, _ := setup(t, nil)
-	resp, err := env.Srv.Client().Get(env.Srv.APIURL() + "/openapi.json")
+	resp, err := env.Srv.Client().Get(env.Srv.EndpointURL(poppytest.EndpointAPI) + "/openapi.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -362,7 +362,7 @@ func TestGeneratedDescriptionCurrent(t *testing.T) {
 
 // PA-4.3-22: an OpenAPI entry with a resource gets a token issued for it.
 func TestOpenAPIEntryResource(t *testing.T) {
-	env, sess := setup(t, &poppytest.Options{API: poppytest.APIOptions{Resource: "https://api.example.test/orders-api"}})
+	env, sess := setup(t, &poppytest.Options{API: poppytest.OpenAPIServerOptions{Resource: "https://api.example.test/orders-api"}})
 	oa := loadOpenAPI(t, sess)
 	if _, err := oa.Call(context.Background(), "listProducts", nil); err != nil {
 		t.Fatal(err)
@@ -371,7 +371,7 @@ func TestOpenAPIEntryResource(t *testing.T) {
 	for _, r := range env.Requests(poppytest.EndpointAPI) {
 		last = r
 	}
-	if info, _ := env.Srv.Token(last.AccessToken); info.Resource != "https://api.example.test/orders-api" {
+	if info, _ := env.Srv.Tokens().Get(last.AccessToken); info.Resource != "https://api.example.test/orders-api" {
 		t.Errorf("token issued for %q", info.Resource)
 	}
 }
@@ -382,7 +382,7 @@ func TestOpenAPIEntryResourceURN(t *testing.T) {
 	const res = "urn:example:orders"
 	// The entry's description is elsewhere than its server, so only the
 	// entry's resource can tell which token the server wants.
-	env, sess := setup(t, &poppytest.Options{API: poppytest.APIOptions{Resource: res}, Discovery: poppytest.DiscoveryOptions{DocumentFields: map[string]any{"apis": []any{
+	env, sess := setup(t, &poppytest.Options{API: poppytest.OpenAPIServerOptions{Resource: res}, Discovery: poppytest.DiscoveryOptions{DocumentFields: map[string]any{"apis": []any{
 		map[string]any{"type": "openapi", "url": "https://example.test/docs/openapi.json", "description": "Orders", "resource": res},
 	}}}})
 	desc := `{"openapi":"3.1.0","info":{"title":"t","version":"1"},"servers":[{"url":"https://api.example.test"}],
@@ -401,7 +401,7 @@ func TestOpenAPIEntryResourceURN(t *testing.T) {
 	}
 	resp.Body.Close()
 	for _, r := range env.Requests(poppytest.EndpointAPI) {
-		if info, _ := env.Srv.Token(r.AccessToken); info.Resource != res {
+		if info, _ := env.Srv.Tokens().Get(r.AccessToken); info.Resource != res {
 			t.Errorf("%s with a token for %q", r.Path, info.Resource)
 		}
 	}

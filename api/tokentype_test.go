@@ -18,7 +18,7 @@ func TestPA_4_2_12_MCPTokenTypeDPoP(t *testing.T) {
 	env, sess := setup(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	env.Srv.SetTokenType("DPoP") // the next token response: the Bearer one
+	env.Srv.Tokens().SetType("DPoP") // the next token response: the Bearer one
 	m, err := api.ConnectMCP(ctx, sess, entry(t, sess.Company(), api.TypeMCP), nil)
 	if err == nil {
 		defer m.Close()
@@ -30,7 +30,7 @@ func TestPA_4_2_12_MCPTokenTypeDPoP(t *testing.T) {
 	}
 	bearer := 0
 	for _, r := range env.Requests(poppytest.EndpointToken) {
-		if r.Form.Get("resource") == env.Srv.MCPURL() {
+		if r.Form.Get("resource") == env.Srv.EndpointURL(poppytest.EndpointMCP) {
 			bearer++
 		}
 	}

@@ -109,7 +109,7 @@ func TestAssertionClaims(t *testing.T) {
 		t.Fatal("two assertions share a jti")
 	}
 	// PA-5-05: aud is byte-equal to the document's endpoint.
-	if c["aud"] != sess.Company().Document().Web.BrowserSessionEndpoint || c["aud"] != env.Srv.BrowserSessionEndpoint() {
+	if c["aud"] != sess.Company().Document().Web.BrowserSessionEndpoint || c["aud"] != env.Srv.EndpointURL(poppytest.EndpointBrowserSession) {
 		t.Fatalf("aud = %v", c["aud"])
 	}
 	// PA-5-06: session_id is the Session's.
@@ -271,7 +271,7 @@ func TestJoinAndBrowse(t *testing.T) {
 	}
 	// PA-5-09, PA-5-10: a form POST, the assertion in the body only.
 	j := site[0]
-	if j.Method != "POST" || j.URL != env.Srv.BrowserSessionEndpoint() || j.Header.Get("Content-Type") != "application/x-www-form-urlencoded" || j.Status != 303 {
+	if j.Method != "POST" || j.URL != env.Srv.EndpointURL(poppytest.EndpointBrowserSession) || j.Header.Get("Content-Type") != "application/x-www-form-urlencoded" || j.Status != 303 {
 		t.Fatalf("join request = %s %s %q → %d", j.Method, j.URL, j.Header.Get("Content-Type"), j.Status)
 	}
 	a := j.Form.Get("assertion")
@@ -367,10 +367,10 @@ func TestJoinRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env.Srv.EndSession(sess.ID())
+	env.Srv.Sessions().End(sess.ID())
 	_, err = b.Join(ctx, "https://example.test/")
 	var je *browser.JoinError
-	if !errors.Is(err, browser.ErrBrowserJoinFailed) || !errors.As(err, &je) || je.Status != 400 || je.URL != env.Srv.BrowserSessionEndpoint() {
+	if !errors.Is(err, browser.ErrBrowserJoinFailed) || !errors.As(err, &je) || je.Status != 400 || je.URL != env.Srv.EndpointURL(poppytest.EndpointBrowserSession) {
 		t.Fatalf("Join on an ended Session = %v", err)
 	}
 	if strings.Contains(err.Error(), "eyJ") {
@@ -505,7 +505,7 @@ func (u *userPrompter) OneTimeCode(_ context.Context, p *signin.OneTimeCodePromp
 // URL, Device's code, Mediated's credentials and one-time code) holds the
 // endpoint, an assertion or a join page for the User's browser to open.
 func TestPA_5_11_AssertionsOnlyFromTheControlledBrowser(t *testing.T) {
-	env, sess := webEnv(t, &poppytest.Options{SignIn: poppytest.SignInOptions{RequireCode: true}})
+	env, sess := webEnv(t, &poppytest.Options{SignIn: poppytest.SignInPolicy{RequireCode: true}})
 	d, err := signin.NewDirect(env.Agent, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -569,7 +569,7 @@ func TestPA_5_11_AssertionsOnlyFromTheControlledBrowser(t *testing.T) {
 	if len(u.shown) < 4 {
 		t.Fatalf("%d prompts, want one of each kind: %q", len(u.shown), u.shown)
 	}
-	bad := append([]string{env.Srv.BrowserSessionEndpoint(), poppytest.BrowserSessionPath, "http://127.0.0.1:"}, joinPages...)
+	bad := append([]string{env.Srv.EndpointURL(poppytest.EndpointBrowserSession), poppytest.BrowserSessionPath, "http://127.0.0.1:"}, joinPages...)
 	for _, a := range assertions {
 		bad = append(bad, a[len(a)-40:])
 	}
@@ -700,7 +700,7 @@ func TestBrowseRejoinsNewSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	old := sess.ID()
-	env.Srv.EndSession(old)
+	env.Srv.Sessions().End(old)
 	if code, _ := env.Get(sess, "/products"); code != 200 {
 		t.Fatalf("API call after the Session ended: %d", code)
 	}

@@ -15,14 +15,14 @@ import (
 	"sync"
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/poppyproto/poppy/internal/leakcheck"
 
 	"github.com/poppyproto/poppy/browser"
 	"github.com/poppyproto/poppy/poppytest"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	leakcheck.VerifyTestMain(m)
 }
 
 // formBrowser is a scripted stand-in for a controlled browser, for the

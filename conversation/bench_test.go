@@ -188,7 +188,7 @@ func benchLatency(b *testing.B, floor bool) {
 	done := make(chan error, 1)
 	go func() {
 		if floor {
-			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, e.Srv.APIURL()+"/poppy/conversations/"+c.ID()+"/events", nil)
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, e.Srv.EndpointURL(poppytest.EndpointAPI)+"/poppy/conversations/"+c.ID()+"/events", nil)
 			req.Header.Set("Accept", "text/event-stream")
 			req.Header.Set("Last-Event-ID", c.Cursor())
 			resp, err := e.sess.HTTPClient().Do(req)

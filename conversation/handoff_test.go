@@ -235,7 +235,7 @@ func TestSignInDuringConversation(t *testing.T) {
 		t.Fatal(err)
 	}
 	reqs := e.convRequests()
-	tok, _ := e.Srv.Token(reqs[len(reqs)-1].AccessToken)
+	tok, _ := e.Srv.Tokens().Get(reqs[len(reqs)-1].AccessToken)
 	if !tok.SignedIn {
 		t.Fatal("the message went with a signed-out token")
 	}
@@ -300,7 +300,7 @@ func TestSignInDuringConversation(t *testing.T) {
 	// PA-4.8-09: no Account Token in any conversation message.
 	var acct []string
 	for _, s := range []*poppy.Session{e.sess, s2} {
-		if info, ok := e.Srv.Session(s.ID()); ok && info.AccountToken != "" {
+		if info, ok := e.Srv.Sessions().Get(s.ID()); ok && info.AccountToken != "" {
 			acct = append(acct, info.AccountToken)
 		}
 	}

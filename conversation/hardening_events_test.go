@@ -306,14 +306,14 @@ func TestPA_7_5_09_SeenEventsUnderMovingCursor(t *testing.T) {
 // blockingClock is the fake clock, except that a sleep of at least block
 // waits until its context ends (it says so on blocked first).
 type blockingClock struct {
-	*poppytest.Clock
+	*poppytest.OffsetClock
 	block   time.Duration
 	blocked chan struct{}
 }
 
 func (c *blockingClock) Sleep(ctx context.Context, d time.Duration) error {
 	if d < c.block {
-		return c.Clock.Sleep(ctx, d)
+		return c.OffsetClock.Sleep(ctx, d)
 	}
 	select {
 	case c.blocked <- struct{}{}:
@@ -327,7 +327,7 @@ func (c *blockingClock) Sleep(ctx context.Context, d time.Duration) error {
 // pause of an idle Events loop, so its reply is read at once.
 func TestIdlePaceEndsOnSend(t *testing.T) {
 	srv := poppytest.NewServer(t, &poppytest.Options{Conversations: poppytest.ConversationOptions{MaxWait: time.Millisecond}})
-	clock := &blockingClock{Clock: srv.Clock(), block: time.Second, blocked: make(chan struct{}, 1)}
+	clock := &blockingClock{OffsetClock: srv.Clock(), block: time.Second, blocked: make(chan struct{}, 1)}
 	e := &env{Env: testenv.NewOn(t, srv, &poppy.AgentOptions{Clock: clock})}
 	e.sess = e.Session("alice")
 	c := e.start(t, conversation.Text("Hello."), nil)

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
+	"github.com/poppyproto/poppy/internal/leakcheck"
 
 	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/conversation"
@@ -16,7 +16,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	leakcheck.VerifyTestMain(m)
 }
 
 var ctx = context.Background()

@@ -133,7 +133,7 @@ func TestPA_7_5_09_ResumeByStream(t *testing.T) {
 
 // sleepClock is the fake's clock, keeping what the SDK sleeps.
 type sleepClock struct {
-	*poppytest.Clock
+	*poppytest.OffsetClock
 	mu     sync.Mutex
 	sleeps []time.Duration
 }
@@ -142,7 +142,7 @@ func (c *sleepClock) Sleep(ctx context.Context, d time.Duration) error {
 	c.mu.Lock()
 	c.sleeps = append(c.sleeps, d)
 	c.mu.Unlock()
-	return c.Clock.Sleep(ctx, d)
+	return c.OffsetClock.Sleep(ctx, d)
 }
 
 func (c *sleepClock) reset() {
@@ -177,7 +177,7 @@ func TestPA_7_5_09_LongHistoryRecovery(t *testing.T) {
 		for _, stream := range []bool{false, true} {
 			t.Run(tc.name+"/stream="+strconv.FormatBool(stream), func(t *testing.T) {
 				srv := poppytest.NewServer(t, &poppytest.Options{Conversations: poppytest.ConversationOptions{Agent: quiet, Streaming: stream}})
-				clock := &sleepClock{Clock: srv.Clock()}
+				clock := &sleepClock{OffsetClock: srv.Clock()}
 				e := &env{Env: testenv.NewOn(t, srv, &poppy.AgentOptions{Clock: clock})}
 				rw := e.withRewriterClock(t, clock)
 				c := e.start(t, conversation.Text("Hello."), nil)

@@ -596,7 +596,7 @@ func TestConversationResource(t *testing.T) {
 		t.Fatalf("messages %v", got)
 	}
 	for _, r := range e.convRequests() {
-		if tok, _ := e.Srv.Token(r.AccessToken); tok.Resource != "https://api.example.test/poppy/conversations" {
+		if tok, _ := e.Srv.Tokens().Get(r.AccessToken); tok.Resource != "https://api.example.test/poppy/conversations" {
 			t.Fatalf("token for %q at %s", tok.Resource, r.URL)
 		}
 	}

@@ -33,7 +33,7 @@ func companyTools(t *testing.T, e *env) map[string]*llmtools.Tool {
 // what it calls (Domain, API, Action), with a description marked with the
 // domain and an input schema without $ref within the bound.
 func TestAPITools(t *testing.T) {
-	e := llmtest.NewWith(t, &poppytest.Options{MCP: poppytest.MCPOptions{SecondServer: true}}, nil, nil)
+	e := llmtest.NewWith(t, &poppytest.Options{MCP: poppytest.MCPServingOptions{SecondServer: true}}, nil, nil)
 	names, err := e.K.AddCompany(ctx, domain)
 	if err != nil {
 		t.Fatal(err)
@@ -132,7 +132,7 @@ func TestAPIToolsLeaveOutOperationsEndpoint(t *testing.T) {
 	e = newEnv(t, nil, func(base http.RoundTripper) http.RoundTripper {
 		h := testenv.NewHostile(base)
 		h.On("/openapi.json", func(req *http.Request, next http.RoundTripper) (*http.Response, error) {
-			desc := `{"openapi":"3.1.0","info":{"title":"t","version":"1"},"servers":[{"url":"` + e.Srv.APIURL() + `"}],
+			desc := `{"openapi":"3.1.0","info":{"title":"t","version":"1"},"servers":[{"url":"` + e.Srv.EndpointURL(poppytest.EndpointAPI) + `"}],
 			 "paths":{"/poppy/operations/{id}/confirm":{"post":{"operationId":"confirmOperation","parameters":[{"name":"id","in":"path","required":true,"schema":{"type":"string"}}],"responses":{"200":{"description":"ok"}}}},
 			 "/poppy/operations/{id}/cancel":{"post":{"operationId":"cancelOperation","parameters":[{"name":"id","in":"path","required":true,"schema":{"type":"string"}}],"responses":{"200":{"description":"ok"}}}},
 			 "/products":{"get":{"operationId":"listProducts","responses":{"200":{"description":"ok"}}}}}}`
@@ -173,7 +173,7 @@ func TestAPIToolResultBound(t *testing.T) {
 // An API that fails to load is left out, its error returned with the
 // tools of the others.
 func TestAPIToolsPartial(t *testing.T) {
-	e := llmtest.NewWith(t, &poppytest.Options{MCP: poppytest.MCPOptions{AuthorizationServers: []string{"https://auth.other.test"}}}, nil, nil)
+	e := llmtest.NewWith(t, &poppytest.Options{MCP: poppytest.MCPServingOptions{AuthorizationServers: []string{"https://auth.other.test"}}}, nil, nil)
 	names, err := e.K.AddCompany(ctx, domain)
 	if !errors.Is(err, api.ErrIssuerNotListed) {
 		t.Fatalf("AddCompany: %v", err)
@@ -192,7 +192,7 @@ func TestAttackEndlessToolListTools(t *testing.T) {
 		h.Base = base
 		return h
 	})
-	u, _ := url.Parse(e.Srv.MCPURL())
+	u, _ := url.Parse(e.Srv.EndpointURL(poppytest.EndpointMCP))
 	h.SetPath(u.Path)
 	names, err := e.K.AddCompany(ctx, domain)
 	if !errors.Is(err, api.ErrTooManyTools) {

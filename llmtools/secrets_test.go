@@ -123,7 +123,7 @@ func secretsOf(e *env) []string {
 			}
 		}
 	}
-	for _, info := range e.Srv.Sessions() {
+	for _, info := range e.Srv.Sessions().All() {
 		add(info.AccountToken)
 	}
 	for _, c := range e.Codes() {
@@ -321,7 +321,7 @@ func TestAttackCutSecretsInErrors(t *testing.T) {
 			tokens = append(tokens, r.AccessToken)
 		}
 	}
-	for _, info := range e.Srv.Sessions() {
+	for _, info := range e.Srv.Sessions().All() {
 		tokens = append(tokens, info.AccountToken)
 	}
 	h.mu.Lock()

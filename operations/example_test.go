@@ -53,7 +53,7 @@ func Example() {
 		fmt.Println(err)
 		return
 	}
-	req, _ := http.NewRequest("POST", company.APIURL()+"/orders/ord_7Hk2/exchanges",
+	req, _ := http.NewRequest("POST", company.EndpointURL(poppytest.EndpointAPI)+"/orders/ord_7Hk2/exchanges",
 		strings.NewReader(`{"item_id":"itm_4Qa","replacement_sku":"stormline-insulated-m"}`))
 	req.Header.Set("Content-Type", "application/json")
 	op, _, err := ops.Propose(ctx, req, operations.OpenAPIAction("POST", "/orders/{id}/exchanges"), nil)

@@ -58,7 +58,7 @@ func ExampleClient_Confirm_website() {
 		return operations.Approve, nil
 	})
 	ops, _ := operations.New(sess, &operations.Options{Approver: approver})
-	req, _ := http.NewRequest("POST", company.APIURL()+"/orders/ord_7Hk2/exchanges",
+	req, _ := http.NewRequest("POST", company.EndpointURL(poppytest.EndpointAPI)+"/orders/ord_7Hk2/exchanges",
 		strings.NewReader(`{"item_id":"itm_4Qa","replacement_sku":"stormline-insulated-m"}`))
 	req.Header.Set("Content-Type", "application/json")
 	op, _, err := ops.Propose(ctx, req, operations.OpenAPIAction("POST", "/orders/{id}/exchanges"), nil)

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/poppyproto/poppy/internal/leakcheck"
 
 	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/internal/testenv"
@@ -20,7 +20,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	leakcheck.VerifyTestMain(m)
 }
 
 var ctx = context.Background()
@@ -104,7 +104,7 @@ func signIn(t testing.TB, e *testenv.Env, sess *poppy.Session) {
 // exchangeRequest is the spec's exchange request (OPS 4.1).
 func (e *env) exchangeRequest(item string) *http.Request {
 	body := `{"item_id":"` + item + `","replacement_sku":"stormline-insulated-m"}`
-	req, err := http.NewRequest("POST", e.Srv.APIURL()+"/orders/ord_7Hk2/exchanges", strings.NewReader(body))
+	req, err := http.NewRequest("POST", e.Srv.EndpointURL(poppytest.EndpointAPI)+"/orders/ord_7Hk2/exchanges", strings.NewReader(body))
 	if err != nil {
 		e.T.Fatal(err)
 	}

@@ -105,7 +105,7 @@ func TestJacketExchange(t *testing.T) {
 // identity does.
 func TestAdvertise(t *testing.T) {
 	e := newEnv(t, nil, nil)
-	md, ok := e.Srv.ClientMetadata(testenv.ClientID)
+	md, ok := e.Srv.Sessions().ClientMetadata(testenv.ClientID)
 	if !ok {
 		t.Fatal("the fake never fetched the metadata")
 	}
@@ -120,7 +120,7 @@ func TestAdvertise(t *testing.T) {
 	}
 	off := testenv.New(t, nil, nil)
 	sess := off.Session("u")
-	md, _ = off.Srv.ClientMetadata(testenv.ClientID)
+	md, _ = off.Srv.Sessions().ClientMetadata(testenv.ClientID)
 	if strings.Contains(string(md), `"operations"`) {
 		t.Errorf("operations off: metadata %s", md)
 	}
@@ -170,7 +170,7 @@ func TestResourceToken(t *testing.T) {
 		}
 		if r.Endpoint == poppytest.EndpointOperations && strings.HasSuffix(r.Path, "/confirm") && confirmAt < 0 {
 			confirmAt = i
-			if ti, _ := e.Srv.Token(r.AccessToken); ti.Resource != res {
+			if ti, _ := e.Srv.Tokens().Get(r.AccessToken); ti.Resource != res {
 				t.Errorf("confirm sent with a token for %q", ti.Resource)
 			}
 		}
@@ -532,7 +532,7 @@ func TestConfirmAfterSignInRequired(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	op := e.propose("itm_4Qa")
 	a, _ := e.c.Approve(ctx, op)
-	e.Srv.SignOutSession(e.sess.ID())
+	e.Srv.Sessions().SignOut(e.sess.ID())
 	done, err := e.c.Confirm(ctx, a, nil)
 	if err != nil || done.State != operations.StateSucceeded {
 		t.Fatalf("%v %v", done, err)
@@ -822,7 +822,7 @@ func TestChannels(t *testing.T) {
 	off := testenv.New(t, nil, nil)
 	sess := off.Session("u")
 	signIn(t, off, sess)
-	req, _ := http.NewRequest("POST", off.Srv.APIURL()+"/orders/ord_7Hk2/exchanges", strings.NewReader(`{}`))
+	req, _ := http.NewRequest("POST", off.Srv.EndpointURL(poppytest.EndpointAPI)+"/orders/ord_7Hk2/exchanges", strings.NewReader(`{}`))
 	resp, err := sess.HTTPClient().Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -839,7 +839,7 @@ func TestExtensionRequired(t *testing.T) {
 	off := testenv.New(t, &poppytest.Options{Operations: poppytest.OperationsOptions{RequireOperations: true}}, nil)
 	sess := off.Session("u")
 	signIn(t, off, sess)
-	req, _ := http.NewRequest("POST", off.Srv.APIURL()+"/orders/ord_7Hk2/exchanges", strings.NewReader(`{}`))
+	req, _ := http.NewRequest("POST", off.Srv.EndpointURL(poppytest.EndpointAPI)+"/orders/ord_7Hk2/exchanges", strings.NewReader(`{}`))
 	resp, err := sess.HTTPClient().Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -155,7 +155,7 @@ func TestProposalUnansweredError(t *testing.T) {
 // another request.
 func TestPA_OPS6_04_SameActionInAnyOrder(t *testing.T) {
 	e := newEnv(t, &poppytest.Options{Operations: poppytest.OperationsOptions{ProposeAgain: true}}, nil)
-	base := e.Srv.APIURL() + "/orders/ord_7Hk2/exchanges"
+	base := e.Srv.EndpointURL(poppytest.EndpointAPI) + "/orders/ord_7Hk2/exchanges"
 	req := func(query, body string) *http.Request {
 		r, err := http.NewRequest("POST", base+query, strings.NewReader(body))
 		if err != nil {
@@ -321,7 +321,7 @@ func TestPA_OPS6_04_ConcurrentSameRequest(t *testing.T) {
 func TestPA_OPS6_04_ProposeCall(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	action := operations.ToolAction("request_exchange")
-	key, err := operations.ToolCallKey(e.Srv.MCPURL(), "request_exchange", map[string]any{"item_id": "itm_4Qa"})
+	key, err := operations.ToolCallKey(e.Srv.EndpointURL(poppytest.EndpointMCP), "request_exchange", map[string]any{"item_id": "itm_4Qa"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,8 +26,6 @@ import (
 	"io"
 	"strings"
 
-	"golang.org/x/term"
-
 	"github.com/poppyproto/poppy/internal/companytext"
 	"github.com/poppyproto/poppy/internal/termtext"
 )
@@ -90,7 +88,7 @@ func TerminalApprover(out io.Writer, in io.Reader) *Terminal {
 	t := &Terminal{out: out, in: in}
 	if f, ok := in.(interface{ Fd() uintptr }); ok {
 		fd := f.Fd()
-		t.notTTY = fd == ^uintptr(0) || !term.IsTerminal(int(fd))
+		t.notTTY = fd == ^uintptr(0) || !termtext.IsTerminal(fd)
 	}
 	return t
 }

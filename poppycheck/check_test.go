@@ -66,7 +66,7 @@ func failedSignIns(*poppytest.Server) *poppycheck.Options {
 // exchange and confirms it (the probe of CO-OPS6-01).
 func proposeExchange(srv *poppytest.Server) *poppycheck.Options {
 	return &poppycheck.Options{Person: &person{srv: srv}, Propose: &poppycheck.Proposal{
-		Method: http.MethodPost, URL: srv.APIURL() + "/orders/ord_7Hk2/exchanges", Body: []byte(`{"item_id":"itm_4Qa"}`),
+		Method: http.MethodPost, URL: srv.EndpointURL(poppytest.EndpointAPI) + "/orders/ord_7Hk2/exchanges", Body: []byte(`{"item_id":"itm_4Qa"}`),
 	}}
 }
 
@@ -74,7 +74,7 @@ func proposeExchange(srv *poppytest.Server) *poppycheck.Options {
 // Sign-In alone (the operation probe needs one signed-in Session).
 func slowOps(omitRetryAfter bool) poppytest.Options {
 	return poppytest.Options{
-		SignIn:     poppytest.SignInOptions{Disable: []string{"device", "mediated"}},
+		SignIn:     poppytest.SignInPolicy{Disable: []string{"device", "mediated"}},
 		Operations: poppytest.OperationsOptions{Perform: poppytest.PerformSlow, RetryAfter: 1, OmitRetryAfter: omitRetryAfter},
 	}
 }
@@ -84,10 +84,10 @@ func slowOps(omitRetryAfter bool) poppytest.Options {
 // and a redirect of the well-known URL.
 func richOptions() *poppytest.Options {
 	return &poppytest.Options{
-		Tokens:        poppytest.TokenOptions{RequireNonce: true, RotateNonce: true},
-		API:           poppytest.APIOptions{Resource: "https://api.example.test/v1"},
+		Tokens:        poppytest.TokenPolicy{RequireNonce: true, RotateNonce: true},
+		API:           poppytest.OpenAPIServerOptions{Resource: "https://api.example.test/v1"},
 		Discovery:     poppytest.DiscoveryOptions{RedirectWellKnown: []string{"https://provider.test/example/poppy.json"}},
-		SignIn:        poppytest.SignInOptions{RotateAccountTokens: true, RequireCode: true, DeviceInterval: time.Second},
+		SignIn:        poppytest.SignInPolicy{RotateAccountTokens: true, RequireCode: true, DeviceInterval: time.Second},
 		Conversations: poppytest.ConversationOptions{Streaming: true, TextDeltas: true, Resource: "https://api.example.test/poppy/conversations", Heartbeats: true},
 		Operations:    poppytest.OperationsOptions{Resource: "https://api.example.test/poppy/operations"},
 	}
@@ -171,9 +171,9 @@ func TestEveryObservableRule(t *testing.T) {
 	}
 	// A Company that ends the Sessions at sign-out, and checks sign-in
 	// only when a token is issued.
-	ends := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInOptions{EndSessionsOnSignOut: true, Disable: []string{"device", "mediated"}}})
+	ends := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInPolicy{EndSessionsOnSignOut: true, Disable: []string{"device", "mediated"}}})
 	add(runAgainst(t, ends, &person{srv: ends}))
-	lax := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInOptions{NoLiveSignInCheck: true, Disable: []string{"device"}}})
+	lax := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInPolicy{NoLiveSignInCheck: true, Disable: []string{"device"}}})
 	add(runAgainst(t, lax, &person{srv: lax}))
 	for id, reason := range poppycheck.Unobservable() {
 		if passed[id] {
@@ -236,13 +236,13 @@ var misconfigurations = []knob{
 	// CO-3-07: apis and agent without auth.
 	{name: "Discovery.DropAuth", opts: poppytest.Options{Discovery: poppytest.DiscoveryOptions{DropAuth: true}}, rule: "CO-3-07"},
 	// CO-6-07
-	{name: "MCP.AuthorizationServers", opts: poppytest.Options{MCP: poppytest.MCPOptions{AuthorizationServers: []string{"https://auth.other.test"}}}, rule: "CO-6-07"},
+	{name: "MCP.AuthorizationServers", opts: poppytest.Options{MCP: poppytest.MCPServingOptions{AuthorizationServers: []string{"https://auth.other.test"}}}, rule: "CO-6-07"},
 	// CO-5-17
 	{name: "Web.SameSite", opts: poppytest.Options{Web: poppytest.WebOptions{SameSite: http.SameSiteStrictMode}}, rule: "CO-5-17"},
 	// CO-7.2-06: IDs without a kind prefix (a SHOULD).
 	{name: "Conversations.OddIDs", opts: poppytest.Options{Conversations: poppytest.ConversationOptions{OddIDs: true}}, rule: "CO-7.2-06"},
 	// CO-4.2-07: Session Tokens that last two days (a SHOULD).
-	{name: "Tokens.TTL", opts: poppytest.Options{Tokens: poppytest.TokenOptions{TTL: 48 * time.Hour}}, rule: "CO-4.2-07"},
+	{name: "Tokens.TTL", opts: poppytest.Options{Tokens: poppytest.TokenPolicy{TTL: 48 * time.Hour}}, rule: "CO-4.2-07"},
 	// CO-3-10: Discovery.DocumentFields replaces a member the protocol defines; here an API entry without description.
 	{name: "Discovery.DocumentFields", opts: poppytest.Options{Discovery: poppytest.DiscoveryOptions{DocumentFields: map[string]any{"apis": []any{map[string]any{"type": "openapi", "url": "https://api.example.test/openapi.json"}}}}}, rule: "CO-3-10"},
 	// CO-3.3-01: Discovery.DocumentFields again, with an extension whose plain name the protocol doesn't define.
@@ -256,17 +256,17 @@ var misconfigurations = []knob{
 	{name: "Conversations.Noise", opts: poppytest.Options{Conversations: poppytest.ConversationOptions{Noise: true}}, rule: "CO-7.4-06"},
 	// CO-4.7-06: no rate limit on failed Mediated Sign-Ins, seen by the
 	// opt-in probe (Options.FailedSignIns).
-	{name: "SignIn.MediatedFailuresPerMinute", opts: poppytest.Options{SignIn: poppytest.SignInOptions{MediatedFailuresPerMinute: -1}}, rule: "CO-4.7-06", check: failedSignIns},
+	{name: "SignIn.MediatedFailuresPerMinute", opts: poppytest.Options{SignIn: poppytest.SignInPolicy{MediatedFailuresPerMinute: -1}}, rule: "CO-4.7-06", check: failedSignIns},
 	// CO-4.7-06: a limit above the 5 of REQUIREMENTS.md's reading (the 6th
 	// attempt within a minute is refused).
-	{name: "SignIn.MediatedFailuresPerMinute", opts: poppytest.Options{SignIn: poppytest.SignInOptions{MediatedFailuresPerMinute: 6}}, rule: "CO-4.7-06", check: failedSignIns},
+	{name: "SignIn.MediatedFailuresPerMinute", opts: poppytest.Options{SignIn: poppytest.SignInPolicy{MediatedFailuresPerMinute: 6}}, rule: "CO-4.7-06", check: failedSignIns},
 	// CO-OPS6-01: in_progress without Retry-After, seen by the opt-in
 	// operation probe (Options.Propose, interactive).
 	{name: "Operations.OmitRetryAfter", opts: slowOps(true), rule: "CO-OPS6-01", check: proposeExchange},
 	// CO-OPS4-01: a new operation for an action already open, seen by the
 	// same opt-in probe, which asks for the action twice.
 	{name: "Operations.ProposeAgain", opts: poppytest.Options{
-		SignIn:     poppytest.SignInOptions{Disable: []string{"device", "mediated"}},
+		SignIn:     poppytest.SignInPolicy{Disable: []string{"device", "mediated"}},
 		Operations: poppytest.OperationsOptions{ProposeAgain: true},
 	}, rule: "CO-OPS4-01", check: proposeExchange},
 }
@@ -275,9 +275,9 @@ var misconfigurations = []knob{
 // rule.
 var runtimeKnobs = []knob{
 	// CO-4.2-05: a DPoP token answered as token_type Bearer.
-	{name: "SetTokenType", rule: "CO-4.2-05", after: func(s *poppytest.Server) { s.SetTokenType("Bearer") }},
+	{name: "SetTokenType", rule: "CO-4.2-05", after: func(s *poppytest.Server) { s.Tokens().SetType("Bearer") }},
 	// CO-4.2-06: expires_in 0.
-	{name: "SetExpiresIn", rule: "CO-4.2-06", after: func(s *poppytest.Server) { s.SetExpiresIn(poppytest.ExpiresIn{Seconds: 0}) }},
+	{name: "SetExpiresIn", rule: "CO-4.2-06", after: func(s *poppytest.Server) { s.Tokens().SetExpiresIn(0, 1) }},
 	// CO-4.3-21: a 429 without Retry-After.
 	{name: "RateLimit", rule: "CO-4.3-21", after: func(s *poppytest.Server) { s.Faults().RateLimit(poppytest.EndpointAPI, 1, "") }},
 }

@@ -163,7 +163,7 @@ func failedSet(rep *poppycheck.Report) []string {
 // authorization requests without a User and, in an interactive run, the
 // Device Sign-In and the revocation.
 func TestClientAssertionAudience(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInOptions{Disable: []string{"mediated"}, DeviceInterval: time.Second}})
+	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInPolicy{Disable: []string{"mediated"}, DeviceInterval: time.Second}})
 	var auds []string
 	c := &company{srv: srv, answer: func(req *http.Request) *http.Response {
 		if req.Method != http.MethodPost || req.URL.Host != "auth.example.test" {
@@ -175,7 +175,7 @@ func TestClientAssertionAudience(t *testing.T) {
 		}
 		aud, _ := claims(ca)["aud"].(string)
 		auds = append(auds, req.URL.Path+" "+aud)
-		if aud != srv.TokenEndpoint() {
+		if aud != srv.EndpointURL(poppytest.EndpointToken) {
 			return answerJSON(http.StatusUnauthorized, `{"error":"invalid_client","error_description":"aud must be the token endpoint"}`)
 		}
 		return nil
@@ -196,13 +196,13 @@ func TestClientAssertionAudience(t *testing.T) {
 // has it: the check takes that for what it is, tries another GET, and fails
 // nothing; signed in (interactive), it walks the conversation.
 func TestSignedOutProbes(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInOptions{Disable: []string{"device", "mediated"}}})
+	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInPolicy{Disable: []string{"device", "mediated"}}})
 	signIn := func() *http.Response {
 		return answerJSON(http.StatusForbidden, `{"error":"sign_in_required"}`, "WWW-Authenticate", `DPoP error="sign_in_required"`)
 	}
 	signedOut := func(req *http.Request) bool {
 		tok, _ := strings.CutPrefix(req.Header.Get("Authorization"), "DPoP ")
-		info, ok := srv.Token(tok)
+		info, ok := srv.Tokens().Get(tok)
 		return ok && !info.SignedIn
 	}
 	c := &company{srv: srv,
@@ -318,7 +318,7 @@ func TestCO_4_7_07_EchoedCredentials(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInOptions{Disable: []string{"direct", "device"}, Accounts: accounts}})
+			srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInPolicy{Disable: []string{"direct", "device"}, Accounts: accounts}})
 			layer := &company{srv: srv, edit: func(req *http.Request, resp *http.Response) {
 				if req.URL.Path == "/poppy/sign-in" {
 					editBody(resp, func(b []byte) []byte { return addMember(b, "note", c.member) })
@@ -382,7 +382,7 @@ func (p *typist) Ask(ctx context.Context, q poppycheck.Question) (string, error)
 // requests that carried them.
 func TestTypedValuesNeverShown(t *testing.T) {
 	creds := map[string]string{"email": "ab@example.test", "password": "hunter2"}
-	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInOptions{Disable: []string{"direct", "device"},
+	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInPolicy{Disable: []string{"direct", "device"},
 		Accounts: []poppytest.Account{{ID: "acct_1", Credentials: creds, RequireCode: true}}}})
 	// The layer breaks two rules, so that the report shows the request
 	// with the credentials (CO-4.7-07: the password written back) and the
@@ -505,7 +505,7 @@ func TestRunDeadline(t *testing.T) {
 // interactive run that signs out at the revocation endpoint.
 func TestAddressRules(t *testing.T) {
 	srv := poppytest.NewServer(t, &poppytest.Options{
-		SignIn: poppytest.SignInOptions{Disable: []string{"device", "mediated"}},
+		SignIn: poppytest.SignInPolicy{Disable: []string{"device", "mediated"}},
 		Discovery: poppytest.DiscoveryOptions{DocumentFields: map[string]any{
 			"apis":  []any{map[string]any{"type": "openapi", "url": "https://10.0.0.7/openapi.json", "description": "Orders"}},
 			"agent": map[string]any{"protocols": []any{map[string]any{"type": "poppy", "endpoint": "https://[::ffff:127.0.0.1]/poppy/conversations"}}},
@@ -514,7 +514,7 @@ func TestAddressRules(t *testing.T) {
 	c := &company{srv: srv, edit: func(req *http.Request, resp *http.Response) {
 		if strings.HasPrefix(req.URL.Path, "/.well-known/oauth-authorization-server") {
 			editBody(resp, func(b []byte) []byte {
-				return bytes.Replace(b, []byte(`"`+srv.RevocationEndpoint()+`"`), []byte(`"https://169.254.169.254/latest/revoke"`), 1)
+				return bytes.Replace(b, []byte(`"`+srv.EndpointURL(poppytest.EndpointRevoke)+`"`), []byte(`"https://169.254.169.254/latest/revoke"`), 1)
 			})
 		}
 	}}
@@ -604,7 +604,7 @@ func TestHostPort(t *testing.T) {
 // token endpoint (A-03).
 func TestEvidenceShowsClaims(t *testing.T) {
 	srv := poppytest.NewServer(t, &poppytest.Options{Web: poppytest.WebOptions{SameSite: http.SameSiteStrictMode}})
-	srv.SetTokenType("Bearer")
+	srv.Tokens().SetType("Bearer")
 	rep := runWith(t, srv, &poppycheck.Options{})
 	tok, _ := rep.Result("CO-4.2-05")
 	web, _ := rep.Result("CO-5-17")
@@ -616,23 +616,23 @@ func TestEvidenceShowsClaims(t *testing.T) {
 		where[s.Where+" "+fmt.Sprint(s.Header["typ"])] = s
 	}
 	ca, sa, proof, ba := where["client_assertion JWT"], where["assertion JWT"], where["DPoP dpop+jwt"], where["assertion poppy-browser+jwt"]
-	if ca.Claims["aud"] != srv.TokenEndpoint() || ca.Claims["iss"] != rep.ClientID || ca.Claims["sub"] != rep.ClientID {
+	if ca.Claims["aud"] != srv.EndpointURL(poppytest.EndpointToken) || ca.Claims["iss"] != rep.ClientID || ca.Claims["sub"] != rep.ClientID {
 		t.Errorf("client assertion claims %v", ca.Claims)
 	}
-	if sa.Claims["aud"] != srv.TokenEndpoint() || sa.Claims["iss"] != rep.ClientID {
+	if sa.Claims["aud"] != srv.EndpointURL(poppytest.EndpointToken) || sa.Claims["iss"] != rep.ClientID {
 		t.Errorf("Session assertion claims %v", sa.Claims)
 	}
-	if proof.Claims["htm"] != "POST" || proof.Claims["htu"] != srv.TokenEndpoint() || proof.Header["jwk"] == nil {
+	if proof.Claims["htm"] != "POST" || proof.Claims["htu"] != srv.EndpointURL(poppytest.EndpointToken) || proof.Header["jwk"] == nil {
 		t.Errorf("proof header %v, claims %v", proof.Header, proof.Claims)
 	}
-	if ba.Claims["aud"] != srv.BrowserSessionEndpoint() || ba.Claims["session_id"] == nil {
+	if ba.Claims["aud"] != srv.EndpointURL(poppytest.EndpointBrowserSession) || ba.Claims["session_id"] == nil {
 		t.Errorf("browser assertion claims %v", ba.Claims)
 	}
 	var table strings.Builder
 	if err := rep.WriteTable(&table); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`client_assertion: header {"alg":"ES256"`, `"aud":"` + srv.TokenEndpoint() + `"`, `DPoP: header {"alg":"ES256","jwk":`} {
+	for _, want := range []string{`client_assertion: header {"alg":"ES256"`, `"aud":"` + srv.EndpointURL(poppytest.EndpointToken) + `"`, `DPoP: header {"alg":"ES256","jwk":`} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("the table lacks %s", want)
 		}
@@ -708,10 +708,10 @@ func TestConformantCompanies(t *testing.T) {
 		return o
 	}
 	for name, o := range map[string]poppytest.Options{
-		"Tokens.RevokeOnReissue (interactive)":  interactive(poppytest.Options{Tokens: poppytest.TokenOptions{RevokeOnReissue: true}}),
-		"Tokens.RevokeOnReissue":                {Tokens: poppytest.TokenOptions{RevokeOnReissue: true}},
-		"Tokens.JWT, EmbedCredentials":          {Tokens: poppytest.TokenOptions{JWT: true, EmbedCredentials: true}},
-		"Tokens.TTL of 5 minutes":               {Tokens: poppytest.TokenOptions{TTL: 5 * time.Minute}},
+		"Tokens.RevokeOnReissue (interactive)":  interactive(poppytest.Options{Tokens: poppytest.TokenPolicy{RevokeOnReissue: true}}),
+		"Tokens.RevokeOnReissue":                {Tokens: poppytest.TokenPolicy{RevokeOnReissue: true}},
+		"Tokens.JWT, EmbedCredentials":          {Tokens: poppytest.TokenPolicy{JWT: true, EmbedCredentials: true}},
+		"Tokens.TTL of 5 minutes":               {Tokens: poppytest.TokenPolicy{TTL: 5 * time.Minute}},
 		"Conversations.Retention":               {Conversations: poppytest.ConversationOptions{Retention: 1}},
 		"Conversations.PageSize":                {Conversations: poppytest.ConversationOptions{PageSize: 1}},
 		"Conversations.MaxWait":                 {Conversations: poppytest.ConversationOptions{MaxWait: time.Millisecond}},
@@ -721,11 +721,11 @@ func TestConformantCompanies(t *testing.T) {
 		"Discovery caching: no-store":           {Discovery: poppytest.DiscoveryOptions{PoppyCacheControl: "no-store", MetadataCacheControl: "no-store"}},
 		"Discovery.DropWeb, DropAgent":          {Discovery: poppytest.DiscoveryOptions{DropWeb: true, DropAgent: true}},
 		"Discovery.DropAPIs":                    {Discovery: poppytest.DiscoveryOptions{DropAPIs: true}},
-		"SignIn.OmitInterval":                   {SignIn: poppytest.SignInOptions{OmitInterval: true}},
-		"SignIn.StrictResourceIndicators":       {SignIn: poppytest.SignInOptions{StrictResourceIndicators: true}, API: poppytest.APIOptions{Resource: "https://api.example.test/v1"}},
-		"SignIn.UnusualOnNewKey (interactive)":  interactive(poppytest.Options{SignIn: poppytest.SignInOptions{UnusualOnNewKey: true}}),
-		"SignIn.NarrowScopesOnly (interactive)": interactive(poppytest.Options{SignIn: poppytest.SignInOptions{NarrowScopesOnly: true}}),
-		"MCP.OnAPIHost, SecondServer":           {MCP: poppytest.MCPOptions{OnAPIHost: true, SecondServer: true}},
+		"SignIn.OmitInterval":                   {SignIn: poppytest.SignInPolicy{OmitInterval: true}},
+		"SignIn.StrictResourceIndicators":       {SignIn: poppytest.SignInPolicy{StrictResourceIndicators: true}, API: poppytest.OpenAPIServerOptions{Resource: "https://api.example.test/v1"}},
+		"SignIn.UnusualOnNewKey (interactive)":  interactive(poppytest.Options{SignIn: poppytest.SignInPolicy{UnusualOnNewKey: true}}),
+		"SignIn.NarrowScopesOnly (interactive)": interactive(poppytest.Options{SignIn: poppytest.SignInPolicy{NarrowScopesOnly: true}}),
+		"MCP.OnAPIHost, SecondServer":           {MCP: poppytest.MCPServingOptions{OnAPIHost: true, SecondServer: true}},
 		"Operations.RequireOperations":          {Operations: poppytest.OperationsOptions{RequireOperations: true}},
 		"Clients.SessionStartsPerMinute":        {Clients: poppytest.ClientOptions{SessionStartsPerMinute: 1}},
 		"Web.SameSite None, RevokeOnRejoin":     {Web: poppytest.WebOptions{SameSite: http.SameSiteNoneMode, RevokeOnRejoin: true}},
@@ -754,7 +754,7 @@ func TestConformantCompanies(t *testing.T) {
 // same Company fails both.
 func TestNonceFreshness(t *testing.T) {
 	for _, nonces := range []bool{true, false} {
-		srv := poppytest.NewServer(t, &poppytest.Options{Tokens: poppytest.TokenOptions{RequireNonce: nonces}})
+		srv := poppytest.NewServer(t, &poppytest.Options{Tokens: poppytest.TokenPolicy{RequireNonce: nonces}})
 		layer := &company{srv: srv, answer: func(req *http.Request) *http.Response {
 			cl := claims(req.Header.Get("DPoP"))
 			iat, _ := cl["iat"].(float64)

@@ -94,7 +94,7 @@ func TestMediatedRateLimitProbe(t *testing.T) {
 		}
 	})
 	t.Run("unlimited", func(t *testing.T) {
-		srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInOptions{MediatedFailuresPerMinute: -1}})
+		srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInPolicy{MediatedFailuresPerMinute: -1}})
 		rep := runWith(t, srv, &poppycheck.Options{FailedSignIns: true})
 		// CO-4.7-06
 		r, _ := rep.Result("CO-4.7-06")
@@ -114,7 +114,7 @@ func TestMediatedRateLimitProbe(t *testing.T) {
 		}
 	})
 	t.Run("off by default", func(t *testing.T) {
-		srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInOptions{MediatedFailuresPerMinute: -1}})
+		srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInPolicy{MediatedFailuresPerMinute: -1}})
 		rep := runAgainst(t, srv, nil)
 		r, _ := rep.Result("CO-4.7-06")
 		if r.Status != poppycheck.NotObserved || r.Reason != poppycheck.Conditional()["CO-4.7-06"] {

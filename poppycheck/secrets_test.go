@@ -19,7 +19,7 @@ func TestReportHoldsNoSecret(t *testing.T) {
 	// Failures show their request and answer: a token response and a
 	// Set-Cookie among them.
 	bad := poppytest.NewServer(t, &poppytest.Options{Web: poppytest.WebOptions{SameSite: http.SameSiteStrictMode}})
-	bad.SetTokenType("Bearer")
+	bad.Tokens().SetType("Bearer")
 	rep := runAgainst(t, bad, nil)
 	if len(rep.Failed()) < 2 {
 		t.Fatalf("want two failures with evidence, got %d", len(rep.Failed()))
@@ -57,7 +57,7 @@ func noSecret(t *testing.T, srv *poppytest.Server, rep *poppycheck.Report, evide
 			t.Logf("request %d carries a refresh_token in its body", r.Index)
 		}
 	}
-	for _, c := range srv.WebCookies() {
+	for _, c := range srv.Sessions().Cookies() {
 		secrets = append(secrets, c.Value)
 	}
 	secrets = append(secrets, "correct horse", srv.SignIn().LastCode())

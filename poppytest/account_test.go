@@ -26,7 +26,7 @@ func TestCO_4_8_AccountTokens(t *testing.T) {
 	if r.has("refresh_token") || r.has("refresh_token_expires_in") || !r.has("access_token", "token_type", "expires_in") {
 		t.Errorf("refresh response = %s", r.Raw)
 	}
-	if si, _ := srv.Session(sid); !si.SignedIn || si.Account != "acct_1" || si.AccountToken != pat {
+	if si, _ := srv.Sessions().Get(sid); !si.SignedIn || si.Account != "acct_1" || si.AccountToken != pat {
 		t.Errorf("session = %+v", si)
 	}
 	// CO-4.8-01: without session_id, a new signed-in Session for the token's User.
@@ -34,7 +34,7 @@ func TestCO_4_8_AccountTokens(t *testing.T) {
 	if r.Status != 200 || r.str("session_id") == "" || r.str("session_id") == sid || r.Body["signed_in"] != true {
 		t.Fatalf("refresh without session_id = %d %s", r.Status, r.Raw)
 	}
-	if si, _ := srv.Session(r.str("session_id")); si.UserID != "usr_1" || si.ClientID != a.clientID || !si.SignedIn {
+	if si, _ := srv.Sessions().Get(r.str("session_id")); si.UserID != "usr_1" || si.ClientID != a.clientID || !si.SignedIn {
 		t.Errorf("new session = %+v", si)
 	}
 	// PA-4.8-03 setup, CO-4.8-07: fewer scopes yes, more no.
@@ -68,12 +68,12 @@ func TestCO_4_8_AccountTokens(t *testing.T) {
 	}
 	// The Bearer variant for MCP (spec 4.3).
 	f = a.refreshForm(pat, sid)
-	f.Set("resource", srv.MCPURL())
-	if r := postForm(t, srv, srv.TokenEndpoint(), f); r.Status != 200 || r.str("token_type") != "Bearer" || r.str("session_id") != sid {
+	f.Set("resource", srv.EndpointURL(poppytest.EndpointMCP))
+	if r := postForm(t, srv, srv.EndpointURL(poppytest.EndpointToken), f); r.Status != 200 || r.str("token_type") != "Bearer" || r.str("session_id") != sid {
 		t.Errorf("Bearer refresh = %d %s", r.Status, r.Raw)
 	}
 	// CO-4.8-10: revoked → invalid_grant.
-	if !srv.RevokeAccountToken(pat) {
+	if !srv.Tokens().RevokeAccount(pat) {
 		t.Fatal("RevokeAccountToken: unknown")
 	}
 	if r := a.tokenAs("usr_1", a.refreshForm(pat, sid)); r.Status != 400 || r.str("error") != "invalid_grant" {
@@ -82,7 +82,7 @@ func TestCO_4_8_AccountTokens(t *testing.T) {
 }
 
 func TestCO_4_8_08_LifetimeNotExtended(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInOptions{AccountTokenTTL: 100 * time.Second}, Tokens: poppytest.TokenOptions{TTL: 10 * time.Second}})
+	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInPolicy{AccountTokenTTL: 100 * time.Second}, Tokens: poppytest.TokenPolicy{TTL: 10 * time.Second}})
 	a := newAgent(t, srv, "agent.test")
 	signed := a.signedIn("usr_1", "poppy:read")
 	if signed.Body["refresh_token_expires_in"] != float64(100) {
@@ -106,14 +106,14 @@ func TestCO_4_8_08_LifetimeNotExtended(t *testing.T) {
 	a.tokenAs("usr_1", a.refreshForm(pat, sid))
 	wantRules(t, srv, pa("4.4-12"))
 	// The sign-in is over: the Session renews signed out with the assertion (PA-4.8-06 setup).
-	if si, _ := srv.Session(sid); si.SignedIn || si.Account != "acct_1" {
+	if si, _ := srv.Sessions().Get(sid); si.SignedIn || si.Account != "acct_1" {
 		t.Errorf("session after expiry = %+v", si)
 	}
 	if r := a.token(a.renewForm("usr_1", sid)); r.Status != 200 || r.Body["signed_in"] != false {
 		t.Errorf("renewal after expiry = %d %s", r.Status, r.Raw)
 	}
 	// Negative AccountTokenTTL: no lifetime.
-	srv2 := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInOptions{AccountTokenTTL: -1}})
+	srv2 := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInPolicy{AccountTokenTTL: -1}})
 	b := newAgent(t, srv2, "agent.test")
 	if r := b.signedIn("usr_1", "poppy:read"); r.has("refresh_token_expires_in") {
 		t.Errorf("no lifetime: %s", r.Raw)
@@ -121,7 +121,7 @@ func TestCO_4_8_08_LifetimeNotExtended(t *testing.T) {
 }
 
 func TestCO_4_8_09_Rotation(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInOptions{RotateAccountTokens: true, AccountTokenTTL: time.Hour}})
+	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInPolicy{RotateAccountTokens: true, AccountTokenTTL: time.Hour}})
 	a := newAgent(t, srv, "agent.test")
 	signed := a.signedIn("usr_1", "poppy:read")
 	old, sid := signed.str("refresh_token"), signed.str("session_id")
@@ -132,10 +132,10 @@ func TestCO_4_8_09_Rotation(t *testing.T) {
 		t.Fatalf("rotating refresh = %d %s", r.Status, r.Raw)
 	}
 	cur := r.str("refresh_token")
-	if info, _ := srv.AccountToken(old); !info.Replaced || info.Current != cur || info.Revoked {
+	if info, _ := srv.Tokens().Account(old); !info.Replaced || info.Current != cur || info.Revoked {
 		t.Errorf("old record = %+v", info)
 	}
-	if si, _ := srv.Session(sid); si.AccountToken != cur {
+	if si, _ := srv.Sessions().Get(sid); si.AccountToken != cur {
 		t.Errorf("session's Account Token = %q", si.AccountToken)
 	}
 	// CO-4.8-09: the old one dies at once; reusing it is a violation.
@@ -149,7 +149,7 @@ func TestCO_4_8_09_Rotation(t *testing.T) {
 }
 
 func TestRotationGrace(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInOptions{RotateAccountTokens: true, RotationGrace: 10 * time.Second}})
+	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInPolicy{RotateAccountTokens: true, RotationGrace: 10 * time.Second}})
 	a := newAgent(t, srv, "agent.test")
 	signed := a.signedIn("usr_1", "poppy:read")
 	old := signed.str("refresh_token")
@@ -220,12 +220,12 @@ func TestCO_4_9_Revocation(t *testing.T) {
 	if r := a.revoke("pat_unknown"); r.Status != 200 {
 		t.Errorf("unknown token = %d", r.Status)
 	}
-	postForm(t, srv, srv.RevocationEndpoint(), a.clientForm("token", keep.str("refresh_token")))
+	postForm(t, srv, srv.EndpointURL(poppytest.EndpointRevoke), a.clientForm("token", keep.str("refresh_token")))
 	wantRules(t, srv, pa("4.9-01"))
 }
 
 func TestCO_4_9_02_EndSessionsOnSignOut(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInOptions{EndSessionsOnSignOut: true}})
+	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInPolicy{EndSessionsOnSignOut: true}})
 	a := newAgent(t, srv, "agent.test")
 	signed := a.signedIn("usr_1", "poppy:read")
 	a.revoke(signed.str("refresh_token"))
@@ -240,10 +240,10 @@ func TestCO_4_9_02_EndSessionsOnSignOut(t *testing.T) {
 
 func TestCO_4_9_04_NoLiveSignInCheck(t *testing.T) {
 	// CO-4.9-04
-	if msg := configError(t, &poppytest.Options{SignIn: poppytest.SignInOptions{NoLiveSignInCheck: true}, Tokens: poppytest.TokenOptions{TTL: time.Hour}}); !strings.Contains(msg, "CO-4.9-04") {
+	if msg := configError(t, &poppytest.Options{SignIn: poppytest.SignInPolicy{NoLiveSignInCheck: true}, Tokens: poppytest.TokenPolicy{TTL: time.Hour}}); !strings.Contains(msg, "CO-4.9-04") {
 		t.Fatalf("long Tokens.TTL accepted: %q", msg)
 	}
-	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInOptions{NoLiveSignInCheck: true}})
+	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInPolicy{NoLiveSignInCheck: true}})
 	a := newAgent(t, srv, "agent.test")
 	signed := a.signedIn("usr_1", "poppy:read")
 	// CO-4.9-04
@@ -260,7 +260,7 @@ func TestCO_4_9_05_EndSessionKeepsAccountToken(t *testing.T) {
 	srv := poppytest.NewServer(t, nil)
 	a := newAgent(t, srv, "agent.test")
 	signed := a.signedIn("usr_1", "poppy:read")
-	srv.EndSession(signed.str("session_id"))
+	srv.Sessions().End(signed.str("session_id"))
 	// CO-4.9-05
 	if r := a.tokenAs("usr_1", a.refreshForm(signed.str("refresh_token"), "")); r.Status != 200 || r.Body["signed_in"] != true {
 		t.Errorf("new Session after EndSession = %d %s", r.Status, r.Raw)
@@ -271,11 +271,11 @@ func TestCO_4_9_06_Disconnect(t *testing.T) {
 	srv := poppytest.NewServer(t, nil)
 	a := newAgent(t, srv, "agent.test")
 	signed := a.signedIn("usr_1", "poppy:read")
-	byHand, err := srv.SignInSession(a.start("usr_2").str("session_id"), "acct_1", "poppy:read")
+	byHand, err := srv.Sessions().SignIn(a.start("usr_2").str("session_id"), "acct_1", "poppy:read")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv.Disconnect("acct_1")
+	srv.Sessions().Disconnect("acct_1")
 	// CO-4.9-06
 	if r := a.tokenAs("usr_1", a.refreshForm(signed.str("refresh_token"), "")); r.Status != 400 || r.str("error") != "invalid_grant" {
 		t.Errorf("refresh after Disconnect = %d %s", r.Status, r.Raw)
@@ -286,13 +286,13 @@ func TestCO_4_9_06_Disconnect(t *testing.T) {
 			t.Errorf("signed-in token after Disconnect = %d %q", c.Status, c.wwwAuth())
 		}
 	}
-	if info, _ := srv.AccountToken(signed.str("refresh_token")); !info.Revoked {
+	if info, _ := srv.Tokens().Account(signed.str("refresh_token")); !info.Revoked {
 		t.Errorf("record = %+v", info)
 	}
 }
 
 func TestCO_4_4_05_NarrowScopesOnly(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInOptions{NarrowScopesOnly: true}})
+	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInPolicy{NarrowScopesOnly: true}})
 	a := newAgent(t, srv, "agent.test")
 	doc := get(t, srv, "https://example.test/.well-known/poppy.json")
 	auth := doc.Body["auth"].(map[string]any)
@@ -322,10 +322,10 @@ func TestCO_4_4_05_NarrowScopesOnly(t *testing.T) {
 }
 
 func TestSignInTypesDisabled(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInOptions{Disable: []string{"direct", "device", "mediated"}}})
+	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInPolicy{Disable: []string{"direct", "device", "mediated"}}})
 	a := newAgent(t, srv, "agent.test")
 	tok := a.start("usr_1").str("access_token")
-	for _, u := range []string{srv.AuthorizationEndpoint(), srv.VerificationURI()} {
+	for _, u := range []string{srv.EndpointURL(poppytest.EndpointAuthorize), srv.EndpointURL(poppytest.EndpointVerification)} {
 		if r := asBrowser(t, srv, "GET", u, nil); r.Status != http.StatusNotFound {
 			t.Errorf("%s = %d", u, r.Status)
 		}

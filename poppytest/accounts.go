@@ -139,15 +139,15 @@ type AccountTokenInfo struct {
 	Scopes    []string
 	IssuedAt  time.Time // of the sign-in; a rotation keeps it
 	ExpiresAt time.Time // zero: no lifetime
-	Revoked   bool      // revoked by the agent, RevokeAccountToken or Disconnect
+	Revoked   bool      // revoked by the agent, Tokens.RevokeAccount or Sessions.Disconnect
 	// Replaced reports that a rotation replaced this value; Current is the
 	// value that works now.
 	Replaced bool
 	Current  string
 }
 
-// AccountToken returns the fake's record of an Account Token value.
-func (s *Server) AccountToken(value string) (AccountTokenInfo, bool) {
+// accountTokenInfo returns the fake's record of an Account Token value.
+func (s *Server) accountTokenInfo(value string) (AccountTokenInfo, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	at := s.signin.acctTokens[value]
@@ -160,11 +160,11 @@ func (s *Server) AccountToken(value string) (AccountTokenInfo, bool) {
 		Replaced: !at.replaced.IsZero(), Current: f.current}, true
 }
 
-// RevokeAccountToken revokes an Account Token on the server side, as the
+// revokeAccountToken revokes an Account Token on the server side, as the
 // Company's own systems might, and signs out the Sessions signed in with
 // it (ending them with EndSessionsOnSignOut). It reports whether the value
 // was known. The next refresh with it gets invalid_grant (CO-4.8-10).
-func (s *Server) RevokeAccountToken(value string) bool {
+func (s *Server) revokeAccountToken(value string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	at := s.signin.acctTokens[value]
@@ -175,12 +175,12 @@ func (s *Server) RevokeAccountToken(value string) bool {
 	return true
 }
 
-// Disconnect plays the User disconnecting the Personal Agents from
+// disconnect plays the User disconnecting the Personal Agents from
 // account in the Company's account settings (spec 4.9): every Account
 // Token for the account is revoked and every Session signed in to it is
 // signed out (ended with EndSessionsOnSignOut), whatever signed it in.
 // Signed-in Session Tokens then get sign_in_required (CO-4.9-06).
-func (s *Server) Disconnect(account string) {
+func (s *Server) disconnect(account string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, f := range s.signin.families {

@@ -35,7 +35,7 @@ func TestPA_4_3_08_WrongHTURecorded(t *testing.T) {
 	a := newAgent(t, srv, "agent.test")
 	start := a.start("usr_1")
 	tok, sid := start.str("access_token"), start.str("session_id")
-	r := a.call("GET", "/products", tok, "", withClaim("htu", srv.APIURL()+"/orders"))
+	r := a.call("GET", "/products", tok, "", withClaim("htu", srv.EndpointURL(poppytest.EndpointAPI)+"/orders"))
 	if r.Status != http.StatusUnauthorized {
 		t.Fatalf("wrong htu: %d %s", r.Status, r.Raw)
 	}
@@ -48,7 +48,7 @@ func TestPA_4_3_08_WrongHTURecorded(t *testing.T) {
 		t.Errorf("the violation names client %q, Session %q; want %q, %q", vs[0].ClientID, vs[0].SessionID, a.clientID, sid)
 	}
 	// An escaped unreserved character names the same URL: no violation.
-	r = a.call("GET", "/products", tok, "", withClaim("htu", srv.APIURL()+"/pr%6Fducts"))
+	r = a.call("GET", "/products", tok, "", withClaim("htu", srv.EndpointURL(poppytest.EndpointAPI)+"/pr%6Fducts"))
 	if r.Status != http.StatusUnauthorized {
 		t.Errorf("escaped htu: %d %s", r.Status, r.Raw)
 	}
@@ -100,7 +100,7 @@ func TestPA_4_4_02_CurlApprovalIsTheUsers(t *testing.T) {
 	if err != nil {
 		realtest.Missing(t, "curl", "no curl on PATH (install the Debian package curl)")
 	}
-	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInOptions{DeviceInterval: time.Second}})
+	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInPolicy{DeviceInterval: time.Second}})
 	a := newAgent(t, srv, "agent.test")
 	sid := a.start("usr_1").str("session_id")
 	d := a.deviceStart("poppy:read")
@@ -134,7 +134,7 @@ func TestPA_4_4_02_CurlApprovalIsTheUsers(t *testing.T) {
 	if m == nil {
 		t.Fatalf("no consent form: %s", page)
 	}
-	run("--data-urlencode", "user_code="+m[1], "--data", "decision=approve", "--data", "account=acct_1", "--data", "scope=poppy:read", srv.VerificationURI())
+	run("--data-urlencode", "user_code="+m[1], "--data", "decision=approve", "--data", "account=acct_1", "--data", "scope=poppy:read", srv.EndpointURL(poppytest.EndpointVerification))
 	srv.Clock().Advance(2 * time.Second)
 	if r := a.poll("usr_1", d.str("device_code"), sid); r.Status != 200 || r.str("access_token") == "" {
 		t.Fatalf("poll after the approval: %d %s", r.Status, r.Raw)
@@ -165,7 +165,7 @@ func TestCO_OPS4_02_TruncatedBodyActsOnNothing(t *testing.T) {
 	a := opsAgent(t, srv)
 	_, tok := signedIn(t, srv, a, "usr_1", "acct_1")
 	body := `{"item_id":"itm_4Qa","replacement_sku":"stormline-insulated-m"}`
-	u := srv.APIURL() + "/orders/ord_7Hk2/exchanges"
+	u := srv.EndpointURL(poppytest.EndpointAPI) + "/orders/ord_7Hk2/exchanges"
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	// The headers and none of the body, on a connection of its own
@@ -177,7 +177,7 @@ func TestCO_OPS4_02_TruncatedBodyActsOnNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	info, _ := srv.Token(tok)
+	info, _ := srv.Tokens().Get(tok)
 	head := "POST /orders/ord_7Hk2/exchanges HTTP/1.1\r\nHost: api.example.test\r\nContent-Type: application/json\r\n" +
 		"Idempotency-Key: \"k-1\"\r\nAuthorization: DPoP " + tok + "\r\nDPoP: " + a.proof("POST", u, a.userKey(info.UserID), withToken(tok)) +
 		"\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n"
@@ -211,7 +211,7 @@ func TestLogBoundedByBytes(t *testing.T) {
 	srv := poppytest.NewServer(t, &poppytest.Options{Load: poppytest.LoadOptions{LogBytes: 64 << 10}})
 	big := strings.Repeat("x", 30<<10)
 	for range 8 {
-		postForm(t, srv, srv.RevocationEndpoint(), url.Values{"token": {big}})
+		postForm(t, srv, srv.EndpointURL(poppytest.EndpointRevoke), url.Values{"token": {big}})
 	}
 	reqs := srv.Requests()
 	if n := len(reqs); n == 0 || n > 2 {

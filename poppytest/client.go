@@ -210,7 +210,7 @@ func (s *Server) clientRefused(id string) string {
 // audienceMatch names what an aud value matched.
 func (s *Server) audienceMatch(aud, endpoint string) string {
 	switch aud {
-	case s.TokenEndpoint():
+	case s.tokenEndpoint():
 		return "token_endpoint"
 	case s.issuer:
 		return "issuer"

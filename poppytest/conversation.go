@@ -332,9 +332,9 @@ func (s *Server) waitTurns() {
 // idRE is the alphabet and length of every protocol ID (spec 7.2).
 var idRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,256}$`)
 
-// ValidID reports whether id is 1 to 256 characters of [A-Za-z0-9_-]
+// validID reports whether id is 1 to 256 characters of [A-Za-z0-9_-]
 // (spec 7.2).
-func ValidID(id string) bool { return idRE.MatchString(id) }
+func validID(id string) bool { return idRE.MatchString(id) }
 
 // newConvID returns a Company-chosen ID with prefix (CO-7.2-06), or an odd
 // one with OddIDs (PA-7.2-04). Called with c.mu held.
@@ -489,7 +489,7 @@ func (s *Server) checkPAMessage(idx int, raw json.RawMessage) (IncomingMessage, 
 	in := IncomingMessage{Raw: bytes.Clone(raw)}
 	json.Unmarshal(m["id"], &in.ID)
 	json.Unmarshal(m["sender"], &in.Sender)
-	if !ValidID(in.ID) {
+	if !validID(in.ID) {
 		s.violate(idx, "PA-7.2-02", "message id %q breaks the alphabet or length rules", truncate(in.ID))
 		return in, "message id must be 1 to 256 characters of A-Z a-z 0-9 - _"
 	}

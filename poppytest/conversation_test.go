@@ -31,7 +31,7 @@ func newConvAgent(t *testing.T, srv *poppytest.Server, a *rawAgent, user string)
 // proof; hdr are name, value pairs.
 func (c *convAgent) req(method, path, body string, hdr ...string) *response {
 	c.t.Helper()
-	u := c.srv.APIURL() + "/poppy/conversations" + path
+	u := c.srv.EndpointURL(poppytest.EndpointAPI) + "/poppy/conversations" + path
 	htu, _, _ := strings.Cut(u, "?")
 	var rd io.Reader
 	if body != "" {
@@ -139,7 +139,7 @@ func checkEvents(t *testing.T, evs []map[string]any) {
 }
 
 func TestCO_7_2_Ownership(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInOptions{Accounts: []poppytest.Account{
+	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInPolicy{Accounts: []poppytest.Account{
 		{ID: "acct_1", Credentials: map[string]string{"email": "a@example.test", "password": "p"}},
 		{ID: "acct_2", Credentials: map[string]string{"email": "b@example.test", "password": "q"}},
 	}}})
@@ -158,7 +158,7 @@ func TestCO_7_2_Ownership(t *testing.T) {
 	}
 	// CO-7.2-04: another Session of the same User continues it after the
 	// first ended.
-	srv.EndSession(a.sess)
+	srv.Sessions().End(a.sess)
 	a2 := newConvAgent(t, srv, a.rawAgent, "usr_alice")
 	if r := a2.req("GET", "/"+conv+"/events", ""); r.Status != http.StatusOK {
 		t.Fatalf("read from a new Session: %d %s", r.Status, r.Raw)
@@ -168,7 +168,7 @@ func TestCO_7_2_Ownership(t *testing.T) {
 	}
 	// CO-7.2-03: once signed in to acct_1, the conversation is the
 	// account's; a token of acct_2 gets 404.
-	tok1, err := srv.SignInSession(a2.sess, "acct_1", "poppy:read")
+	tok1, err := srv.Sessions().SignIn(a2.sess, "acct_1", "poppy:read")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +177,7 @@ func TestCO_7_2_Ownership(t *testing.T) {
 		t.Fatalf("signed-in read: %d", r.Status)
 	}
 	a3 := newConvAgent(t, srv, a.rawAgent, "usr_alice")
-	tok2, err := srv.SignInSession(a3.sess, "acct_2", "poppy:read")
+	tok2, err := srv.Sessions().SignIn(a3.sess, "acct_2", "poppy:read")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +193,7 @@ func TestCO_7_2_Ownership(t *testing.T) {
 		}
 	}
 	// CO-7.11-06: the same User, signed out, gets sign_in_required.
-	srv.SignOutSession(a2.sess)
+	srv.Sessions().SignOut(a2.sess)
 	if r := a2.req("POST", "/"+conv+"/messages", msgBody(randMsgID(), "Still there?")); r.Status != http.StatusForbidden || r.str("error") != "sign_in_required" {
 		t.Fatalf("signed out: %d %s", r.Status, r.Raw)
 	}
@@ -639,7 +639,7 @@ func TestCOSignInDuringConversation(t *testing.T) {
 	// CO-7.11-04, CO-7.11-05: a read-only token, and a message claiming
 	// authority, whoever handles it: refused, insufficient_scope naming
 	// poppy:write; nothing done.
-	tok, err := srv.SignInSession(a.sess, "acct_1", "poppy:read")
+	tok, err := srv.Sessions().SignIn(a.sess, "acct_1", "poppy:read")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -661,7 +661,7 @@ func TestCOSignInDuringConversation(t *testing.T) {
 	}
 	// CO-7.11-03: open throughout, the same ID; cleared once the token has
 	// the scopes.
-	tok, _ = srv.SignInSession(a.sess, "acct_1", "poppy:read", "poppy:write")
+	tok, _ = srv.Sessions().SignIn(a.sess, "acct_1", "poppy:read", "poppy:write")
 	a.tok = tok
 	if r := a.req("POST", "/"+conv+"/messages", msgBody(randMsgID(), "Now?")); r.Status != http.StatusAccepted || r.str("conversation_id") != conv {
 		t.Fatalf("message %d %s", r.Status, r.Raw)

@@ -50,10 +50,10 @@ const (
 	deviceExchanged
 )
 
-// Poll answers that ScriptDevicePolls takes.
+// The poll answers ScriptDevicePolls takes (RFC 8628 section 3.5).
 const (
-	PollPending  = "authorization_pending"
-	PollSlowDown = "slow_down"
+	pollPending  = "authorization_pending"
+	pollSlowDown = "slow_down"
 )
 
 // HoldDevicePolls makes the next n polls of Device Sign-In requests
@@ -62,19 +62,19 @@ const (
 // It adds to the queue of ScriptDevicePolls.
 func (k *SignIn) HoldDevicePolls(n int) {
 	for range n {
-		k.ScriptDevicePolls(PollPending)
+		k.ScriptDevicePolls(pollPending)
 	}
 }
 
 // ScriptDevicePolls queues the answers of the next polls of Device
-// Sign-In requests, whatever the User decided: PollPending or PollSlowDown
-// (which also adds 5 s to the polled request's interval, PA-4.6-07). An
-// expired request answers expired_token regardless. Any other answer
-// panics.
+// Sign-In requests, whatever the User decided: "authorization_pending" or
+// "slow_down" (which also adds 5 s to the polled request's interval,
+// PA-4.6-07). An expired request answers expired_token regardless. Any
+// other answer panics.
 func (k *SignIn) ScriptDevicePolls(answers ...string) {
 	s := k.s
 	for _, a := range answers {
-		if a != PollPending && a != PollSlowDown {
+		if a != pollPending && a != pollSlowDown {
 			panic("poppytest: ScriptDevicePolls: unknown answer " + a)
 		}
 	}
@@ -95,7 +95,7 @@ func (s *Server) serveDeviceAuthorization(w http.ResponseWriter, r *http.Request
 	if !s.requireFormPOST(w, r, "device authorization endpoint") {
 		return
 	}
-	client, perr := s.authenticateClient(r, x.form, s.DeviceAuthorizationEndpoint())
+	client, perr := s.authenticateClient(r, x.form, s.deviceAuthorizationEndpoint())
 	if perr != nil {
 		s.writeTokenError(w, r, perr)
 		return
@@ -129,8 +129,8 @@ func (s *Server) serveDeviceAuthorization(w http.ResponseWriter, r *http.Request
 	resp := map[string]any{
 		"device_code":               d.deviceCode,
 		"user_code":                 d.userCode,
-		"verification_uri":          s.VerificationURI(),
-		"verification_uri_complete": s.VerificationURI() + "?user_code=" + d.userCode,
+		"verification_uri":          s.verificationURI(),
+		"verification_uri_complete": s.verificationURI() + "?user_code=" + d.userCode,
 		"expires_in":                int(s.opts.SignIn.DeviceCodeTTL / time.Second),
 	}
 	if !s.opts.SignIn.OmitInterval {
@@ -285,17 +285,17 @@ func (s *Server) grantDeviceCode(g *grantRequest) (map[string]any, *protoError) 
 			answer = s.signin.script[0]
 			s.signin.script = s.signin.script[1:]
 		case d.state == devicePending && tooSoon:
-			answer = PollSlowDown // CO-4.6-03
+			answer = pollSlowDown // CO-4.6-03
 			if d.lastSlowDown && violation == "" {
 				violation, vdetail = "PA-4.6-07", "polled sooner than the interval again after slow_down"
 			}
 		case d.state == devicePending:
-			answer = PollPending
+			answer = pollPending
 		case d.state == deviceDenied:
 			answer = "access_denied" // CO-4.6-04
 		}
-		d.lastSlowDown = answer == PollSlowDown
-		if answer == PollSlowDown {
+		d.lastSlowDown = answer == pollSlowDown
+		if answer == pollSlowDown {
 			d.interval += slowDownStep // RFC 8628 3.5
 		}
 		if answer == "access_denied" || answer == "expired_token" {
@@ -340,9 +340,9 @@ func (s *Server) grantDeviceCode(g *grantRequest) (map[string]any, *protoError) 
 
 func deviceAnswerDesc(answer string) string {
 	switch answer {
-	case PollPending:
+	case pollPending:
 		return "the User hasn't finished yet"
-	case PollSlowDown:
+	case pollSlowDown:
 		return fmt.Sprintf("poll less often: the interval grew by %d s", int(slowDownStep/time.Second))
 	case "access_denied":
 		return "the User declined"

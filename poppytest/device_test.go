@@ -55,7 +55,7 @@ func TestCO_4_6_DeviceSignIn(t *testing.T) {
 		!strings.HasPrefix(r.str("refresh_token"), "pat_") || !r.has("refresh_token_expires_in", "expires_in", "token_type", "access_token") {
 		t.Fatalf("approved poll = %d %s", r.Status, r.Raw)
 	}
-	if info, _ := srv.AccountToken(r.str("refresh_token")); info.Type != "device" || info.UserID != "usr_1" {
+	if info, _ := srv.Tokens().Account(r.str("refresh_token")); info.Type != "device" || info.UserID != "usr_1" {
 		t.Errorf("Account Token %+v", info)
 	}
 	srv.Clock().Advance(5 * time.Second)
@@ -69,7 +69,7 @@ func TestCO_4_6_DeviceSignIn(t *testing.T) {
 }
 
 func TestCO_4_6_PollAnswers(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInOptions{DeviceCodeTTL: 30 * time.Second}})
+	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInPolicy{DeviceCodeTTL: 30 * time.Second}})
 	a := newAgent(t, srv, "agent.test")
 	sid := a.start("usr_1").str("session_id")
 
@@ -144,7 +144,7 @@ func TestCO_4_6_PollAnswers(t *testing.T) {
 		s2 := a.start("usr_2").str("session_id")
 		d := a.deviceStart("poppy:read")
 		srv.SignIn().HoldDevicePolls(2)
-		srv.SignIn().ScriptDevicePolls(poppytest.PollSlowDown)
+		srv.SignIn().ScriptDevicePolls("slow_down")
 		browse(t, srv, d.str("verification_uri_complete"))
 		var got []string
 		for range 4 {
@@ -159,7 +159,7 @@ func TestCO_4_6_PollAnswers(t *testing.T) {
 }
 
 func TestCO_4_6_DeviceAuthorizationErrors(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInOptions{OmitInterval: true}})
+	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInPolicy{OmitInterval: true}})
 	a := newAgent(t, srv, "agent.test")
 	// CO-4.4-07
 	if r := a.deviceStart(""); r.Status != 400 || r.str("error") != "invalid_scope" {
@@ -175,7 +175,7 @@ func TestCO_4_6_DeviceAuthorizationErrors(t *testing.T) {
 	}
 	f := a.clientForm("scope", "poppy:read")
 	f.Del("client_assertion")
-	if r := postForm(t, srv, srv.DeviceAuthorizationEndpoint(), f); r.Status != 401 || r.str("error") != "invalid_client" {
+	if r := postForm(t, srv, srv.EndpointURL(poppytest.EndpointDevice), f); r.Status != 401 || r.str("error") != "invalid_client" {
 		t.Errorf("no client assertion: %d %s", r.Status, r.Raw)
 	}
 	// OmitInterval: no interval; the fake expects 5 s.
@@ -191,15 +191,15 @@ func TestCO_4_6_DeviceAuthorizationErrors(t *testing.T) {
 	}
 	// A device_code in a URL is a violation; so is opening the page as the
 	// agent, with what only it holds (here its Session Token).
-	get(t, srv, srv.VerificationURI()+"?user_code="+d.str("user_code")+"&x="+d.str("device_code"), "Authorization", "DPoP "+a.start("usr_1").str("access_token"))
+	get(t, srv, srv.EndpointURL(poppytest.EndpointVerification)+"?user_code="+d.str("user_code")+"&x="+d.str("device_code"), "Authorization", "DPoP "+a.start("usr_1").str("access_token"))
 	wantRules(t, srv, pa("4.6-03"), pa("4.4-02"))
 	// verification_uri alone asks for the code.
-	if _, err := srv.Browse(context.Background(), srv.VerificationURI()); err == nil || !strings.Contains(err.Error(), "user code") {
+	if _, err := srv.Browse(context.Background(), srv.EndpointURL(poppytest.EndpointVerification)); err == nil || !strings.Contains(err.Error(), "user code") {
 		t.Errorf("Browse(verification_uri) = %v", err)
 	}
 	// A typed code is accepted in lower case without the dash.
 	typed := strings.ToLower(strings.ReplaceAll(d.str("user_code"), "-", ""))
-	browse(t, srv, srv.VerificationURI()+"?user_code="+typed)
+	browse(t, srv, srv.EndpointURL(poppytest.EndpointVerification)+"?user_code="+typed)
 	srv.Clock().Advance(10 * time.Second)
 	if r := a.poll("usr_1", d.str("device_code"), sid); r.Status != 200 {
 		t.Errorf("poll after approval = %d %s", r.Status, r.Raw)

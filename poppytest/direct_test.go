@@ -60,19 +60,19 @@ func TestCO_4_5_DirectSignIn(t *testing.T) {
 	if c := a.call("GET", "/orders", outTok, ""); c.Status != 403 || !strings.Contains(c.wwwAuth(), "sign_in_required") {
 		t.Errorf("old token: %d %q", c.Status, c.wwwAuth())
 	}
-	info, _ := srv.AccountToken(pat)
+	info, _ := srv.Tokens().Account(pat)
 	if info.ClientID != a.clientID || info.UserID != "usr_1" || info.Account != "acct_1" || info.Type != "direct" ||
 		!slices.Equal(info.Scopes, []string{"poppy:read", "poppy:write"}) || info.Revoked || info.Current != pat {
 		t.Errorf("Account Token record = %+v", info)
 	}
-	if si, _ := srv.Session(sid); !si.SignedIn || si.Account != "acct_1" || si.AccountToken != pat {
+	if si, _ := srv.Sessions().Get(sid); !si.SignedIn || si.Account != "acct_1" || si.AccountToken != pat {
 		t.Errorf("session = %+v", si)
 	}
 	// CO-4.5-06: a code is one-time; its reuse revokes what it issued (RFC 6749 4.1.2).
 	if r := a.tokenAs("usr_1", a.codeForm(code, p.verifier, sid)); r.Status != 400 || r.str("error") != "invalid_grant" {
 		t.Errorf("reused code: %d %s", r.Status, r.Raw)
 	}
-	if info, _ := srv.AccountToken(pat); !info.Revoked {
+	if info, _ := srv.Tokens().Account(pat); !info.Revoked {
 		t.Error("reusing a code left its Account Token valid")
 	}
 }
@@ -151,7 +151,7 @@ func TestCO_4_4_06_GrantedScopes(t *testing.T) {
 		t.Errorf("write with read only: %d %q", c.Status, c.wwwAuth())
 	}
 	// A programmable User sees every request and picks the account.
-	srv = poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInOptions{Accounts: []poppytest.Account{
+	srv = poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInPolicy{Accounts: []poppytest.Account{
 		{ID: "personal", Credentials: map[string]string{"email": "p@example.test", "password": "pw-personal"}},
 		{ID: "business", Credentials: map[string]string{"email": "b@example.test", "password": "pw-business"}},
 	}}})
@@ -163,7 +163,7 @@ func TestCO_4_4_06_GrantedScopes(t *testing.T) {
 	if r.str("scope") != "poppy:write" {
 		t.Errorf("scope = %s", r.Raw)
 	}
-	if si, _ := srv.Session(r.str("session_id")); si.Account != "business" {
+	if si, _ := srv.Sessions().Get(r.str("session_id")); si.Account != "business" {
 		t.Errorf("account = %q", si.Account)
 	}
 }
@@ -283,7 +283,7 @@ func TestCO_4_5_CodeBinding(t *testing.T) {
 }
 
 func TestCO_4_4_12_AccountMismatch(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInOptions{Accounts: []poppytest.Account{
+	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInPolicy{Accounts: []poppytest.Account{
 		{ID: "acct_a", Credentials: map[string]string{"email": "a@example.test", "password": "pw-a-secret"}},
 		{ID: "acct_b", Credentials: map[string]string{"email": "b@example.test", "password": "pw-b-secret"}},
 	}}})
@@ -320,7 +320,7 @@ func TestCO_4_4_12_AccountMismatch(t *testing.T) {
 		wantMismatch(t, a.tokenAs("usr_1", a.refreshForm(patB, sidA)))
 		wantRules(t, srv, pa("4.4-13"))
 	})
-	if si, _ := srv.Session(sidA); si.Account != "acct_a" || !si.SignedIn {
+	if si, _ := srv.Sessions().Get(sidA); si.Account != "acct_a" || !si.SignedIn {
 		t.Errorf("session A = %+v", si)
 	}
 }

@@ -85,7 +85,7 @@ func (s *Server) redirectStatus(hop int) int {
 // document builds the poppy.json served for domain (spec 3).
 func (s *Server) document(domain string) map[string]any {
 	o := &s.opts
-	api := s.APIURL()
+	api := s.apiURL()
 	doc := map[string]any{
 		"protocol_version": "0.1",
 		"organization":     map[string]any{"name": "Example Company", "domain": domain},
@@ -117,7 +117,7 @@ func (s *Server) document(domain string) map[string]any {
 				fields = append(fields, map[string]any{"name": f.Name, "label": f.Label, "secret": f.Secret})
 			}
 			auth["mediated"] = map[string]any{
-				"endpoint": s.MediatedEndpoint(),
+				"endpoint": s.mediatedEndpoint(),
 				"fields":   fields,
 				"scopes":   slices.Clone(s.signin.scopes["mediated"]),
 			}
@@ -150,9 +150,9 @@ func (s *Server) document(domain string) map[string]any {
 		if o.API.Resource != "" {
 			openapi["resource"] = o.API.Resource
 		}
-		apis := []any{openapi, map[string]any{"type": "mcp", "url": s.MCPURL(), "description": "Product search and sizing"}}
+		apis := []any{openapi, map[string]any{"type": "mcp", "url": s.mcpURL(), "description": "Product search and sizing"}}
 		if o.MCP.SecondServer {
-			apis = append(apis, map[string]any{"type": "mcp", "url": s.MCP2URL(), "description": "Product search and sizing, second server"})
+			apis = append(apis, map[string]any{"type": "mcp", "url": s.mcp2URL(), "description": "Product search and sizing, second server"})
 		}
 		doc["apis"] = apis
 	}
@@ -193,8 +193,8 @@ func (s *Server) metadataDoc() map[string]any {
 	}
 	m := map[string]any{
 		"issuer":                                           issuer,
-		"token_endpoint":                                   s.TokenEndpoint(),
-		"revocation_endpoint":                              s.RevocationEndpoint(),
+		"token_endpoint":                                   s.tokenEndpoint(),
+		"revocation_endpoint":                              s.revocationEndpoint(),
 		"authorization_endpoint":                           s.authBase + "/oauth/authorize",
 		"device_authorization_endpoint":                    s.authBase + "/oauth/device",
 		"poppy_domains":                                    domains,

@@ -223,9 +223,9 @@ func TestCO_3_ConfigurationValidator(t *testing.T) {
 		rule string
 	}{
 		// CO-4.2-06
-		{"negative TTL", poppytest.Options{Tokens: poppytest.TokenOptions{TTL: -1}}, "CO-4.2-06"},
+		{"negative TTL", poppytest.Options{Tokens: poppytest.TokenPolicy{TTL: -1}}, "CO-4.2-06"},
 		// CO-4.4-04
-		{"poppy: custom scope", poppytest.Options{SignIn: poppytest.SignInOptions{CustomScopes: map[string]string{"poppy:admin": "Admin"}}}, "CO-4.4-04"},
+		{"poppy: custom scope", poppytest.Options{SignIn: poppytest.SignInPolicy{CustomScopes: map[string]string{"poppy:admin": "Admin"}}}, "CO-4.4-04"},
 		// CO-3.3-01
 		{"plain extension name", poppytest.Options{Discovery: poppytest.DiscoveryOptions{Extensions: map[string]any{"gift-wrap": map[string]any{"version": "1"}}}}, "CO-3.3-01"},
 		// CO-3.3-01
@@ -245,7 +245,7 @@ func TestCO_3_ConfigurationValidator(t *testing.T) {
 	for _, o := range []poppytest.Options{
 		{Discovery: poppytest.DiscoveryOptions{Extensions: map[string]any{"example.test/gift-wrap": map[string]any{"version": "1"}, "operations": map[string]any{"version": "9"}}}},
 		{Discovery: poppytest.DiscoveryOptions{DropAuth: true, DropAgent: true, DropAPIs: true, DropBrowserSession: true}},
-		{SignIn: poppytest.SignInOptions{Disable: []string{"direct", "device", "mediated"}}},
+		{SignIn: poppytest.SignInPolicy{Disable: []string{"direct", "device", "mediated"}}},
 		{Issuer: "https://auth.example.test/t1"},
 		{Discovery: poppytest.DiscoveryOptions{DocumentFields: map[string]any{"x_future": map[string]any{"a": 1}}, ProtocolVersion: "0.9"}},
 		{Discovery: poppytest.DiscoveryOptions{ProtocolVersion: "1.0"}},
@@ -283,7 +283,7 @@ func TestNegativeDiscoveryOptions(t *testing.T) {
 }
 
 func TestCO_3_13_APIResourceInDocument(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{API: poppytest.APIOptions{Resource: "https://api.example.test/orders-api"}})
+	srv := poppytest.NewServer(t, &poppytest.Options{API: poppytest.OpenAPIServerOptions{Resource: "https://api.example.test/orders-api"}})
 	apis := get(t, srv, srv.URL()+"/.well-known/poppy.json").Body["apis"].([]any)
 	// CO-3-13
 	if apis[0].(map[string]any)["resource"] != "https://api.example.test/orders-api" {

@@ -183,12 +183,12 @@ func (s *Server) storeKey(raw string, k cachedKey) {
 
 // decodeProofForLog decodes a DPoP header for the request log, whatever its
 // validity.
-func decodeProofForLog(h string) *Proof {
+func decodeProofForLog(h string) *JWT {
 	j, err := splitJWS(h)
 	if err != nil {
 		return nil
 	}
-	p := &Proof{Compact: h, Header: j.header, Claims: j.claims, RawHeader: j.rawHeader, RawClaims: j.rawClaims}
+	p := &JWT{Compact: h, Header: j.header, Claims: j.claims, RawHeader: j.rawHeader, RawClaims: j.rawClaims}
 	if m, ok := j.header["jwk"].(map[string]any); ok {
 		if raw, err := json.Marshal(m); err == nil {
 			if key, err := jwk.ParseKey(raw); err == nil {
@@ -227,7 +227,7 @@ func (s *Server) checkProof(r *http.Request, pc proofCheck, optional bool) (*par
 		}
 		return nil, s.dpopError(r, "invalid_dpop_proof", perr.msg)
 	}
-	x.proof = &Proof{Compact: p.compact, Header: p.header, Claims: p.claims, RawHeader: p.rawHeader, RawClaims: p.rawClaims, JKT: p.jkt}
+	x.proof = &JWT{Compact: p.compact, Header: p.header, Claims: p.claims, RawHeader: p.rawHeader, RawClaims: p.rawClaims, JKT: p.jkt}
 	// CO-4.3-02, CO-4.3-08: the signature verifies with the header key.
 	if err := p.verifySignature(); err != nil {
 		return nil, s.dpopError(r, "invalid_dpop_proof", err.Error())
@@ -440,11 +440,11 @@ func (s *Server) nonceValid(host, n string) bool {
 	return false
 }
 
-// NewNonce issues a new DPoP nonce on the host of ep (EndpointToken and
+// newNonce issues a new DPoP nonce on the host of ep (EndpointToken and
 // EndpointRevoke share the issuer host; EndpointAPI, EndpointConversation
 // and EndpointOperations share the API host) and returns it. Older nonces
 // stay acceptable until 4 newer ones exist; use it to test a stale nonce.
-func (s *Server) NewNonce(ep Endpoint) string {
+func (s *Server) newNonce(ep EndpointKind) string {
 	host := s.authHost
 	switch ep {
 	case EndpointAPI, EndpointConversation, EndpointOperations:

@@ -45,7 +45,7 @@ func TestCO_4_3_ProofChecksAtResources(t *testing.T) {
 	})
 	t.Run("CO-4.3-04 htu", func(t *testing.T) {
 		// CO-4.3-04
-		wantDPoPError(t, a.call("GET", "/products", tok, "", withClaim("htu", srv.APIURL()+"/orders")), "invalid_dpop_proof")
+		wantDPoPError(t, a.call("GET", "/products", tok, "", withClaim("htu", srv.EndpointURL(poppytest.EndpointAPI)+"/orders")), "invalid_dpop_proof")
 		wantRules(t, srv, pa("4.3-08"))
 	})
 	t.Run("CO-4.3-04 htm", func(t *testing.T) {
@@ -55,7 +55,7 @@ func TestCO_4_3_ProofChecksAtResources(t *testing.T) {
 	})
 	t.Run("CO-4.3-04 htu with query", func(t *testing.T) {
 		// CO-4.3-04
-		wantDPoPError(t, a.call("GET", "/products?x=1", tok, "", withClaim("htu", srv.APIURL()+"/products?x=1")), "invalid_dpop_proof")
+		wantDPoPError(t, a.call("GET", "/products?x=1", tok, "", withClaim("htu", srv.EndpointURL(poppytest.EndpointAPI)+"/products?x=1")), "invalid_dpop_proof")
 		wantRules(t, srv, pa("4.3-08"))
 	})
 	t.Run("htu normalisation", func(t *testing.T) {
@@ -74,10 +74,10 @@ func TestCO_4_3_ProofChecksAtResources(t *testing.T) {
 		}
 	})
 	t.Run("CO-4.3-06 replay", func(t *testing.T) {
-		info, _ := srv.Token(tok)
-		proof := a.proof("GET", srv.APIURL()+"/products", a.userKey(info.UserID), withToken(tok))
+		info, _ := srv.Tokens().Get(tok)
+		proof := a.proof("GET", srv.EndpointURL(poppytest.EndpointAPI)+"/products", a.userKey(info.UserID), withToken(tok))
 		send := func() *response {
-			req, _ := http.NewRequest("GET", srv.APIURL()+"/products", nil)
+			req, _ := http.NewRequest("GET", srv.EndpointURL(poppytest.EndpointAPI)+"/products", nil)
 			req.Header.Set("Authorization", "DPoP "+tok)
 			req.Header.Set("DPoP", proof)
 			return do(t, srv.Client(), req)
@@ -113,14 +113,14 @@ func TestCO_4_3_ProofChecksAtResources(t *testing.T) {
 			}
 		}
 		srv.TakeViolations()
-		req, _ := http.NewRequest("GET", srv.APIURL()+"/products", nil)
+		req, _ := http.NewRequest("GET", srv.EndpointURL(poppytest.EndpointAPI)+"/products", nil)
 		req.Header.Set("Authorization", "DPoP "+tok)
-		req.Header.Add("DPoP", a.proof("GET", srv.APIURL()+"/products", withToken(tok)))
-		req.Header.Add("DPoP", a.proof("GET", srv.APIURL()+"/products", withToken(tok)))
+		req.Header.Add("DPoP", a.proof("GET", srv.EndpointURL(poppytest.EndpointAPI)+"/products", withToken(tok)))
+		req.Header.Add("DPoP", a.proof("GET", srv.EndpointURL(poppytest.EndpointAPI)+"/products", withToken(tok)))
 		wantDPoPError(t, do(t, srv.Client(), req), "invalid_dpop_proof")
 	})
 	t.Run("private key in proof", func(t *testing.T) {
-		info, _ := srv.Token(tok)
+		info, _ := srv.Tokens().Get(tok)
 		k := a.userKeys[info.UserID]
 		jw := publicJWK(k)
 		d, _ := k.Bytes()
@@ -153,18 +153,18 @@ func TestCO_4_3_08_TokenEndpointProofs(t *testing.T) {
 		}
 	}
 	t.Run("replay", func(t *testing.T) {
-		proof := a.proof("POST", srv.TokenEndpoint(), a.userKey("usr_1"))
-		if r := postForm(t, srv, srv.TokenEndpoint(), a.startForm("usr_1"), "DPoP", proof); r.Status != 200 {
+		proof := a.proof("POST", srv.EndpointURL(poppytest.EndpointToken), a.userKey("usr_1"))
+		if r := postForm(t, srv, srv.EndpointURL(poppytest.EndpointToken), a.startForm("usr_1"), "DPoP", proof); r.Status != 200 {
 			t.Fatalf("first: %d %s", r.Status, r.Raw)
 		}
 		// CO-4.3-08
-		wantTokenDPoPError(t, postForm(t, srv, srv.TokenEndpoint(), a.startForm("usr_1"), "DPoP", proof))
+		wantTokenDPoPError(t, postForm(t, srv, srv.EndpointURL(poppytest.EndpointToken), a.startForm("usr_1"), "DPoP", proof))
 		wantRules(t, srv, pa("4.3-05"))
 	})
 	for name, m := range map[string]pmod{
 		"signature": flipSignature(),
 		"htm":       withClaim("htm", "GET"),
-		"htu":       withClaim("htu", srv.RevocationEndpoint()),
+		"htu":       withClaim("htu", srv.EndpointURL(poppytest.EndpointRevoke)),
 		"iat":       withClaim("iat", srv.Clock().Now().Add(-2*time.Minute).Unix()),
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -183,13 +183,13 @@ func TestCO_4_3_08_TokenEndpointProofs(t *testing.T) {
 		wantTokenDPoPError(t, a.token(a.startForm("usr_1"), withToken("x")))
 		wantRules(t, srv, pa("4.3-11"))
 	})
-	if n := len(srv.Sessions()); n != 1 {
+	if n := len(srv.Sessions().All()); n != 1 {
 		t.Errorf("rejected token requests created sessions: %d", n)
 	}
 }
 
 func TestCO_4_3_10_Nonces(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{Tokens: poppytest.TokenOptions{RequireNonce: true}})
+	srv := poppytest.NewServer(t, &poppytest.Options{Tokens: poppytest.TokenPolicy{RequireNonce: true}})
 	a := newAgent(t, srv, "agent.test")
 	r := a.token(a.startForm("usr_1"))
 	authNonce := r.Header.Get("DPoP-Nonce")
@@ -199,7 +199,7 @@ func TestCO_4_3_10_Nonces(t *testing.T) {
 	}
 	// The same assertions may be resent with a new proof: the nonce error consumed nothing.
 	f := a.startForm("usr_1")
-	r = postForm(t, srv, srv.TokenEndpoint(), f, "DPoP", a.proof("POST", srv.TokenEndpoint(), a.userKey("usr_1"), withNonce(authNonce)))
+	r = postForm(t, srv, srv.EndpointURL(poppytest.EndpointToken), f, "DPoP", a.proof("POST", srv.EndpointURL(poppytest.EndpointToken), a.userKey("usr_1"), withNonce(authNonce)))
 	if r.Status != 200 {
 		t.Fatalf("retry with nonce: %d %s", r.Status, r.Raw)
 	}
@@ -218,13 +218,13 @@ func TestCO_4_3_10_Nonces(t *testing.T) {
 	}
 	// Old nonces expire after 4 newer ones.
 	for range 5 {
-		srv.NewNonce(poppytest.EndpointAPI)
+		srv.Tokens().NewNonce(poppytest.EndpointAPI)
 	}
 	wantDPoPError(t, a.call("GET", "/products", tok, "", withNonce(apiNonce)), "use_dpop_nonce")
 }
 
 func TestRotateNonce(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{Tokens: poppytest.TokenOptions{RequireNonce: true, RotateNonce: true}})
+	srv := poppytest.NewServer(t, &poppytest.Options{Tokens: poppytest.TokenPolicy{RequireNonce: true, RotateNonce: true}})
 	a := newAgent(t, srv, "agent.test")
 	r := a.token(a.startForm("usr_1"))
 	n := r.Header.Get("DPoP-Nonce")
@@ -254,18 +254,18 @@ func TestCO_4_3_11_BearerForMCP(t *testing.T) {
 	start := a.start("usr_1")
 	sid, dpopTok := start.str("session_id"), start.str("access_token")
 	f := a.renewForm("usr_1", sid)
-	f.Set("resource", srv.MCPURL())
-	r := postForm(t, srv, srv.TokenEndpoint(), f) // no DPoP header
+	f.Set("resource", srv.EndpointURL(poppytest.EndpointMCP))
+	r := postForm(t, srv, srv.EndpointURL(poppytest.EndpointToken), f) // no DPoP header
 	// CO-4.3-11
 	if r.Status != 200 || r.str("token_type") != "Bearer" || r.str("session_id") != sid {
 		t.Fatalf("proof-less renewal: %d %s", r.Status, r.Raw)
 	}
 	bearer := r.str("access_token")
-	if info, _ := srv.Token(bearer); info.Type != "Bearer" || info.Resource != srv.MCPURL() || info.JKT != "" {
+	if info, _ := srv.Tokens().Get(bearer); info.Type != "Bearer" || info.Resource != srv.EndpointURL(poppytest.EndpointMCP) || info.JKT != "" {
 		t.Errorf("bearer record %+v", info)
 	}
 	// CO-4.3-11: without resource → invalid_target (A-09).
-	r = postForm(t, srv, srv.TokenEndpoint(), a.renewForm("usr_1", sid))
+	r = postForm(t, srv, srv.EndpointURL(poppytest.EndpointToken), a.renewForm("usr_1", sid))
 	if r.Status != 400 || r.str("error") != "invalid_target" {
 		t.Errorf("proof-less without resource: %d %s", r.Status, r.Raw)
 	}
@@ -274,7 +274,7 @@ func TestCO_4_3_11_BearerForMCP(t *testing.T) {
 		t.Errorf("DPoP token after Bearer issue: %d", c.Status)
 	}
 	// CO-4.3-14: the Bearer token is refused at the API, as Bearer and as DPoP.
-	req, _ := http.NewRequest("GET", srv.APIURL()+"/products", nil)
+	req, _ := http.NewRequest("GET", srv.EndpointURL(poppytest.EndpointAPI)+"/products", nil)
 	req.Header.Set("Authorization", "Bearer "+bearer)
 	c := do(t, srv.Client(), req)
 	// CO-4.3-14
@@ -286,7 +286,7 @@ func TestCO_4_3_11_BearerForMCP(t *testing.T) {
 		t.Errorf("Bearer token with DPoP scheme: %d %q", c.Status, c.wwwAuth())
 	}
 	for _, p := range []string{"/poppy/conversations", "/poppy/operations"} {
-		req, _ := http.NewRequest("POST", srv.APIURL()+p, strings.NewReader("{}"))
+		req, _ := http.NewRequest("POST", srv.EndpointURL(poppytest.EndpointAPI)+p, strings.NewReader("{}"))
 		req.Header.Set("Authorization", "Bearer "+bearer)
 		c := do(t, srv.Client(), req)
 		// CO-4.3-14 (the mediated endpoint comes with sign-in)
@@ -301,7 +301,7 @@ func TestCO_4_3_15_DPoPTokenAsBearer(t *testing.T) {
 	srv := poppytest.NewServer(t, nil)
 	a := newAgent(t, srv, "agent.test")
 	tok := a.start("usr_1").str("access_token")
-	req, _ := http.NewRequest("GET", srv.APIURL()+"/products", nil)
+	req, _ := http.NewRequest("GET", srv.EndpointURL(poppytest.EndpointAPI)+"/products", nil)
 	req.Header.Set("Authorization", "Bearer "+tok)
 	r := do(t, srv.Client(), req)
 	// CO-4.3-15
@@ -351,7 +351,7 @@ func TestCO_4_3_17_DefaultTokenAndResources(t *testing.T) {
 	if r.Status != 200 {
 		t.Fatalf("%d %s", r.Status, r.Raw)
 	}
-	if info, _ := srv.Token(r.str("access_token")); info.Resource != "https://api.example.test/" {
+	if info, _ := srv.Tokens().Get(r.str("access_token")); info.Resource != "https://api.example.test/" {
 		t.Errorf("resource = %q", info.Resource)
 	}
 	if c := a.call("GET", "/products", r.str("access_token"), ""); c.Status != 200 {
@@ -359,7 +359,7 @@ func TestCO_4_3_17_DefaultTokenAndResources(t *testing.T) {
 	}
 	// A DPoP token for the MCP server is not an API token.
 	f = a.startForm("usr_3")
-	f.Set("resource", srv.MCPURL())
+	f.Set("resource", srv.EndpointURL(poppytest.EndpointMCP))
 	mcp := a.token(f).str("access_token")
 	if c := a.call("GET", "/products", mcp, ""); c.Status != 401 || !strings.Contains(c.wwwAuth(), "invalid_token") {
 		t.Errorf("MCP-resource DPoP token at the API: %d", c.Status)
@@ -371,7 +371,7 @@ func TestCO_4_3_17_DefaultTokenAndResources(t *testing.T) {
 		t.Errorf("unknown resource: %d %s", r.Status, r.Raw)
 	}
 	f = a.startForm("usr_1")
-	f["resource"] = []string{srv.MCPURL(), "https://api.example.test/"}
+	f["resource"] = []string{srv.EndpointURL(poppytest.EndpointMCP), "https://api.example.test/"}
 	if r := a.token(f); r.str("error") != "invalid_target" {
 		t.Errorf("two resources: %d %s", r.Status, r.Raw)
 	}
@@ -379,7 +379,7 @@ func TestCO_4_3_17_DefaultTokenAndResources(t *testing.T) {
 
 func TestCO_4_3_18_APIResource(t *testing.T) {
 	const res = "https://api.example.test/orders-api"
-	srv := poppytest.NewServer(t, &poppytest.Options{API: poppytest.APIOptions{Resource: res}})
+	srv := poppytest.NewServer(t, &poppytest.Options{API: poppytest.OpenAPIServerOptions{Resource: res}})
 	a := newAgent(t, srv, "agent.test")
 	def := a.start("usr_1")
 	// CO-4.3-18, CO-3-13
@@ -399,7 +399,7 @@ func TestCO_4_3_20_TokenInURL(t *testing.T) {
 	srv := poppytest.NewServer(t, nil)
 	a := newAgent(t, srv, "agent.test")
 	tok := a.start("usr_1").str("access_token")
-	r := get(t, srv, srv.APIURL()+"/products?access_token="+url.QueryEscape(tok))
+	r := get(t, srv, srv.EndpointURL(poppytest.EndpointAPI)+"/products?access_token="+url.QueryEscape(tok))
 	// CO-4.3-20
 	if r.Status != 401 {
 		t.Fatalf("%d %s", r.Status, r.Raw)
@@ -421,7 +421,7 @@ func TestCO_4_3_21_RateLimits(t *testing.T) {
 	a := newAgent(t, srv, "agent.test")
 	tok := a.start("usr_1").str("access_token")
 	date := srv.Clock().Now().Add(10 * time.Second).UTC().Format(http.TimeFormat)
-	for _, ep := range []poppytest.Endpoint{poppytest.EndpointAPI, poppytest.EndpointToken, poppytest.EndpointPoppyJSON, poppytest.EndpointMetadata, poppytest.EndpointRevoke} {
+	for _, ep := range []poppytest.EndpointKind{poppytest.EndpointAPI, poppytest.EndpointToken, poppytest.EndpointPoppyJSON, poppytest.EndpointMetadata, poppytest.EndpointRevoke} {
 		srv.Faults().RateLimit(ep, 1, "5")
 	}
 	checks := []*response{
@@ -429,7 +429,7 @@ func TestCO_4_3_21_RateLimits(t *testing.T) {
 		a.token(a.startForm("usr_1")),
 		get(t, srv, srv.URL()+"/.well-known/poppy.json"),
 		get(t, srv, "https://auth.example.test/.well-known/oauth-authorization-server"),
-		postForm(t, srv, srv.RevocationEndpoint(), url.Values{}),
+		postForm(t, srv, srv.EndpointURL(poppytest.EndpointRevoke), url.Values{}),
 	}
 	for i, r := range checks {
 		// CO-4.3-21
@@ -453,13 +453,13 @@ func TestCO_4_3_21_RateLimits(t *testing.T) {
 
 func TestMissingAuthorization(t *testing.T) {
 	srv := poppytest.NewServer(t, nil)
-	r := get(t, srv, srv.APIURL()+"/products")
+	r := get(t, srv, srv.EndpointURL(poppytest.EndpointAPI)+"/products")
 	if r.Status != 401 || !strings.Contains(r.wwwAuth(), `error="invalid_token"`) {
 		t.Fatalf("%d %q", r.Status, r.wwwAuth())
 	}
 	wantRules(t, srv, pa("4.3-23"))
 	// The OpenAPI description is public (A-09).
-	if r := get(t, srv, srv.APIURL()+"/openapi.json"); r.Status != 200 {
+	if r := get(t, srv, srv.EndpointURL(poppytest.EndpointAPI)+"/openapi.json"); r.Status != 200 {
 		t.Errorf("openapi.json: %d", r.Status)
 	}
 }

@@ -103,7 +103,7 @@ func ExampleServer_Browse() {
 
 	verifier := "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk"
 	sum := sha256.Sum256([]byte(verifier))
-	authURL := srv.AuthorizationEndpoint() + "?" + url.Values{
+	authURL := srv.EndpointURL(poppytest.EndpointAuthorize) + "?" + url.Values{
 		"response_type":         {"code"},
 		"client_id":             {"https://agent.test/agent.json"},
 		"redirect_uri":          {"https://agent.test/oauth/callback"},
@@ -125,4 +125,30 @@ func ExampleServer_Browse() {
 	// Output:
 	// agent.test/oauth/callback Xq81vR-a-fresh-random-state https://auth.example.test true
 	// Example Agent [poppy:read poppy:write]
+}
+
+// ExampleServer_EndpointURL shows where each part of the Company is, as
+// its documents publish it.
+func ExampleServer_EndpointURL() {
+	srv, err := poppytest.New(nil) // in a test: srv := poppytest.NewServer(t, nil), closed at cleanup
+	if err != nil {
+		panic(err)
+	}
+	defer srv.Close()
+	for _, ep := range []poppytest.EndpointKind{
+		poppytest.EndpointPoppyJSON, poppytest.EndpointToken, poppytest.EndpointDevice,
+		poppytest.EndpointSignIn, poppytest.EndpointAPI, poppytest.EndpointMCP,
+		poppytest.EndpointConversation, poppytest.EndpointOperations,
+	} {
+		fmt.Println(ep, srv.EndpointURL(ep))
+	}
+	// Output:
+	// poppy.json https://example.test/.well-known/poppy.json
+	// token https://auth.example.test/oauth/token
+	// device https://auth.example.test/oauth/device
+	// sign-in https://auth.example.test/poppy/sign-in
+	// api https://api.example.test
+	// mcp https://mcp.example.test/mcp
+	// conversation https://api.example.test/poppy/conversations
+	// operations https://api.example.test/poppy/operations
 }

@@ -152,7 +152,7 @@ type claimsMod func(h, c map[string]any)
 func (a *rawAgent) clientAssertion(mods ...claimsMod) string {
 	now := a.srv.Clock().Now().Unix()
 	h := map[string]any{"alg": "ES256", "typ": "JWT", "kid": a.kid}
-	c := map[string]any{"iss": a.clientID, "sub": a.clientID, "aud": a.srv.TokenEndpoint(),
+	c := map[string]any{"iss": a.clientID, "sub": a.clientID, "aud": a.srv.EndpointURL(poppytest.EndpointToken),
 		"iat": now, "exp": now + 60, "jti": randID()}
 	for _, m := range mods {
 		m(h, c)
@@ -164,7 +164,7 @@ func (a *rawAgent) clientAssertion(mods ...claimsMod) string {
 func (a *rawAgent) sessionAssertion(user string, mods ...claimsMod) string {
 	now := a.srv.Clock().Now().Unix()
 	h := map[string]any{"alg": "ES256", "typ": "JWT", "kid": a.kid}
-	c := map[string]any{"iss": a.clientID, "sub": user, "aud": a.srv.TokenEndpoint(),
+	c := map[string]any{"iss": a.clientID, "sub": user, "aud": a.srv.EndpointURL(poppytest.EndpointToken),
 		"iat": now, "exp": now + 60, "jti": randID()}
 	for _, m := range mods {
 		m(h, c)
@@ -318,7 +318,7 @@ func userOf(form url.Values) string {
 func (a *rawAgent) token(form url.Values, mods ...pmod) *response {
 	a.t.Helper()
 	mods = append([]pmod{a.userKey(userOf(form))}, mods...)
-	return postForm(a.t, a.srv, a.srv.TokenEndpoint(), form, "DPoP", a.proof("POST", a.srv.TokenEndpoint(), mods...))
+	return postForm(a.t, a.srv, a.srv.EndpointURL(poppytest.EndpointToken), form, "DPoP", a.proof("POST", a.srv.EndpointURL(poppytest.EndpointToken), mods...))
 }
 
 // start starts a Session for user and fails the test unless it works.
@@ -334,7 +334,7 @@ func (a *rawAgent) start(user string) *response {
 // call sends an API request with tok and a valid proof unless mods break it.
 func (a *rawAgent) call(method, path, tok string, body string, mods ...pmod) *response {
 	a.t.Helper()
-	u := a.srv.APIURL() + path
+	u := a.srv.EndpointURL(poppytest.EndpointAPI) + path
 	htu, _, _ := strings.Cut(u, "?")
 	var rd io.Reader
 	if body != "" {
@@ -345,7 +345,7 @@ func (a *rawAgent) call(method, path, tok string, body string, mods ...pmod) *re
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Authorization", "DPoP "+tok)
-	info, _ := a.srv.Token(tok)
+	info, _ := a.srv.Tokens().Get(tok)
 	req.Header.Set("DPoP", a.proof(method, htu, append([]pmod{a.userKey(info.UserID), withToken(tok)}, mods...)...))
 	return do(a.t, a.srv.Client(), req)
 }
@@ -416,3 +416,15 @@ func within(a, b time.Time, d time.Duration) bool {
 // this package show that the fake detects such violations; they don't show
 // that any Personal Agent complies, so they don't spell PA IDs out.
 func pa(id string) string { return "PA" + "-" + id }
+
+// mcp2URL is the url of the second MCP server
+// (MCPServingOptions.SecondServer).
+func mcp2URL(srv *poppytest.Server) string {
+	return strings.Replace(srv.EndpointURL(poppytest.EndpointMCP), "https://mcp.", "https://mcp2.", 1)
+}
+
+// mcpMetadataURL is where the MCP server's RFC 9728 protected resource
+// metadata is served: the well-known segment inserted before the path.
+func mcpMetadataURL(srv *poppytest.Server) string {
+	return strings.TrimSuffix(srv.EndpointURL(poppytest.EndpointMCP), "/mcp") + "/.well-known/oauth-protected-resource/mcp"
+}

@@ -12,8 +12,8 @@ import (
 // authorization named, and every token request of the grant names one.
 func TestStrictResourceIndicators(t *testing.T) {
 	const api = "https://api.example.test/v1"
-	srv := poppytest.NewServer(t, &poppytest.Options{API: poppytest.APIOptions{Resource: api}, SignIn: poppytest.SignInOptions{StrictResourceIndicators: true, RotateAccountTokens: true}})
-	mcp := srv.MCPURL()
+	srv := poppytest.NewServer(t, &poppytest.Options{API: poppytest.OpenAPIServerOptions{Resource: api}, SignIn: poppytest.SignInPolicy{StrictResourceIndicators: true, RotateAccountTokens: true}})
+	mcp := srv.EndpointURL(poppytest.EndpointMCP)
 	a := newAgent(t, srv, "agent.test")
 	sid := a.start("usr_1").str("session_id")
 	code := func(resources ...string) (string, pkce) {
@@ -55,7 +55,7 @@ func TestStrictResourceIndicators(t *testing.T) {
 	if r.Status != 200 {
 		t.Fatalf("exchange naming one: %d %s", r.Status, r.Raw)
 	}
-	if info, _ := srv.Token(r.str("access_token")); info.Resource != api {
+	if info, _ := srv.Tokens().Get(r.str("access_token")); info.Resource != api {
 		t.Fatalf("token for %q, want %q", info.Resource, api)
 	}
 	pat := r.str("refresh_token")
@@ -69,7 +69,7 @@ func TestStrictResourceIndicators(t *testing.T) {
 	if r.Status != 200 {
 		t.Fatalf("refresh naming the MCP url: %d %s", r.Status, r.Raw)
 	}
-	if info, _ := srv.Token(r.str("access_token")); info.Resource != mcp {
+	if info, _ := srv.Tokens().Get(r.str("access_token")); info.Resource != mcp {
 		t.Fatalf("refresh token for %q, want %q", info.Resource, mcp)
 	}
 	pat = r.str("refresh_token")
@@ -89,7 +89,7 @@ func TestStrictResourceIndicators(t *testing.T) {
 	if r.Status != 200 {
 		t.Fatalf("exchange naming none of one: %d %s", r.Status, r.Raw)
 	}
-	if info, _ := srv.Token(r.str("access_token")); info.Resource != api {
+	if info, _ := srv.Tokens().Get(r.str("access_token")); info.Resource != api {
 		t.Fatalf("implicit resource %q, want %q", info.Resource, api)
 	}
 }

@@ -26,7 +26,7 @@ func (s *Server) Faults() *Faults { return &s.areas.faults }
 // RateLimit answers the next n requests to ep with 429
 // {"error":"rate_limited"} and, unless retryAfter is "", that Retry-After
 // header value (delta-seconds or an HTTP-date) (CO-4.3-21, CO-4.2-11).
-func (k *Faults) RateLimit(ep Endpoint, n int, retryAfter string) {
+func (k *Faults) RateLimit(ep EndpointKind, n int, retryAfter string) {
 	s := k.s
 	s.queueFault(ep, &fault{status: http.StatusTooManyRequests, code: "rate_limited", retryAfter: retryAfter, rateLimit: true, n: n})
 }
@@ -55,7 +55,7 @@ type Fault struct {
 // use_dpop_nonce) and in a JSON body; other codes only in the body, with
 // "extension":"operations" added for extension_required. The
 // request is not processed.
-func (k *Faults) ForceError(ep Endpoint, f Fault) {
+func (k *Faults) ForceError(ep EndpointKind, f Fault) {
 	s := k.s
 	if f.Times == 0 {
 		f.Times = 1
@@ -63,7 +63,7 @@ func (k *Faults) ForceError(ep Endpoint, f Fault) {
 	s.queueFault(ep, &fault{status: f.Status, code: f.Code, retryAfter: f.RetryAfter, n: f.Times})
 }
 
-func (s *Server) queueFault(ep Endpoint, f *fault) {
+func (s *Server) queueFault(ep EndpointKind, f *fault) {
 	if f.n <= 0 {
 		return
 	}
@@ -87,7 +87,7 @@ func (s *Server) applyFaults(w http.ResponseWriter, r *http.Request, x *exchange
 }
 
 // takeFault dequeues the next fault of ep.
-func (s *Server) takeFault(ep Endpoint) (fault, bool) {
+func (s *Server) takeFault(ep EndpointKind) (fault, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	q := s.faults[ep]
@@ -139,41 +139,28 @@ func (s *Server) writeFault(w http.ResponseWriter, r *http.Request, x *exchange,
 	}
 }
 
-// SetTokenType answers the next token request that issues a token with
+// setTokenType answers the next token request that issues a token with
 // token_type t, whatever the token really is (PA-4.2-12).
-func (s *Server) SetTokenType(t string) {
+func (s *Server) setTokenType(t string) {
 	s.mu.Lock()
 	s.tokenTypes = append(s.tokenTypes, t)
 	s.mu.Unlock()
 }
 
-// ExpiresIn is the expires_in that [Server.SetExpiresIn] puts in token
-// responses.
-type ExpiresIn struct {
-	// Seconds is the expires_in value sent. When it is > 0 the tokens
-	// really expire after that many seconds; when it is <= 0 (a value
-	// the client must refuse, PA-4.2-13) they keep the configured
-	// lifetime.
-	Seconds int
-	// Times is how many token responses carry it. Default 1.
-	Times int
-}
-
-// SetExpiresIn answers the next e.Times token responses that issue a token
-// with expires_in e.Seconds (PA-4.2-13), for example
-// SetExpiresIn(ExpiresIn{Seconds: 0}).
-func (s *Server) SetExpiresIn(e ExpiresIn) {
-	if e.Times == 0 {
-		e.Times = 1
+// setExpiresIn answers the next times token responses that issue a token
+// with expires_in seconds (see Tokens.SetExpiresIn).
+func (s *Server) setExpiresIn(seconds, times int) {
+	if times <= 0 {
+		times = 1
 	}
 	s.mu.Lock()
-	s.expiresIn, s.expiresTimes = e.Seconds, e.Times
+	s.expiresIn, s.expiresTimes = seconds, times
 	s.mu.Unlock()
 }
 
-// EndSession ends a Session: its tokens stop working (invalid_token) and
+// endSession ends a Session: its tokens stop working (invalid_token) and
 // renewing it returns invalid_session (CO-4.2-10).
-func (s *Server) EndSession(sessionID string) {
+func (s *Server) endSession(sessionID string) {
 	s.mu.Lock()
 	if ss := s.sessions[sessionID]; ss != nil {
 		ss.ended = true
@@ -181,9 +168,9 @@ func (s *Server) EndSession(sessionID string) {
 	s.mu.Unlock()
 }
 
-// RevokeClient revokes a client_id: its next token or revocation request
+// revokeClient revokes a client_id: its next token or revocation request
 // gets 401 invalid_client (CO-4.1-07).
-func (s *Server) RevokeClient(clientID string) {
+func (s *Server) revokeClient(clientID string) {
 	s.mu.Lock()
 	s.revoked[clientID] = true
 	s.mu.Unlock()

@@ -25,15 +25,15 @@ import (
 	"time"
 )
 
-// DefaultLogSize is how many requests the log keeps when LoadOptions.LogSize
+// defaultLogSize is how many requests the log keeps when LoadOptions.LogSize
 // is zero.
-const DefaultLogSize = 1 << 16
+const defaultLogSize = 1 << 16
 
-// DefaultLogBytes is how many bytes of requests the log keeps when
+// defaultLogBytes is how many bytes of requests the log keeps when
 // LoadOptions.LogBytes is zero: each request may hold a 1 MiB form and
 // headers beside its 64 KiB body, so a log bounded by count alone could
 // hold tens of GiB.
-const DefaultLogBytes = 256 << 20
+const defaultLogBytes = 256 << 20
 
 // LoadOptions bound what the fake keeps, for long runs. The zero value keeps
 // the last DefaultLogSize requests and every Session Token.
@@ -70,7 +70,7 @@ type Counts struct {
 	Requests   int
 	Dropped    int // requests no longer (or never) in the log
 	Violations int // violations recorded, including those not kept
-	ByEndpoint map[Endpoint]int
+	ByEndpoint map[EndpointKind]int
 	// Grants counts token requests by grant_type, and GrantErrors those
 	// answered with an error.
 	Grants, GrantErrors map[string]int
@@ -105,7 +105,7 @@ func (s *Server) Counts() Counts {
 func (s *Server) logSize() int {
 	switch n := s.opts.Load.LogSize; {
 	case n == 0:
-		return DefaultLogSize
+		return defaultLogSize
 	case n < 0:
 		return -1
 	default:
@@ -137,7 +137,7 @@ func (s *Server) logStartLocked(rec *Request) {
 	rec.Index = s.counts.Requests
 	s.counts.Requests++
 	if s.counts.ByEndpoint == nil {
-		s.counts.ByEndpoint = map[Endpoint]int{}
+		s.counts.ByEndpoint = map[EndpointKind]int{}
 		s.counts.Grants = map[string]int{}
 		s.counts.GrantErrors = map[string]int{}
 	}
@@ -216,7 +216,7 @@ func (s *Server) requestLocked(idx int) *Request {
 func (s *Server) logByteBudget() int {
 	switch n := s.opts.Load.LogBytes; {
 	case n == 0:
-		return DefaultLogBytes
+		return defaultLogBytes
 	case n < 0:
 		return -1
 	default:

@@ -22,8 +22,8 @@ import (
 func loadAgent(tb testing.TB, users int) (*poppytest.Server, []*poppy.Session) {
 	tb.Helper()
 	srv := poppytest.NewServer(tb, &poppytest.Options{
-		SignIn: poppytest.SignInOptions{RotateAccountTokens: true},
-		Tokens: poppytest.TokenOptions{TTL: 4 * time.Second},
+		SignIn: poppytest.SignInPolicy{RotateAccountTokens: true},
+		Tokens: poppytest.TokenPolicy{TTL: 4 * time.Second},
 		Load:   poppytest.LoadOptions{LogSize: 4096, ForgetTokensAfter: time.Minute},
 	})
 	key, err := poppy.GenerateSigningKey()
@@ -79,7 +79,7 @@ func loadCall(s *poppy.Session, api string) error {
 // cost per request must not grow with the requests it has seen.
 func BenchmarkFakeSignedInCall(b *testing.B) {
 	srv, sessions := loadAgent(b, 20)
-	api := srv.APIURL()
+	api := srv.EndpointURL(poppytest.EndpointAPI)
 	var n atomic.Int64
 	var half atomic.Int64 // nanoseconds when half the calls were done
 	start := time.Now()
@@ -127,7 +127,7 @@ func TestFakeSteadyLoad(t *testing.T) {
 		callers = n
 	}
 	srv, sessions := loadAgent(t, users)
-	api := srv.APIURL()
+	api := srv.EndpointURL(poppytest.EndpointAPI)
 	var n atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -178,7 +178,7 @@ func TestFakeSteadyLoad(t *testing.T) {
 // lifetime after its last token for the same purpose: the mark of
 // replicas renewing one Session twice.
 func TestCountsEarlyRenewals(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{Tokens: poppytest.TokenOptions{TTL: 10 * time.Second}})
+	srv := poppytest.NewServer(t, &poppytest.Options{Tokens: poppytest.TokenPolicy{TTL: 10 * time.Second}})
 	a := newAgent(t, srv, "agent.test")
 	sid := a.start("usr_1").str("session_id")
 	renew := func() {

@@ -15,27 +15,27 @@ import (
 	"time"
 )
 
-// Endpoint classifies a request by the part of the Company it reached.
-type Endpoint string
+// EndpointKind classifies a request by the part of the Company it reached.
+type EndpointKind string
 
 // The endpoints of the fake. Reserved ones answer 404 until the package
 // implements them.
 const (
-	EndpointPoppyJSON    Endpoint = "poppy.json"   // GET https://{domain}/.well-known/poppy.json (and www.{domain})
-	EndpointMetadata     Endpoint = "metadata"     // RFC 8414 metadata on the issuer host
-	EndpointToken        Endpoint = "token"        // token_endpoint
-	EndpointRevoke       Endpoint = "revoke"       // revocation_endpoint
-	EndpointAuthorize    Endpoint = "authorize"    // authorization_endpoint and its consent form (Direct Sign-In)
-	EndpointDevice       Endpoint = "device"       // device_authorization_endpoint (Device Sign-In)
-	EndpointVerification Endpoint = "verification" // verification_uri, the Device Sign-In page
-	EndpointSignIn       Endpoint = "sign-in"      // auth.mediated.endpoint and {endpoint}/{sign_in_id}
-	EndpointAPI          Endpoint = "api"          // the OpenAPI resource server (api.{domain})
-	EndpointMCP          Endpoint = "mcp"          // the MCP server (mcp.{domain}) and its RFC 9728 metadata
-	EndpointConversation Endpoint = "conversation" // the poppy conversation endpoint (spec 7)
-	EndpointOperations   Endpoint = "operations"   // reserved: the operations extension endpoint
-	EndpointAgent        Endpoint = "agent"        // requests to an agent host (HandleAgent)
-	EndpointProvider     Endpoint = "provider"     // a hop of the Discovery.RedirectWellKnown chain
-	EndpointOther        Endpoint = "other"        // anything else on a host the fake serves
+	EndpointPoppyJSON    EndpointKind = "poppy.json"   // GET https://{domain}/.well-known/poppy.json (and www.{domain})
+	EndpointMetadata     EndpointKind = "metadata"     // RFC 8414 metadata on the issuer host
+	EndpointToken        EndpointKind = "token"        // token_endpoint
+	EndpointRevoke       EndpointKind = "revoke"       // revocation_endpoint
+	EndpointAuthorize    EndpointKind = "authorize"    // authorization_endpoint and its consent form (Direct Sign-In)
+	EndpointDevice       EndpointKind = "device"       // device_authorization_endpoint (Device Sign-In)
+	EndpointVerification EndpointKind = "verification" // verification_uri, the Device Sign-In page
+	EndpointSignIn       EndpointKind = "sign-in"      // auth.mediated.endpoint and {endpoint}/{sign_in_id}
+	EndpointAPI          EndpointKind = "api"          // the OpenAPI resource server (api.{domain})
+	EndpointMCP          EndpointKind = "mcp"          // the MCP server (mcp.{domain}) and its RFC 9728 metadata
+	EndpointConversation EndpointKind = "conversation" // the poppy conversation endpoint (spec 7)
+	EndpointOperations   EndpointKind = "operations"   // reserved: the operations extension endpoint
+	EndpointAgent        EndpointKind = "agent"        // requests to an agent host (HandleAgent)
+	EndpointProvider     EndpointKind = "provider"     // a hop of the Discovery.RedirectWellKnown chain
+	EndpointOther        EndpointKind = "other"        // anything else on a host the fake serves
 )
 
 // A Request is one HTTP request the fake received, as recorded in
@@ -48,7 +48,7 @@ type Request struct {
 	URL      string // full URL with scheme and query, without a port: "https://api.example.test/orders?x=1"
 	Host     string // lower-cased, without port
 	Path     string
-	Endpoint Endpoint
+	Endpoint EndpointKind
 	Header   http.Header // clone of the request headers
 	Form     url.Values  // form fields of a form-encoded POST body, nil otherwise
 	Body     []byte      // copy of the body, capped at 64 KiB
@@ -74,42 +74,36 @@ type Request struct {
 	AccessToken string // the token in the Authorization header
 	SessionID   string // Session the request acted on: from its token, or the token response
 
-	Proof           *Proof // decoded DPoP header, nil if absent or not a JWS
-	Assertion       *JWT   // decoded "assertion" form field (JWT bearer grant)
-	ClientAssertion *JWT   // decoded "client_assertion" form field
+	Proof           *JWT // decoded DPoP header, nil if absent or not a JWS
+	Assertion       *JWT // decoded "assertion" form field (JWT bearer grant)
+	ClientAssertion *JWT // decoded "client_assertion" form field
 
 	Violations []string // rule IDs this request broke (see Violation)
 
 	logBytes int // its footprint, while in the log (load.go)
 }
 
-// Proof is a decoded DPoP proof as the client sent it.
-type Proof struct {
-	Compact   string
-	Header    map[string]any // numbers are json.Number
-	Claims    map[string]any // numbers are json.Number
-	RawHeader json.RawMessage
-	RawClaims json.RawMessage
-	JKT       string // RFC 7638 SHA-256 thumbprint of the header jwk, base64url; "" if the jwk is unusable
-}
-
-// JWT is a decoded client or Session assertion as the client sent it.
-// RawClaims lets a test check the JSON type of a claim, e.g. that aud is a
-// string rather than an array.
+// JWT is a decoded JWS as the client sent it: a DPoP proof
+// (Request.Proof), a client assertion or a Session assertion. RawClaims
+// lets a test check the JSON type of a claim, e.g. that aud is a string
+// rather than an array.
 type JWT struct {
 	Compact   string
 	Header    map[string]any // numbers are json.Number
 	Claims    map[string]any // numbers are json.Number
 	RawHeader json.RawMessage
 	RawClaims json.RawMessage
+	// JKT is, for a DPoP proof, the RFC 7638 SHA-256 thumbprint of the
+	// header jwk, base64url; "" if the jwk is unusable.
+	JKT string
 	// AudienceMatch says which value a client assertion's aud matched:
 	// "token_endpoint", "issuer" or "endpoint" (the URL it was sent to), or
 	// "" when it matched none (A-03).
 	AudienceMatch string
 }
 
-// InternalUserAgent is the User-Agent of the fake's own outbound requests.
-const InternalUserAgent = "poppytest-company"
+// internalUserAgent is the User-Agent of the fake's own outbound requests.
+const internalUserAgent = "poppytest-company"
 
 const (
 	maxBody    = 1 << 20 // largest request body the fake reads
@@ -136,7 +130,7 @@ func (s *Server) Requests() []Request {
 
 // RequestsTo returns the requests to any of the given endpoints, excluding
 // the fake's own internal fetches.
-func (s *Server) RequestsTo(eps ...Endpoint) []Request {
+func (s *Server) RequestsTo(eps ...EndpointKind) []Request {
 	var out []Request
 	for _, r := range s.Requests() {
 		if !r.Internal && slices.Contains(eps, r.Endpoint) {
@@ -152,7 +146,7 @@ type exchange struct {
 	idx      int
 	scheme   string
 	host     string
-	endpoint Endpoint
+	endpoint EndpointKind
 	body     []byte
 	form     url.Values
 
@@ -160,7 +154,7 @@ type exchange struct {
 	sessionID       string
 	authScheme      string
 	accessToken     string
-	proof           *Proof
+	proof           *JWT
 	assertion       *JWT
 	clientAssertion *JWT
 
@@ -236,7 +230,7 @@ func (s *Server) record(scheme string, next http.Handler) http.Handler {
 			Path:     r.URL.Path,
 			Endpoint: ep,
 			Header:   r.Header.Clone(),
-			Internal: r.Header.Get("User-Agent") == InternalUserAgent,
+			Internal: r.Header.Get("User-Agent") == internalUserAgent,
 			Browser:  r.Header.Get("User-Agent") == BrowserUserAgent,
 		}
 		rec.User = rec.Browser || (userPage(ep) && !agentMarked(r, body))
@@ -328,7 +322,7 @@ func (s *Server) record(scheme string, next http.Handler) http.Handler {
 // request is it"): a request to one of them is the User's unless it
 // carries what only the agent holds (agentMarked), whatever its
 // User-Agent: a person approves in any browser, or with curl.
-func userPage(ep Endpoint) bool {
+func userPage(ep EndpointKind) bool {
 	return ep == EndpointAuthorize || ep == EndpointVerification
 }
 

@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/poppyproto/poppy/internal/leakcheck"
 )
 
 // TestMain checks that no test leaves goroutines behind: Close must end
@@ -15,5 +15,5 @@ func TestMain(m *testing.M) {
 	if os.Getenv("POPPYTEST_TEST_GET") != "" {
 		childGet()
 	}
-	goleak.VerifyTestMain(m)
+	leakcheck.VerifyTestMain(m)
 }

@@ -2,22 +2,27 @@ package poppytest
 
 // The MCP server on https://mcp.{primary}/mcp (spec 4.3, 6).
 //
-// It is a real MCP server built with github.com/modelcontextprotocol/go-sdk,
-// speaking Streamable HTTP, behind the SDK's mcpauth.RequireBearerToken. The
-// verifier accepts only Bearer Session Tokens from the fake's token store
-// that were issued for this server's url (CO-6-06), unexpired by the Clock,
-// unrevoked, of a live Session. Scopes are enforced per tool before the
-// request reaches the MCP server: a tools/call of a tool that needs a
-// signed-in token or scopes the token lacks gets 403 with
+// It speaks MCP's Streamable HTTP transport itself (MCP 2025-03-26 to
+// 2025-11-25; mcpserver.go), answering each POST with one JSON response,
+// behind a Bearer token check: only Bearer Session Tokens from the fake's
+// token store that were issued for this server's url (CO-6-06), unexpired
+// by the Clock, unrevoked, of a live Session. Scopes are enforced per tool
+// before the request reaches the MCP server: a tools/call of a tool that
+// needs a signed-in token or scopes the token lacks gets 403 with
 // WWW-Authenticate: Bearer error="sign_in_required" or
 // error="insufficient_scope", scope="…" (CO-6-05, RFC 6750 3.1). A 401 says
-// error="invalid_token" (CO-6-09) next to the resource_metadata the go-sdk
-// middleware names.
+// error="invalid_token" (CO-6-09) next to the resource_metadata.
+//
+// The fake implements the transport rather than building on an MCP
+// library: a program or test that imports poppytest (the root module's
+// tests do) then needs no MCP library in its module graph, and the SDK's
+// MCP client (package api, on the go-sdk) is tested against another
+// implementation than its own.
 //
 // The protected resource metadata (RFC 9728) is served at the path-inserted
 // location https://mcp.{primary}/.well-known/oauth-protected-resource/mcp and
 // lists auth.issuer in authorization_servers (CO-6-07), unless
-// MCPOptions.AuthorizationServers replaces them (negative).
+// MCPServingOptions.AuthorizationServers replaces them (negative).
 //
 // tools/list answers pages of two tools: a client must follow nextCursor.
 //
@@ -30,20 +35,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"slices"
 	"strings"
-	"time"
-
-	mcpauth "github.com/modelcontextprotocol/go-sdk/auth"
-	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"github.com/modelcontextprotocol/go-sdk/oauthex"
 )
 
-// MCPOptions configures the fake's MCP server (Options.MCP).
-type MCPOptions struct {
+// MCPServingOptions configures how the Company serves MCP: the fake's MCP
+// servers and the Bearer tokens it issues for MCP servers (Options.MCP).
+type MCPServingOptions struct {
 	// AuthorizationServers replaces authorization_servers in the MCP
 	// server's protected resource metadata (negative: CO-6-07 when it
 	// doesn't list the issuer). Nil means [auth.issuer].
@@ -73,17 +73,17 @@ func (s *Server) mcpHostName() string {
 	return s.mcpHost
 }
 
-// MCP2URL returns the url of the second MCP server (MCPOptions.SecondServer).
-func (s *Server) MCP2URL() string { return "https://mcp2." + s.primary + "/mcp" }
+// mcp2URL returns the url of the second MCP server (MCPServingOptions.SecondServer).
+func (s *Server) mcp2URL() string { return "https://mcp2." + s.primary + "/mcp" }
 
 // mcpResourceMetadataPath is the RFC 9728 location of the metadata for the
 // resource https://{host}/mcp (the well-known segment inserted before the
 // path).
 const mcpResourceMetadataPath = "/.well-known/oauth-protected-resource/mcp"
 
-// MCPResourceMetadataURL returns where the MCP server's protected resource
+// mcpResourceMetadataURL returns where the MCP server's protected resource
 // metadata is served.
-func (s *Server) MCPResourceMetadataURL() string {
+func (s *Server) mcpResourceMetadataURL() string {
 	return "https://" + s.mcpHostName() + mcpResourceMetadataPath
 }
 
@@ -107,26 +107,11 @@ func (s *Server) mcpTools() map[string]mcpTool {
 	}
 }
 
-// mcpServerFor builds the handler of the MCP server whose url is url.
+// mcpHandler builds the handler of the MCP server whose url is url: the
+// Bearer token check, the per-tool scope check, then the server.
 func (s *Server) mcpHandler(url string) http.Handler {
-	// Pages of two tools, so that clients must follow nextCursor.
-	srv := mcp.NewServer(&mcp.Implementation{Name: "poppytest-mcp", Version: "1.0.0"}, &mcp.ServerOptions{PageSize: mcpPageSize})
-	s.addMCPTools(srv)
-	s.mcpServers = append(s.mcpServers, srv)
-	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{
-		JSONResponse: true,
-		// The fake listens on loopback for hosts that aren't loopback names;
-		// the DNS rebinding check would refuse every request.
-		DisableLocalhostProtection: true,
-	})
-	verify := func(ctx context.Context, value string, r *http.Request) (*mcpauth.TokenInfo, error) {
-		return s.verifyBearer(r, value, url)
-	}
 	host := strings.TrimSuffix(strings.TrimPrefix(url, "https://"), "/mcp")
-	bearer := mcpauth.RequireBearerToken(verify, &mcpauth.RequireBearerTokenOptions{
-		ResourceMetadataURL: "https://" + host + mcpResourceMetadataPath,
-	})
-	return bearer(s.mcpScopes(h))
+	return s.requireBearer(url, "https://"+host+mcpResourceMetadataPath, s.mcpScopes(s.newMCPServer()))
 }
 
 // serveMCP routes the MCP hosts: the endpoint and its resource metadata.
@@ -172,18 +157,18 @@ func (s *Server) serveResourceMetadata(w http.ResponseWriter, r *http.Request, u
 		servers = slices.Clone(s.opts.MCP.AuthorizationServers)
 	}
 	w.Header().Set("Cache-Control", "max-age=300")
-	s.writeJSON(w, r, http.StatusOK, &oauthex.ProtectedResourceMetadata{
-		Resource:               url,
-		AuthorizationServers:   servers,
-		ScopesSupported:        []string{s.signin.read, s.signin.write},
-		BearerMethodsSupported: []string{"header"},
-		ResourceName:           "Example Company MCP server",
+	s.writeJSON(w, r, http.StatusOK, map[string]any{
+		"resource":                 url,
+		"authorization_servers":    servers,
+		"scopes_supported":         []string{s.signin.read, s.signin.write},
+		"bearer_methods_supported": []string{"header"},
+		"resource_name":            "Example Company MCP server",
 	})
 }
 
 // bearerChallengeWriter adds error="invalid_token" to the Bearer challenge
-// of the go-sdk middleware's 401 (RFC 6750 3.1, CO-6-09) and records the
-// error code.
+// of requireBearer's 401 (RFC 6750 3.1, CO-6-09) and records the error
+// code.
 type bearerChallengeWriter struct {
 	http.ResponseWriter
 	x     *exchange
@@ -233,14 +218,43 @@ type mcpAuth struct {
 	scopes    []string
 }
 
+// mcpAuthKey is the context key of a request's *mcpAuth.
+type mcpAuthKey struct{}
+
+// requireBearer answers a request to the MCP server at url without a
+// Bearer token the fake accepts with 401 and a Bearer challenge naming the
+// resource metadata (RFC 6750 3.1, RFC 9728 section 5.1), and passes the
+// others on with their *mcpAuth in the context.
+func (s *Server) requireBearer(url, metadataURL string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var auth *mcpAuth
+		err := errors.New("no bearer token")
+		if f := strings.Fields(r.Header.Get("Authorization")); len(f) == 2 && strings.EqualFold(f[0], "Bearer") {
+			auth, err = s.verifyBearer(r, f[1], url)
+		}
+		if err != nil {
+			w.Header().Set("WWW-Authenticate", `Bearer resource_metadata="`+metadataURL+`"`)
+			http.Error(w, err.Error(), http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), mcpAuthKey{}, auth)))
+	})
+}
+
+// mcpAuthFrom returns the *mcpAuth requireBearer put in ctx, nil if none.
+func mcpAuthFrom(ctx context.Context) *mcpAuth {
+	a, _ := ctx.Value(mcpAuthKey{}).(*mcpAuth)
+	return a
+}
+
 // verifyBearer checks a Bearer token sent to the MCP server at url against
 // the fake's token store (spec 4.3, 6).
-func (s *Server) verifyBearer(r *http.Request, value, url string) (*mcpauth.TokenInfo, error) {
+func (s *Server) verifyBearer(r *http.Request, value, url string) (*mcpAuth, error) {
 	x := exchangeOf(r)
 	x.authScheme, x.accessToken = "Bearer", value
-	invalid := func(desc string) (*mcpauth.TokenInfo, error) {
+	invalid := func(desc string) (*mcpAuth, error) {
 		x.errorCode = "invalid_token"
-		return nil, fmt.Errorf("%w: %s", mcpauth.ErrInvalidToken, desc)
+		return nil, errors.New("invalid token: " + desc)
 	}
 	now := s.clock.Now()
 	s.mu.Lock()
@@ -283,14 +297,7 @@ func (s *Server) verifyBearer(r *http.Request, value, url string) (*mcpauth.Toke
 	if tc.signedIn && (s.opts.SignIn.NoLiveSignInCheck || (sess.signedIn && sess.account == tc.account)) {
 		a.signedIn, a.account, a.scopes = true, tc.account, slices.Clone(tc.scopes)
 	}
-	// RequireBearerToken compares Expiration with the real clock: give it
-	// the token's remaining lifetime by the fake Clock.
-	return &mcpauth.TokenInfo{
-		Scopes:     a.scopes,
-		Expiration: time.Now().Add(tc.expires.Sub(now)),
-		UserID:     tc.sessionID,
-		Extra:      map[string]any{"poppytest": a},
-	}, nil
+	return a, nil
 }
 
 // mcpScopes enforces per-tool sign-in and scopes on tools/call requests
@@ -299,7 +306,7 @@ func (s *Server) mcpScopes(next http.Handler) http.Handler {
 	tools := s.mcpTools()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		x := exchangeOf(r)
-		a, _ := mcpauth.TokenInfoFromContext(r.Context()).Extra["poppytest"].(*mcpAuth)
+		a := mcpAuthFrom(r.Context())
 		for _, name := range toolCalls(x.body) {
 			need, ok := tools[name]
 			if !ok || a == nil {
@@ -365,180 +372,7 @@ func (s *Server) writeBearerError(w http.ResponseWriter, r *http.Request, code, 
 	s.writeJSON(w, r, http.StatusForbidden, body)
 }
 
-// Tool inputs and outputs.
-type (
-	searchIn struct {
-		Query      string `json:"query" jsonschema:"words to look for in product names"`
-		MaxResults int    `json:"max_results,omitempty" jsonschema:"at most this many products, default 10"`
-	}
-	product struct {
-		SKU   string `json:"sku"`
-		Name  string `json:"name"`
-		Price int    `json:"price"`
-	}
-	searchOut struct {
-		Products []product `json:"products"`
-	}
-	sizeIn struct {
-		SKU      string `json:"sku" jsonschema:"the product's SKU"`
-		HeightCM int    `json:"height_cm" jsonschema:"the User's height in centimetres"`
-		ChestCM  int    `json:"chest_cm,omitempty" jsonschema:"the User's chest in centimetres"`
-	}
-	sizeOut struct {
-		Size   string `json:"size"`
-		Advice string `json:"advice"`
-	}
-	ordersOut struct {
-		Orders []map[string]any `json:"orders"`
-	}
-	profileIn struct {
-		HeightCM int `json:"height_cm" jsonschema:"the User's height in centimetres"`
-		ChestCM  int `json:"chest_cm,omitempty" jsonschema:"the User's chest in centimetres"`
-	}
-	profileOut struct {
-		Saved   bool   `json:"saved"`
-		Account string `json:"account"`
-	}
-)
-
-var fakeProducts = []product{
-	{SKU: "stormline-m", Name: "Stormline Jacket", Price: 120},
-	{SKU: "stormline-insulated-m", Name: "Stormline Insulated Jacket", Price: 190},
-	{SKU: "trailhead-fleece-m", Name: "Trailhead Fleece", Price: 80},
-}
-
-func mcpAuthOf(req *mcp.CallToolRequest) *mcpAuth {
-	if req.Extra == nil || req.Extra.TokenInfo == nil {
-		return nil
-	}
-	a, _ := req.Extra.TokenInfo.Extra["poppytest"].(*mcpAuth)
-	return a
-}
-
-func (s *Server) addMCPTools(srv *mcp.Server) {
-	mcp.AddTool(srv, &mcp.Tool{Name: "search_products", Description: "Search the product catalogue by name."},
-		func(ctx context.Context, req *mcp.CallToolRequest, in searchIn) (*mcp.CallToolResult, searchOut, error) {
-			out := searchOut{Products: []product{}}
-			q := strings.ToLower(strings.TrimSpace(in.Query))
-			for _, p := range fakeProducts {
-				if q == "" || strings.Contains(strings.ToLower(p.Name), q) || strings.Contains(p.SKU, q) {
-					out.Products = append(out.Products, p)
-				}
-				if in.MaxResults > 0 && len(out.Products) >= in.MaxResults {
-					break
-				}
-			}
-			return nil, out, nil
-		})
-	mcp.AddTool(srv, &mcp.Tool{Name: "size_advice", Description: "Recommend a size of a product for the User's measurements."},
-		func(ctx context.Context, req *mcp.CallToolRequest, in sizeIn) (*mcp.CallToolResult, sizeOut, error) {
-			if in.HeightCM <= 0 || in.HeightCM > 250 {
-				return nil, sizeOut{}, errors.New("height_cm must be between 1 and 250")
-			}
-			size := "M"
-			switch {
-			case in.HeightCM < 165:
-				size = "S"
-			case in.HeightCM >= 185:
-				size = "L"
-			}
-			return nil, sizeOut{Size: size, Advice: "Size " + size + " fits a height of " + fmt.Sprint(in.HeightCM) + " cm."}, nil
-		})
-	mcp.AddTool(srv, &mcp.Tool{Name: "list_orders", Description: "List the signed-in account's orders (needs " + s.signin.read + ")."},
-		func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, ordersOut, error) {
-			a := mcpAuthOf(req)
-			if a == nil || !a.signedIn {
-				return nil, ordersOut{}, errors.New("sign in first")
-			}
-			return nil, ordersOut{Orders: []map[string]any{
-				{"id": "ord_7Hk2", "number": "1042", "status": "delivered", "account": a.account},
-			}}, nil
-		})
-	s.addExchangeTool(srv)
-	mcp.AddTool(srv, &mcp.Tool{Name: "save_size_profile", Description: "Save the User's measurements on their account (needs " + s.signin.write + ")."},
-		func(ctx context.Context, req *mcp.CallToolRequest, in profileIn) (*mcp.CallToolResult, profileOut, error) {
-			a := mcpAuthOf(req)
-			if a == nil || !a.signedIn {
-				return nil, profileOut{}, errors.New("sign in first")
-			}
-			return nil, profileOut{Saved: true, Account: a.account}, nil
-		})
-}
-
 // isMCPURL reports whether res is the url of one of the fake's MCP servers.
 func (s *Server) isMCPURL(res string) bool {
-	return res == s.MCPURL() || (s.opts.MCP.SecondServer && res == s.MCP2URL()) || slices.Contains(s.opts.MCP.OtherServers, res)
-}
-
-// closeMCP ends the MCP sessions clients left open.
-func (s *Server) closeMCP() {
-	for _, srv := range s.mcpServers {
-		for ss := range srv.Sessions() {
-			ss.Close()
-		}
-	}
-}
-
-// addExchangeTool adds request_exchange, the order action that proposes an
-// operation (OPS 4.2): the same exchange as POST /orders/{id}/exchanges,
-// with the same key, so that one action proposed through either channel is
-// one operation (OPS 4). Its result carries the operation in
-// structuredContent.operation and the summary as text; nothing is done
-// until the operation is confirmed at the operations endpoint. An agent
-// that doesn't list the extension gets the exchange done at once, as the
-// API does (CO-OPS2-03), or, with Operations.RequireOperations, a tool
-// error naming extension_required.
-func (s *Server) addExchangeTool(srv *mcp.Server) {
-	schema := map[string]any{"type": "object", "required": []any{"order_id", "item_id", "replacement_sku"},
-		"additionalProperties": false,
-		"properties": map[string]any{
-			"order_id":        map[string]any{"type": "string", "description": "the order"},
-			"item_id":         map[string]any{"type": "string", "description": "the item of the order to exchange"},
-			"replacement_sku": map[string]any{"type": "string", "description": "the SKU to exchange it for"},
-		}}
-	srv.AddTool(&mcp.Tool{Name: "request_exchange", InputSchema: schema,
-		Description: "Exchange an item of an order for another product. Proposes an operation the User must approve (needs " + s.signin.read + " " + s.signin.write + ")."},
-		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			fail := func(msg string) (*mcp.CallToolResult, error) {
-				return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: msg}}}, nil
-			}
-			a := mcpAuthOf(req)
-			if a == nil || !a.signedIn {
-				return fail("sign in first")
-			}
-			var in struct {
-				OrderID        string `json:"order_id"`
-				ItemID         string `json:"item_id"`
-				ReplacementSKU string `json:"replacement_sku"`
-			}
-			if err := json.Unmarshal(req.Params.Arguments, &in); err != nil || in.OrderID == "" || in.ItemID == "" {
-				return fail("order_id, item_id and replacement_sku are required")
-			}
-			if _, ok := jackets[in.ReplacementSKU]; !ok {
-				return fail("unknown replacement_sku")
-			}
-			summary, terms := exchangeTerms(in.OrderID, in.ItemID, in.ReplacementSKU)
-			key := in.OrderID + " " + in.ItemID
-			op, err := s.proposeOperation(a.sessionID, operationProposal{Key: key, IDPrefix: "exc_", Summary: summary,
-				Terms: terms, Scopes: []string{s.signin.read, s.signin.write}, Perform: exchangePerform})
-			switch {
-			case errors.Is(err, errNoOperations) && s.opts.Operations.RequireOperations:
-				return fail("extension_required: exchanges need the operations extension")
-			case errors.Is(err, errNoOperations): // CO-OPS2-03
-				s.ops.mu.Lock()
-				s.ops.actions = append(s.ops.actions, PerformedAction{Key: key, Terms: terms, Time: s.clock.Now()})
-				s.ops.mu.Unlock()
-				return &mcp.CallToolResult{
-					Content:           []mcp.Content{&mcp.TextContent{Text: "Exchange requested."}},
-					StructuredContent: map[string]any{"exchange_id": newID("exc_", 6), "order_id": in.OrderID, "status": "requested"},
-				}, nil
-			case err != nil:
-				return fail("the exchange can't be proposed")
-			}
-			// OPS 4.2: the operation in structuredContent, the summary as text.
-			return &mcp.CallToolResult{
-				Content:           []mcp.Content{&mcp.TextContent{Text: "Proposed: " + summary + " Not done until confirmed."}},
-				StructuredContent: map[string]any{"operation": op},
-			}, nil
-		})
+	return res == s.mcpURL() || (s.opts.MCP.SecondServer && res == s.mcp2URL()) || slices.Contains(s.opts.MCP.OtherServers, res)
 }

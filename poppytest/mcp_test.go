@@ -16,7 +16,7 @@ func (a *rawAgent) bearer(user, sid, resource string) *response {
 	a.t.Helper()
 	f := a.renewForm(user, sid)
 	f.Set("resource", resource)
-	return postForm(a.t, a.srv, a.srv.TokenEndpoint(), f)
+	return postForm(a.t, a.srv, a.srv.EndpointURL(poppytest.EndpointToken), f)
 }
 
 // bearerSignedIn signs user in with scope (Direct Sign-In) and returns a
@@ -25,7 +25,7 @@ func (a *rawAgent) bearerSignedIn(user, scope, resource string) (string, string)
 	a.t.Helper()
 	in := a.signedIn(user, scope)
 	sid := in.str("session_id")
-	r := postForm(a.t, a.srv, a.srv.TokenEndpoint(), a.clientForm("grant_type", "refresh_token",
+	r := postForm(a.t, a.srv, a.srv.EndpointURL(poppytest.EndpointToken), a.clientForm("grant_type", "refresh_token",
 		"refresh_token", in.str("refresh_token"), "session_id", sid, "resource", resource))
 	if r.Status != 200 || r.str("token_type") != "Bearer" {
 		a.t.Fatalf("signed-in Bearer token: %d %s", r.Status, r.Raw)
@@ -94,12 +94,12 @@ func TestCO_6_02_CO_6_04_MCPServer(t *testing.T) {
 	srv := poppytest.NewServer(t, nil)
 	a := newAgent(t, srv, "agent.test")
 	sid := a.start("usr_1").str("session_id")
-	b := a.bearer("usr_1", sid, srv.MCPURL())
+	b := a.bearer("usr_1", sid, srv.EndpointURL(poppytest.EndpointMCP))
 	// CO-4.3-11: a proof-less request for the MCP url gets a Bearer token.
 	if b.Status != 200 || b.str("token_type") != "Bearer" || b.str("session_id") != sid {
 		t.Fatalf("Bearer token: %d %s", b.Status, b.Raw)
 	}
-	m := newMCP(t, srv, srv.MCPURL(), b.str("access_token"))
+	m := newMCP(t, srv, srv.EndpointURL(poppytest.EndpointMCP), b.str("access_token"))
 	m.initialize("2025-06-18")
 	// CO-6-02: Streamable HTTP, MCP 2025-06-18 or later.
 	if m.version < "2025-06-18" || m.id == "" {
@@ -130,7 +130,7 @@ func TestCO_6_02_CO_6_04_MCPServer(t *testing.T) {
 	if r.Status != 200 || !strings.Contains(string(r.Raw), "stormline-insulated-m") {
 		t.Fatalf("tools/call: %d %s", r.Status, r.Raw)
 	}
-	if info, _ := srv.Token(b.str("access_token")); info.Type != "Bearer" || info.Resource != srv.MCPURL() || info.JKT != "" {
+	if info, _ := srv.Tokens().Get(b.str("access_token")); info.Type != "Bearer" || info.Resource != srv.EndpointURL(poppytest.EndpointMCP) || info.JKT != "" {
 		t.Errorf("Bearer token record: %+v", info)
 	}
 }
@@ -139,8 +139,8 @@ func TestCO_6_02_CO_6_04_MCPServer(t *testing.T) {
 func TestCO_6_05_MCPScopes(t *testing.T) {
 	srv := poppytest.NewServer(t, nil)
 	a := newAgent(t, srv, "agent.test")
-	tok, _ := a.bearerSignedIn("usr_1", "poppy:read", srv.MCPURL())
-	m := newMCP(t, srv, srv.MCPURL(), tok)
+	tok, _ := a.bearerSignedIn("usr_1", "poppy:read", srv.EndpointURL(poppytest.EndpointMCP))
+	m := newMCP(t, srv, srv.EndpointURL(poppytest.EndpointMCP), tok)
 	m.initialize("2025-11-25")
 	if r := m.post("tools/call", map[string]any{"name": "list_orders", "arguments": map[string]any{}}); r.Status != 200 ||
 		!strings.Contains(string(r.Raw), "ord_7Hk2") {
@@ -152,7 +152,7 @@ func TestCO_6_05_MCPScopes(t *testing.T) {
 	}
 	// A signed-out Bearer token: sign_in_required for an account tool.
 	sid := a.start("usr_2").str("session_id")
-	out := newMCP(t, srv, srv.MCPURL(), a.bearer("usr_2", sid, srv.MCPURL()).str("access_token"))
+	out := newMCP(t, srv, srv.EndpointURL(poppytest.EndpointMCP), a.bearer("usr_2", sid, srv.EndpointURL(poppytest.EndpointMCP)).str("access_token"))
 	out.initialize("2025-11-25")
 	r = out.post("tools/call", map[string]any{"name": "list_orders", "arguments": map[string]any{}})
 	if r.Status != 403 || !strings.HasPrefix(r.wwwAuth(), `Bearer error="sign_in_required"`) {
@@ -162,19 +162,19 @@ func TestCO_6_05_MCPScopes(t *testing.T) {
 
 // CO-6-06: only tokens issued for this server's url.
 func TestCO_6_06_MCPOnlyItsOwnTokens(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{MCP: poppytest.MCPOptions{SecondServer: true}})
+	srv := poppytest.NewServer(t, &poppytest.Options{MCP: poppytest.MCPServingOptions{SecondServer: true}})
 	a := newAgent(t, srv, "agent.test")
 	start := a.start("usr_1")
 	sid := start.str("session_id")
-	other := a.bearer("usr_1", sid, srv.MCP2URL()).str("access_token")
-	r := newMCP(t, srv, srv.MCPURL(), other).post("initialize", map[string]any{"protocolVersion": "2025-11-25"})
+	other := a.bearer("usr_1", sid, mcp2URL(srv)).str("access_token")
+	r := newMCP(t, srv, srv.EndpointURL(poppytest.EndpointMCP), other).post("initialize", map[string]any{"protocolVersion": "2025-11-25"})
 	if r.Status != 401 || !strings.HasPrefix(r.wwwAuth(), `Bearer error="invalid_token"`) {
 		t.Errorf("token for mcp2 at mcp: %d %q", r.Status, r.wwwAuth())
 	}
 	// It works where it belongs.
-	newMCP(t, srv, srv.MCP2URL(), other).initialize("2025-11-25")
+	newMCP(t, srv, mcp2URL(srv), other).initialize("2025-11-25")
 	// A DPoP Session Token issued without resource, sent as Bearer.
-	r = newMCP(t, srv, srv.MCPURL(), start.str("access_token")).post("initialize", map[string]any{"protocolVersion": "2025-11-25"})
+	r = newMCP(t, srv, srv.EndpointURL(poppytest.EndpointMCP), start.str("access_token")).post("initialize", map[string]any{"protocolVersion": "2025-11-25"})
 	if r.Status != 401 || !strings.Contains(r.wwwAuth(), `error="invalid_token"`) {
 		t.Errorf("DPoP token at mcp: %d %q", r.Status, r.wwwAuth())
 	}
@@ -184,18 +184,18 @@ func TestCO_6_06_MCPOnlyItsOwnTokens(t *testing.T) {
 // CO-6-07: RFC 9728 metadata lists auth.issuer; the knob replaces it.
 func TestCO_6_07_ResourceMetadata(t *testing.T) {
 	srv := poppytest.NewServer(t, nil)
-	r := get(t, srv, srv.MCPResourceMetadataURL())
+	r := get(t, srv, mcpMetadataURL(srv))
 	as, _ := r.Body["authorization_servers"].([]any)
-	if r.Status != 200 || r.str("resource") != srv.MCPURL() || len(as) != 1 || as[0] != srv.Issuer() {
+	if r.Status != 200 || r.str("resource") != srv.EndpointURL(poppytest.EndpointMCP) || len(as) != 1 || as[0] != srv.Issuer() {
 		t.Fatalf("metadata: %d %s", r.Status, r.Raw)
 	}
 	// A 401 names the metadata (RFC 9728 5.1).
-	r = newMCP(t, srv, srv.MCPURL(), "").post("initialize", map[string]any{})
-	if r.Status != 401 || !strings.Contains(r.wwwAuth(), `resource_metadata="`+srv.MCPResourceMetadataURL()+`"`) {
+	r = newMCP(t, srv, srv.EndpointURL(poppytest.EndpointMCP), "").post("initialize", map[string]any{})
+	if r.Status != 401 || !strings.Contains(r.wwwAuth(), `resource_metadata="`+mcpMetadataURL(srv)+`"`) {
 		t.Errorf("no token: %d %q", r.Status, r.wwwAuth())
 	}
-	bad := poppytest.NewServer(t, &poppytest.Options{MCP: poppytest.MCPOptions{AuthorizationServers: []string{"https://auth.other.test"}}})
-	r = get(t, bad, bad.MCPResourceMetadataURL())
+	bad := poppytest.NewServer(t, &poppytest.Options{MCP: poppytest.MCPServingOptions{AuthorizationServers: []string{"https://auth.other.test"}}})
+	r = get(t, bad, mcpMetadataURL(bad))
 	if as, _ := r.Body["authorization_servers"].([]any); len(as) != 1 || as[0] != "https://auth.other.test" {
 		t.Errorf("knob: %s", r.Raw)
 	}
@@ -210,16 +210,16 @@ func TestCO_6_08_MCPOwnSignIn(t *testing.T) {
 	u, _ := a.authzURL("poppy:read", p)
 	code := browse(t, srv, u).Query().Get("code")
 	f := a.clientForm("grant_type", "authorization_code", "code", code, "redirect_uri", "https://agent.test/oauth/callback",
-		"code_verifier", p.verifier, "resource", srv.MCPURL())
-	r := postForm(t, srv, srv.TokenEndpoint(), f) // no proof: an MCP client
+		"code_verifier", p.verifier, "resource", srv.EndpointURL(poppytest.EndpointMCP))
+	r := postForm(t, srv, srv.EndpointURL(poppytest.EndpointToken), f) // no proof: an MCP client
 	if r.Status != 200 || r.str("token_type") != "Bearer" || r.Body["signed_in"] != true || r.str("session_id") == "" {
 		t.Fatalf("exchange: %d %s", r.Status, r.Raw)
 	}
-	info, ok := srv.Session(r.str("session_id"))
+	info, ok := srv.Sessions().Get(r.str("session_id"))
 	if !ok || !info.SignedIn {
 		t.Fatalf("session: %+v", info)
 	}
-	m := newMCP(t, srv, srv.MCPURL(), r.str("access_token"))
+	m := newMCP(t, srv, srv.EndpointURL(poppytest.EndpointMCP), r.str("access_token"))
 	m.initialize("2025-11-25")
 	if r := m.post("tools/call", map[string]any{"name": "list_orders", "arguments": map[string]any{}}); r.Status != 200 {
 		t.Errorf("list_orders: %d %s", r.Status, r.Raw)
@@ -232,19 +232,19 @@ func TestCO_6_09_MCPInvalidToken(t *testing.T) {
 	srv := poppytest.NewServer(t, nil)
 	a := newAgent(t, srv, "agent.test")
 	sid := a.start("usr_1").str("session_id")
-	for name, spoil := range map[string]func(string) bool{"expired": srv.ExpireToken, "revoked": srv.RevokeToken} {
-		tok := a.bearer("usr_1", sid, srv.MCPURL()).str("access_token")
+	for name, spoil := range map[string]func(string) bool{"expired": srv.Tokens().Expire, "revoked": srv.Tokens().Revoke} {
+		tok := a.bearer("usr_1", sid, srv.EndpointURL(poppytest.EndpointMCP)).str("access_token")
 		if !spoil(tok) {
 			t.Fatal("unknown token")
 		}
-		r := newMCP(t, srv, srv.MCPURL(), tok).post("initialize", map[string]any{"protocolVersion": "2025-11-25"})
+		r := newMCP(t, srv, srv.EndpointURL(poppytest.EndpointMCP), tok).post("initialize", map[string]any{"protocolVersion": "2025-11-25"})
 		if r.Status != 401 || !strings.HasPrefix(r.wwwAuth(), `Bearer error="invalid_token"`) {
 			t.Errorf("%s: %d %q", name, r.Status, r.wwwAuth())
 		}
 	}
 	// The DPoP API refuses an expired DPoP token the same way.
 	tok := a.start("usr_2").str("access_token")
-	srv.ExpireToken(tok)
+	srv.Tokens().Expire(tok)
 	wantDPoPError(t, a.call("GET", "/products", tok, ""), "invalid_token")
 }
 
@@ -253,10 +253,10 @@ func TestMCPProofIsViolation(t *testing.T) {
 	srv := poppytest.NewServer(t, nil)
 	a := newAgent(t, srv, "agent.test")
 	sid := a.start("usr_1").str("session_id")
-	tok := a.bearer("usr_1", sid, srv.MCPURL()).str("access_token")
-	req, _ := http.NewRequest(http.MethodPost, srv.MCPURL(), strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"ping"}`))
+	tok := a.bearer("usr_1", sid, srv.EndpointURL(poppytest.EndpointMCP)).str("access_token")
+	req, _ := http.NewRequest(http.MethodPost, srv.EndpointURL(poppytest.EndpointMCP), strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"ping"}`))
 	req.Header.Set("Authorization", "Bearer "+tok)
-	req.Header.Set("DPoP", a.proof("POST", srv.MCPURL()))
+	req.Header.Set("DPoP", a.proof("POST", srv.EndpointURL(poppytest.EndpointMCP)))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
 	do(t, srv.Client(), req)
@@ -270,14 +270,14 @@ func TestCO_4_4_02_CustomScope(t *testing.T) {
 	srv := poppytest.NewServer(t, nil)
 	a := newAgent(t, srv, "agent.test")
 	start := a.start("usr_1")
-	in, err := srv.SignInSession(start.str("session_id"), "acct_1", "poppy:read")
+	in, err := srv.Sessions().SignIn(start.str("session_id"), "acct_1", "poppy:read")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if r := a.call("GET", "/addresses", in, ""); r.Status != 403 || r.wwwAuth() != `DPoP error="insufficient_scope", scope="addresses"` {
 		t.Errorf("addresses with poppy:read: %d %q", r.Status, r.wwwAuth())
 	}
-	in, _ = srv.SignInSession(start.str("session_id"), "acct_1", "poppy:read", "addresses")
+	in, _ = srv.Sessions().SignIn(start.str("session_id"), "acct_1", "poppy:read", "addresses")
 	if r := a.call("GET", "/addresses", in, ""); r.Status != 200 || !strings.Contains(string(r.Raw), "adr_1") {
 		t.Errorf("addresses: %d %s", r.Status, r.Raw)
 	}
@@ -287,25 +287,25 @@ func TestCO_4_4_02_CustomScope(t *testing.T) {
 	}
 }
 
-// MCPOptions.OnAPIHost: the MCP server shares the API's host; a DPoP token
+// MCPServingOptions.OnAPIHost: the MCP server shares the API's host; a DPoP token
 // at /mcp and a Bearer token at the API are refused and recorded.
 func TestMCPOnAPIHostWrongTokens(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{MCP: poppytest.MCPOptions{OnAPIHost: true}})
-	if srv.MCPURL() != srv.APIURL()+"/mcp" || srv.MCPResourceMetadataURL() != srv.APIURL()+"/.well-known/oauth-protected-resource/mcp" {
-		t.Fatalf("urls %s %s", srv.MCPURL(), srv.MCPResourceMetadataURL())
+	srv := poppytest.NewServer(t, &poppytest.Options{MCP: poppytest.MCPServingOptions{OnAPIHost: true}})
+	if srv.EndpointURL(poppytest.EndpointMCP) != srv.EndpointURL(poppytest.EndpointAPI)+"/mcp" || mcpMetadataURL(srv) != srv.EndpointURL(poppytest.EndpointAPI)+"/.well-known/oauth-protected-resource/mcp" {
+		t.Fatalf("urls %s %s", srv.EndpointURL(poppytest.EndpointMCP), mcpMetadataURL(srv))
 	}
-	if r := get(t, srv, srv.MCPResourceMetadataURL()); r.str("resource") != srv.MCPURL() {
+	if r := get(t, srv, mcpMetadataURL(srv)); r.str("resource") != srv.EndpointURL(poppytest.EndpointMCP) {
 		t.Fatalf("metadata %s", r.Raw)
 	}
 	a := newAgent(t, srv, "agent.test")
 	start := a.start("usr_1")
-	bearer := a.bearer("usr_1", start.str("session_id"), srv.MCPURL()).str("access_token")
-	newMCP(t, srv, srv.MCPURL(), bearer).initialize("2025-11-25")
-	r := newMCP(t, srv, srv.MCPURL(), start.str("access_token")).post("initialize", map[string]any{"protocolVersion": "2025-11-25"})
+	bearer := a.bearer("usr_1", start.str("session_id"), srv.EndpointURL(poppytest.EndpointMCP)).str("access_token")
+	newMCP(t, srv, srv.EndpointURL(poppytest.EndpointMCP), bearer).initialize("2025-11-25")
+	r := newMCP(t, srv, srv.EndpointURL(poppytest.EndpointMCP), start.str("access_token")).post("initialize", map[string]any{"protocolVersion": "2025-11-25"})
 	if r.Status != 401 {
 		t.Errorf("DPoP token at /mcp: %d", r.Status)
 	}
-	req, _ := http.NewRequest(http.MethodGet, srv.APIURL()+"/products", nil)
+	req, _ := http.NewRequest(http.MethodGet, srv.EndpointURL(poppytest.EndpointAPI)+"/products", nil)
 	req.Header.Set("Authorization", "Bearer "+bearer)
 	if r := do(t, srv.Client(), req); r.Status != 401 {
 		t.Errorf("Bearer token at the API: %d", r.Status)
@@ -317,7 +317,7 @@ func TestMCPOnAPIHostWrongTokens(t *testing.T) {
 func TestMCPForcedErrorIsBearer(t *testing.T) {
 	srv := poppytest.NewServer(t, nil)
 	srv.Faults().ForceError(poppytest.EndpointMCP, poppytest.Fault{Status: 0, Code: "invalid_token", Times: 1})
-	r := newMCP(t, srv, srv.MCPURL(), "x").post("initialize", map[string]any{})
+	r := newMCP(t, srv, srv.EndpointURL(poppytest.EndpointMCP), "x").post("initialize", map[string]any{})
 	if r.Status != 401 || !strings.HasPrefix(r.wwwAuth(), `Bearer error="invalid_token"`) || strings.Contains(r.wwwAuth(), "algs") {
 		t.Fatalf("%d %q", r.Status, r.wwwAuth())
 	}
@@ -330,8 +330,8 @@ func TestMCPForcedErrorIsBearer(t *testing.T) {
 func TestMCPRequestExchangeProposes(t *testing.T) {
 	srv := poppytest.NewServer(t, nil)
 	a := opsAgent(t, srv)
-	tok, _ := a.bearerSignedIn("usr_1", "poppy:read poppy:write", srv.MCPURL())
-	m := newMCP(t, srv, srv.MCPURL(), tok)
+	tok, _ := a.bearerSignedIn("usr_1", "poppy:read poppy:write", srv.EndpointURL(poppytest.EndpointMCP))
+	m := newMCP(t, srv, srv.EndpointURL(poppytest.EndpointMCP), tok)
 	m.initialize("2025-11-25")
 	args := map[string]any{"order_id": "ord_7Hk2", "item_id": "itm_4Qa", "replacement_sku": "stormline-insulated-m"}
 	r := m.post("tools/call", map[string]any{"name": "request_exchange", "arguments": args})
@@ -356,8 +356,8 @@ func TestMCPRequestExchangeProposes(t *testing.T) {
 		t.Errorf("operation %s: %+v", id, info)
 	}
 	// A read-only token may not propose it (CO-6-05).
-	ro, _ := a.bearerSignedIn("usr_2", "poppy:read", srv.MCPURL())
-	m2 := newMCP(t, srv, srv.MCPURL(), ro)
+	ro, _ := a.bearerSignedIn("usr_2", "poppy:read", srv.EndpointURL(poppytest.EndpointMCP))
+	m2 := newMCP(t, srv, srv.EndpointURL(poppytest.EndpointMCP), ro)
 	m2.initialize("2025-11-25")
 	if r := m2.post("tools/call", map[string]any{"name": "request_exchange", "arguments": args}); r.Status != 403 ||
 		!strings.Contains(r.wwwAuth(), `scope="poppy:read poppy:write"`) {
@@ -367,8 +367,8 @@ func TestMCPRequestExchangeProposes(t *testing.T) {
 	// Without the extension: done at once, no operation.
 	plain := poppytest.NewServer(t, nil)
 	b := newAgent(t, plain, "agent.test")
-	tok, _ = b.bearerSignedIn("usr_1", "poppy:read poppy:write", plain.MCPURL())
-	m3 := newMCP(t, plain, plain.MCPURL(), tok)
+	tok, _ = b.bearerSignedIn("usr_1", "poppy:read poppy:write", plain.EndpointURL(poppytest.EndpointMCP))
+	m3 := newMCP(t, plain, plain.EndpointURL(poppytest.EndpointMCP), tok)
 	m3.initialize("2025-11-25")
 	r = m3.post("tools/call", map[string]any{"name": "request_exchange", "arguments": args})
 	if r.Status != 200 || strings.Contains(string(r.Raw), `"operation"`) || len(plain.Operations().Performed()) != 1 {

@@ -35,8 +35,8 @@ import (
 	"time"
 )
 
-// SentTo is code.sent_to of every one-time code the fake sends.
-const SentTo = "Text to the phone number ending in 71"
+// sentTo is code.sent_to of every one-time code the fake sends.
+const sentTo = "Text to the phone number ending in 71"
 
 // A SentCode is a one-time code the Company sent the User during a
 // Mediated Sign-In (CO-4.7-02): what the User reads on their phone.
@@ -118,7 +118,7 @@ func (s *Server) serveMediated(w http.ResponseWriter, r *http.Request) {
 		fail(http.StatusBadRequest, "invalid_request", "the body must be a JSON object")
 		return
 	}
-	endpointPath := strings.TrimPrefix(s.MediatedEndpoint(), "https://"+s.authHost)
+	endpointPath := strings.TrimPrefix(s.mediatedEndpoint(), "https://"+s.authHost)
 	if r.URL.Path == endpointPath {
 		s.mediatedStart(w, r, a, body, fail)
 		return
@@ -229,7 +229,7 @@ func (s *Server) mediatedStart(w http.ResponseWriter, r *http.Request, a *auth, 
 			account: acct.ID, scopes: scopes, code: sixDigits(), expires: now.Add(s.opts.SignIn.CodeTTL), limitKey: key}
 		s.mu.Lock()
 		s.signin.signIns[si.id] = si
-		s.signin.outbox = append(s.signin.outbox, SentCode{SignInID: si.id, Account: acct.ID, Code: si.code, SentTo: SentTo, ExpiresAt: si.expires})
+		s.signin.outbox = append(s.signin.outbox, SentCode{SignInID: si.id, Account: acct.ID, Code: si.code, SentTo: sentTo, ExpiresAt: si.expires})
 		s.mu.Unlock()
 		s.writeCodeRequired(w, r, si)
 		return
@@ -334,7 +334,7 @@ func (s *Server) writeCodeRequired(w http.ResponseWriter, r *http.Request, si *m
 	s.writeJSON(w, r, http.StatusOK, map[string]any{
 		"status":     "code_required",
 		"sign_in_id": si.id,
-		"code":       map[string]any{"sent_to": SentTo},
+		"code":       map[string]any{"sent_to": sentTo},
 		"expires_at": si.expires.UTC().Format(time.RFC3339),
 	})
 }

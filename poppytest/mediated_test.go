@@ -36,7 +36,7 @@ func TestCO_4_7_MediatedSignIn(t *testing.T) {
 	if bad.Status != 200 || bad.str("status") != "failed" || bad.has("access_token") || bad.has("refresh_token") || bad.has("sign_in_id") {
 		t.Fatalf("wrong password = %d %s", bad.Status, bad.Raw)
 	}
-	if si, _ := srv.Session(sid); si.SignedIn {
+	if si, _ := srv.Sessions().Get(sid); si.SignedIn {
 		t.Fatal("signed in after a failed sign-in")
 	}
 	// CO-4.4-09 (A-15): mediated lists only poppy:read.
@@ -57,19 +57,19 @@ func TestCO_4_7_MediatedSignIn(t *testing.T) {
 	}
 	noCredentials(t, bad, inv, ok)
 	in := ok.str("access_token")
-	if info, _ := srv.Token(in); info.JKT != srv.RequestsTo(poppytest.EndpointSignIn)[3].Proof.JKT || !info.SignedIn || info.Account != "acct_1" {
+	if info, _ := srv.Tokens().Get(in); info.JKT != srv.RequestsTo(poppytest.EndpointSignIn)[3].Proof.JKT || !info.SignedIn || info.Account != "acct_1" {
 		t.Errorf("token record = %+v", info)
 	}
 	if c := a.call("GET", "/orders", in, ""); c.Status != 200 {
 		t.Errorf("orders = %d", c.Status)
 	}
-	if info, _ := srv.AccountToken(ok.str("refresh_token")); info.Type != "mediated" || info.UserID != "usr_1" {
+	if info, _ := srv.Tokens().Account(ok.str("refresh_token")); info.Type != "mediated" || info.UserID != "usr_1" {
 		t.Errorf("Account Token = %+v", info)
 	}
 }
 
 func TestCO_4_7_OneTimeCode(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInOptions{RequireCode: true}})
+	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInPolicy{RequireCode: true}})
 	a := newAgent(t, srv, "agent.test")
 	start := a.start("usr_1")
 	sid, tok := start.str("session_id"), start.str("access_token")
@@ -85,14 +85,14 @@ func TestCO_4_7_OneTimeCode(t *testing.T) {
 	// CO-4.7-02: sign_in_id, code.sent_to, expires_at; the code is in the outbox.
 	exp, err := time.Parse(time.RFC3339, r.str("expires_at"))
 	sentTo, _ := r.Body["code"].(map[string]any)["sent_to"].(string)
-	if !strings.HasPrefix(r.str("sign_in_id"), "sgn_") || sentTo != poppytest.SentTo || err != nil || !within(exp, srv.Clock().Now().Add(5*time.Minute), 2*time.Second) {
+	if !strings.HasPrefix(r.str("sign_in_id"), "sgn_") || sentTo != "Text to the phone number ending in 71" || err != nil || !within(exp, srv.Clock().Now().Add(5*time.Minute), 2*time.Second) {
 		t.Fatalf("code_required = %s", r.Raw)
 	}
 	out := srv.SignIn().Outbox()
 	if len(out) != 1 || out[0].SignInID != r.str("sign_in_id") || len(out[0].Code) != 6 || out[0].Code != srv.SignIn().LastCode() || out[0].Account != "acct_1" {
 		t.Fatalf("outbox = %+v", out)
 	}
-	codeURL := srv.MediatedEndpoint() + "/" + r.str("sign_in_id")
+	codeURL := srv.EndpointURL(poppytest.EndpointSignIn) + "/" + r.str("sign_in_id")
 
 	// CO-4.7-03: another Session can't finish it, and the sign-in survives.
 	other := a.start("usr_1").str("access_token")
@@ -116,7 +116,7 @@ func TestCO_4_7_OneTimeCode(t *testing.T) {
 
 	// CO-4.7-04: three wrong codes with a limit of 3.
 	r = begin()
-	codeURL = srv.MediatedEndpoint() + "/" + r.str("sign_in_id")
+	codeURL = srv.EndpointURL(poppytest.EndpointSignIn) + "/" + r.str("sign_in_id")
 	var got []string
 	for range 3 {
 		got = append(got, a.mediated(codeURL, tok, map[string]any{"code": "999999x"}).str("status"))
@@ -127,13 +127,13 @@ func TestCO_4_7_OneTimeCode(t *testing.T) {
 	// CO-4.7-05: past expires_at.
 	r = begin()
 	srv.Clock().Advance(5*time.Minute + time.Second)
-	if e := a.mediated(srv.MediatedEndpoint()+"/"+r.str("sign_in_id"), tok, map[string]any{"code": srv.SignIn().LastCode()}); e.Status != 200 || e.str("status") != "expired" {
+	if e := a.mediated(srv.EndpointURL(poppytest.EndpointSignIn)+"/"+r.str("sign_in_id"), tok, map[string]any{"code": srv.SignIn().LastCode()}); e.Status != 200 || e.str("status") != "expired" {
 		t.Errorf("late code = %d %s", e.Status, e.Raw)
 	}
 	// Sending the credentials again with the code is a violation, and so is
 	// any credential value outside the mediated endpoint's POST body.
 	r = begin()
-	a.mediated(srv.MediatedEndpoint()+"/"+r.str("sign_in_id"), tok, map[string]any{"code": srv.SignIn().LastCode(), "credentials": creds()})
+	a.mediated(srv.EndpointURL(poppytest.EndpointSignIn)+"/"+r.str("sign_in_id"), tok, map[string]any{"code": srv.SignIn().LastCode(), "credentials": creds()})
 	wantRules(t, srv, pa("4.7-09"), pa("4.7-05"), pa("4.7-06"))
 }
 
@@ -165,7 +165,7 @@ func TestCO_4_7_06_RateLimit(t *testing.T) {
 }
 
 func TestCO_4_7_08_UnusualOnNewKey(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInOptions{UnusualOnNewKey: true}})
+	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInPolicy{UnusualOnNewKey: true}})
 	a := newAgent(t, srv, "agent.test")
 	tok := a.start("usr_1").str("access_token")
 	body := map[string]any{"scope": "poppy:read", "credentials": creds()}
@@ -174,7 +174,7 @@ func TestCO_4_7_08_UnusualOnNewKey(t *testing.T) {
 	if r.str("status") != "code_required" {
 		t.Fatalf("first sign-in with a new key = %s", r.Raw)
 	}
-	a.mediated(srv.MediatedEndpoint()+"/"+r.str("sign_in_id"), tok, map[string]any{"code": srv.SignIn().LastCode()})
+	a.mediated(srv.EndpointURL(poppytest.EndpointSignIn)+"/"+r.str("sign_in_id"), tok, map[string]any{"code": srv.SignIn().LastCode()})
 	tok2 := a.start("usr_1").str("access_token") // same User, same key
 	if r := a.mediated("", tok2, body); r.str("status") != "complete" {
 		t.Errorf("known key = %s", r.Raw)
@@ -182,7 +182,7 @@ func TestCO_4_7_08_UnusualOnNewKey(t *testing.T) {
 }
 
 func TestCO_4_7_RequestShape(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInOptions{MediatedFields: []poppytest.MediatedField{
+	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInPolicy{MediatedFields: []poppytest.CredentialField{
 		{Name: "email", Label: "Email"}, {Name: "password", Label: "Password", Secret: true}, {Name: "pin", Label: "PIN", Secret: true},
 	}}})
 	a := newAgent(t, srv, "agent.test")
@@ -207,10 +207,10 @@ func TestCO_4_7_RequestShape(t *testing.T) {
 	delete(c, "extra")
 	// A Bearer Session Token is refused (CO-4.3-14), and so is a DPoP one sent as Bearer (CO-4.3-15).
 	f := a.renewForm("usr_1", start.str("session_id"))
-	f.Set("resource", srv.MCPURL())
-	bearer := postForm(t, srv, srv.TokenEndpoint(), f).str("access_token")
+	f.Set("resource", srv.EndpointURL(poppytest.EndpointMCP))
+	bearer := postForm(t, srv, srv.EndpointURL(poppytest.EndpointToken), f).str("access_token")
 	for _, v := range []string{bearer, tok} {
-		req, _ := http.NewRequest("POST", srv.MediatedEndpoint(), strings.NewReader(`{}`))
+		req, _ := http.NewRequest("POST", srv.EndpointURL(poppytest.EndpointSignIn), strings.NewReader(`{}`))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Authorization", "Bearer "+v)
 		// CO-4.3-14, CO-4.3-15

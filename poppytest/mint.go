@@ -11,10 +11,10 @@ import (
 	"github.com/lestrrat-go/jwx/v3/jwe"
 )
 
-// EmbeddedCredentialMarker starts the backend session blob that
+// embeddedCredentialMarker starts the backend session blob that
 // EmbedCredentials seals into every Session Token. It never appears in a
 // token, nor in any base64url-decoded segment of one (CO-4.2-13).
-const EmbeddedCredentialMarker = "POPPYTEST-BACKEND-SESSION"
+const embeddedCredentialMarker = "POPPYTEST-BACKEND-SESSION"
 
 // tokenCrypter holds the keys of the fake's own token formats: an AES-256
 // key for the JWE (dir, A256GCM) of EmbedCredentials and an HMAC key for
@@ -44,7 +44,7 @@ func (s *Server) mintToken(sid string, now time.Time, ttl time.Duration) string 
 	sealed := ""
 	if s.opts.Tokens.EmbedCredentials {
 		blob, _ := json.Marshal(map[string]any{
-			"backend_session": EmbeddedCredentialMarker + ":" + sid,
+			"backend_session": embeddedCredentialMarker + ":" + sid,
 			"jti":             newID("", 12),
 		})
 		enc, err := jwe.Encrypt(blob, jwe.WithKey(jwa.DIRECT(), s.tokenCrypter.aesKey), jwe.WithContentEncryption(jwa.A256GCM()))
@@ -77,10 +77,10 @@ func (s *Server) mintToken(sid string, now time.Time, ttl time.Duration) string 
 	return input + "." + b64.EncodeToString(m.Sum(nil))
 }
 
-// EmbeddedCredentials opens the backend session blob sealed in a token
+// embeddedCredentials opens the backend session blob sealed in a token
 // issued with EmbedCredentials, as the Company's own systems would
 // (CO-4.2-12). It reports false for any other token.
-func (s *Server) EmbeddedCredentials(tok string) (string, bool) {
+func (s *Server) embeddedCredentials(tok string) (string, bool) {
 	if !s.opts.Tokens.EmbedCredentials {
 		return "", false
 	}

@@ -264,8 +264,8 @@ func (s *Server) configureOperations() error {
 	return nil
 }
 
-// OperationsEndpoint returns the operations endpoint URL.
-func (s *Server) OperationsEndpoint() string { return s.APIURL() + "/poppy/operations" }
+// operationsEndpoint returns the operations endpoint URL.
+func (s *Server) operationsEndpoint() string { return s.apiURL() + "/poppy/operations" }
 
 // clientListsOperations reports whether the client metadata document of
 // clientID lists the operations extension at version "1" (OPS 2, A-33).

@@ -31,7 +31,7 @@ func signedIn(t *testing.T, srv *poppytest.Server, a *rawAgent, user, account st
 	if len(scopes) == 0 {
 		scopes = []string{"poppy:read", "poppy:write"}
 	}
-	tok, err := srv.SignInSession(sid, account, scopes...)
+	tok, err := srv.Sessions().SignIn(sid, account, scopes...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +129,7 @@ func TestCO_OPS2_Advertise(t *testing.T) {
 	ext, _ := d.Body["extensions"].(map[string]any)
 	e, _ := ext["operations"].(map[string]any)
 	// CO-OPS2-01
-	if e["version"] != "1" || e["endpoint"] != srv.OperationsEndpoint() || !strings.HasPrefix(srv.OperationsEndpoint(), "https://") {
+	if e["version"] != "1" || e["endpoint"] != srv.EndpointURL(poppytest.EndpointOperations) || !strings.HasPrefix(srv.EndpointURL(poppytest.EndpointOperations), "https://") {
 		t.Errorf("extensions.operations = %v", e)
 	}
 }
@@ -332,7 +332,7 @@ func TestCO_OPS3_05_Revisions(t *testing.T) {
 
 // CO-OPS3-14, CO-OPS3-16, CO-OPS5-01, CO-OPS9-02: who can use an operation.
 func TestCO_OPS3_14_Ownership(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInOptions{Accounts: twoAccounts}})
+	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInPolicy{Accounts: twoAccounts}})
 	a := opsAgent(t, srv)
 	_, tok := signedIn(t, srv, a, "usr_1", "acct_1")
 	id := proposeRaw(t, a, tok, "{}")["operation_id"].(string)
@@ -430,7 +430,7 @@ func TestCO_OPS5_06_Slow(t *testing.T) {
 		t.Fatalf("slow confirm: %v %q", got["state"], r.Header.Get("Retry-After"))
 	}
 	// CO-OPS5-07: the User signs out; the operation carries on.
-	srv.SignOutSession(sid)
+	srv.Sessions().SignOut(sid)
 	if r := opCall(a, tok, id, "", ""); r.Status != 200 || r.Header.Get("Retry-After") != "3" || r.Body["state"] != "in_progress" {
 		t.Errorf("CO-OPS6-01: %d %q %v", r.Status, r.Header.Get("Retry-After"), r.Body["state"])
 	}
@@ -441,7 +441,7 @@ func TestCO_OPS5_06_Slow(t *testing.T) {
 
 	// CO-OPS6-04, CO-OPS3-17: unknown outcome stays in_progress, readable
 	// after 30 days, until resolved.
-	srv2 := poppytest.NewServer(t, &poppytest.Options{Operations: poppytest.OperationsOptions{Perform: poppytest.PerformUnknown}, Tokens: poppytest.TokenOptions{TTL: 1000 * time.Hour}})
+	srv2 := poppytest.NewServer(t, &poppytest.Options{Operations: poppytest.OperationsOptions{Perform: poppytest.PerformUnknown}, Tokens: poppytest.TokenPolicy{TTL: 1000 * time.Hour}})
 	a2 := opsAgent(t, srv2)
 	_, tok2 := signedIn(t, srv2, a2, "usr_1", "acct_1")
 	id2 := proposeRaw(t, a2, tok2, "{}")["operation_id"].(string)
@@ -549,7 +549,7 @@ func TestCO_OPS3_Expiry(t *testing.T) {
 // operations.
 func TestCO_OPS4_03_OpenAPI(t *testing.T) {
 	srv := poppytest.NewServer(t, nil)
-	r := get(t, srv, srv.APIURL()+"/openapi.json")
+	r := get(t, srv, srv.EndpointURL(poppytest.EndpointAPI)+"/openapi.json")
 	paths := r.Body["paths"].(map[string]any)
 	resp := paths["/orders/{id}/exchanges"].(map[string]any)["post"].(map[string]any)["responses"].(map[string]any)
 	if d, _ := resp["202"].(map[string]any)["description"].(string); !strings.Contains(d, "operation") {
@@ -563,7 +563,7 @@ func TestCO_OPS8_01_RevokeClient(t *testing.T) {
 	srv := poppytest.NewServer(t, nil)
 	a := opsAgent(t, srv)
 	a.start("usr_1")
-	srv.RevokeClient(a.clientID)
+	srv.Sessions().RevokeClient(a.clientID)
 	r := a.token(a.startForm("usr_2"))
 	if r.Status != 401 || r.str("error") != "invalid_client" {
 		t.Errorf("%d %s", r.Status, r.Raw)
@@ -580,7 +580,7 @@ func TestOperationsEndpointRoutes(t *testing.T) {
 			t.Errorf("%s %s: %d", c.method, c.path, r.Status)
 		}
 	}
-	req, _ := http.NewRequest("GET", srv.OperationsEndpoint()+"/x", nil)
+	req, _ := http.NewRequest("GET", srv.EndpointURL(poppytest.EndpointOperations)+"/x", nil)
 	if r := do(t, srv.Client(), req); r.Status != 401 {
 		t.Errorf("no token: %d", r.Status)
 	}
@@ -591,14 +591,14 @@ func TestOperationsEndpointRoutes(t *testing.T) {
 // callWith is rawAgent.call with extra request headers.
 func callWith(a *rawAgent, method, path, tok, body string, hdr http.Header) *response {
 	a.t.Helper()
-	u := a.srv.APIURL() + path
+	u := a.srv.EndpointURL(poppytest.EndpointAPI) + path
 	req, _ := http.NewRequest(method, u, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	for k, v := range hdr {
 		req.Header[k] = v
 	}
 	req.Header.Set("Authorization", "DPoP "+tok)
-	info, _ := a.srv.Token(tok)
+	info, _ := a.srv.Tokens().Get(tok)
 	req.Header.Set("DPoP", a.proof(method, u, a.userKey(info.UserID), withToken(tok)))
 	return do(a.t, a.srv.Client(), req)
 }
@@ -627,11 +627,11 @@ func TestProposalIdempotencyKey(t *testing.T) {
 	key := http.Header{"Idempotency-Key": {`"k-1"`}}
 	body := `{"item_id":"itm_4Qa","replacement_sku":"stormline-insulated-m"}`
 	// The first answer is lost, but the Company proposed.
-	req, _ := http.NewRequest("POST", srv.APIURL()+"/orders/ord_7Hk2/exchanges", strings.NewReader(body))
+	req, _ := http.NewRequest("POST", srv.EndpointURL(poppytest.EndpointAPI)+"/orders/ord_7Hk2/exchanges", strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", `"k-1"`)
 	req.Header.Set("Authorization", "DPoP "+tok)
-	info0, _ := srv.Token(tok)
+	info0, _ := srv.Tokens().Get(tok)
 	req.Header.Set("DPoP", a.proof("POST", req.URL.String(), a.userKey(info0.UserID), withToken(tok)))
 	if _, err := srv.Client().Do(req); err == nil || lost != 1 || len(srv.Operations().All()) != 1 {
 		t.Fatalf("lost answer: %v, %d lost, %d operations", err, lost, len(srv.Operations().All()))

@@ -27,7 +27,8 @@ func New(opts *Options) (*Server, error) {
 // newServer configures and starts a Server.
 func newServer(opts *Options) (*Server, error) {
 	s := &Server{}
-	s.areas = areas{signIn: SignIn{s}, faults: Faults{s}, conversations: Conversations{s}, operations: Operations{s}}
+	s.areas = areas{signIn: SignIn{s}, faults: Faults{s}, conversations: Conversations{s}, operations: Operations{s},
+		sessions: Sessions{s}, tokens: Tokens{s}}
 	if opts != nil {
 		s.opts = *opts
 	}
@@ -62,10 +63,10 @@ func (s *Server) ProxyURL() (string, error) {
 	return "http://" + p.ln.Addr().String(), nil
 }
 
-// PlainAddr returns the address of the fake's plain-HTTP listener, which
+// plainAddr returns the address of the fake's plain-HTTP listener, which
 // answers every host the fake serves on port 80 (and never serves
 // poppy.json, CO-3-01).
-func (s *Server) PlainAddr() string { return s.plainLn.Addr().String() }
+func (s *Server) plainAddr() string { return s.plainLn.Addr().String() }
 
 // LastRequests returns the latest n requests of Requests (fewer if the log
 // holds fewer), in order of arrival: what a live view of the fake reads

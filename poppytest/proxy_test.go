@@ -87,7 +87,7 @@ func TestEnvProxy(t *testing.T) {
 	}
 }
 
-// A tunnel still open at Close is ended by it (goleak in TestMain checks
+// A tunnel still open at Close is ended by it (leakcheck in TestMain checks
 // that no goroutine is left).
 func TestEnvProxyCloseWithOpenTunnel(t *testing.T) {
 	srv := poppytest.NewServer(t, nil)

@@ -22,7 +22,7 @@ func TestCO_6_APIErrors(t *testing.T) {
 	if r.Status != 403 || r.wwwAuth() != `DPoP error="sign_in_required"` {
 		t.Errorf("signed out /orders: %d %q", r.Status, r.wwwAuth())
 	}
-	in, err := srv.SignInSession(start.str("session_id"), "acct_1", "poppy:read")
+	in, err := srv.Sessions().SignIn(start.str("session_id"), "acct_1", "poppy:read")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,11 +45,11 @@ func TestCO_6_APIErrors(t *testing.T) {
 		t.Errorf("DELETE: %d %q %s", r.Status, r.wwwAuth(), r.Raw)
 	}
 	// A Session signed out since then: the signed-in token acts signed out (spec 4.9).
-	srv.SignOutSession(start.str("session_id"))
+	srv.Sessions().SignOut(start.str("session_id"))
 	if r := a.call("GET", "/orders", in, ""); r.Status != 403 || !strings.Contains(r.wwwAuth(), "sign_in_required") {
 		t.Errorf("signed-in token after sign-out: %d %q", r.Status, r.wwwAuth())
 	}
-	if _, err := srv.SignInSession(start.str("session_id"), "acct_2", "poppy:read"); err == nil || !strings.Contains(err.Error(), "account_mismatch") {
+	if _, err := srv.Sessions().SignIn(start.str("session_id"), "acct_2", "poppy:read"); err == nil || !strings.Contains(err.Error(), "account_mismatch") {
 		t.Errorf("sign-in to another account: %v", err)
 	}
 }
@@ -58,11 +58,11 @@ func TestCO_6_WriteAndEcho(t *testing.T) {
 	srv := poppytest.NewServer(t, nil)
 	a := newAgent(t, srv, "agent.test")
 	start := a.start("usr_1")
-	in, err := srv.SignInSession(start.str("session_id"), "acct_1", "poppy:read", "poppy:write")
+	in, err := srv.Sessions().SignIn(start.str("session_id"), "acct_1", "poppy:read", "poppy:write")
 	if err != nil {
 		t.Fatal(err)
 	}
-	info, _ := srv.Token(in)
+	info, _ := srv.Tokens().Get(in)
 	if !info.SignedIn || info.Account != "acct_1" || len(info.Scopes) != 2 {
 		t.Errorf("token info %+v", info)
 	}
@@ -81,7 +81,7 @@ func TestCO_6_WriteAndEcho(t *testing.T) {
 
 func TestCO_6_02_OpenAPIDocument(t *testing.T) {
 	srv := poppytest.NewServer(t, nil)
-	r := get(t, srv, srv.APIURL()+"/openapi.json")
+	r := get(t, srv, srv.EndpointURL(poppytest.EndpointAPI)+"/openapi.json")
 	// CO-6-02
 	if r.Status != 200 || r.Body["openapi"] != "3.1.0" {
 		t.Fatalf("%d %s", r.Status, r.Raw)
@@ -130,18 +130,18 @@ func TestForceErrorAtResources(t *testing.T) {
 func TestTokenResponseKnobs(t *testing.T) {
 	srv := poppytest.NewServer(t, nil)
 	a := newAgent(t, srv, "agent.test")
-	srv.SetTokenType("Bearer")
+	srv.Tokens().SetType("Bearer")
 	if r := a.token(a.startForm("usr_1")); r.str("token_type") != "Bearer" {
 		t.Errorf("SetTokenType: %s", r.Raw)
 	}
 	if r := a.token(a.startForm("usr_1")); r.str("token_type") != "DPoP" {
 		t.Errorf("SetTokenType applies once: %s", r.Raw)
 	}
-	srv.SetExpiresIn(poppytest.ExpiresIn{Seconds: 0})
+	srv.Tokens().SetExpiresIn(0, 1)
 	if r := a.token(a.startForm("usr_1")); r.Body["expires_in"] != float64(0) {
 		t.Errorf("SetExpiresIn(0): %s", r.Raw)
 	}
-	srv.SetExpiresIn(poppytest.ExpiresIn{Seconds: 5})
+	srv.Tokens().SetExpiresIn(5, 1)
 	r := a.token(a.startForm("usr_1"))
 	if r.Body["expires_in"] != float64(5) {
 		t.Errorf("SetExpiresIn(5): %s", r.Raw)
@@ -153,13 +153,13 @@ func TestTokenResponseKnobs(t *testing.T) {
 }
 
 func TestRevokeOnReissue(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{Tokens: poppytest.TokenOptions{RevokeOnReissue: true}})
+	srv := poppytest.NewServer(t, &poppytest.Options{Tokens: poppytest.TokenPolicy{RevokeOnReissue: true}})
 	a := newAgent(t, srv, "agent.test")
 	first := a.start("usr_1")
 	sid := first.str("session_id")
 	f := a.renewForm("usr_1", sid)
-	f.Set("resource", srv.MCPURL())
-	postForm(t, srv, srv.TokenEndpoint(), f) // a Bearer token doesn't revoke the DPoP one
+	f.Set("resource", srv.EndpointURL(poppytest.EndpointMCP))
+	postForm(t, srv, srv.EndpointURL(poppytest.EndpointToken), f) // a Bearer token doesn't revoke the DPoP one
 	if c := a.call("GET", "/products", first.str("access_token"), ""); c.Status != 200 {
 		t.Fatalf("DPoP token after Bearer issue: %d", c.Status)
 	}
@@ -173,7 +173,7 @@ func TestRevokeOnReissue(t *testing.T) {
 }
 
 func TestClockSleep(t *testing.T) {
-	var c poppytest.Clock
+	var c poppytest.OffsetClock
 	before := c.Now()
 	if err := c.Sleep(context.Background(), 7*time.Second); err != nil {
 		t.Fatal(err)
@@ -192,7 +192,7 @@ func TestViolationsReportedAtCleanup(t *testing.T) {
 	var errs []string
 	rec := &errorRecorder{TB: t, errs: &errs}
 	srv := poppytest.NewServer(rec, nil)
-	get(t, srv, srv.APIURL()+"/products") // a request without a Session Token
+	get(t, srv, srv.EndpointURL(poppytest.EndpointAPI)+"/products") // a request without a Session Token
 	for _, f := range rec.cleanups {
 		f()
 	}

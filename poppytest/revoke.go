@@ -17,7 +17,7 @@ func (s *Server) serveRevoke(w http.ResponseWriter, r *http.Request) {
 	if !s.requireFormPOST(w, r, "revocation endpoint") {
 		return
 	}
-	client, perr := s.authenticateClient(r, x.form, s.RevocationEndpoint())
+	client, perr := s.authenticateClient(r, x.form, s.revocationEndpoint())
 	if perr != nil {
 		s.writeTokenError(w, r, perr)
 		return

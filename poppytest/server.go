@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/lestrrat-go/jwx/v3/jwk"
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // Options configures a [Server]. The zero value (or nil) gives the defaults
@@ -53,12 +52,12 @@ type Options struct {
 	// Clients says which Personal Agents the Company accepts (spec 4.1).
 	Clients ClientOptions
 	// Tokens shapes Sessions, Session Tokens and DPoP (spec 4.2, 4.3).
-	Tokens TokenOptions
+	Tokens TokenPolicy
 	// SignIn configures the accounts, the three sign-in types, Account
 	// Tokens and sign-out (spec 4.4–4.9; see signin.go).
-	SignIn SignInOptions
+	SignIn SignInPolicy
 	// API configures the OpenAPI resource server (spec 6).
-	API APIOptions
+	API OpenAPIServerOptions
 	// Operations configures the operations extension's endpoint and the
 	// operations the API proposes (see OperationsOptions).
 	Operations OperationsOptions
@@ -68,7 +67,7 @@ type Options struct {
 	// endpoint (spec 5; see web.go).
 	Web WebOptions
 	// MCP configures the MCP server (mcp.go).
-	MCP MCPOptions
+	MCP MCPServingOptions
 	// Load bounds what the fake keeps for long load tests: the request
 	// log, violations, Session Tokens (see LoadOptions).
 	Load LoadOptions
@@ -134,8 +133,8 @@ type ClientOptions struct {
 	SessionStartsPerMinute int
 }
 
-// TokenOptions shapes Sessions, Session Tokens and DPoP (spec 4.2, 4.3).
-type TokenOptions struct {
+// TokenPolicy shapes Sessions, Session Tokens and DPoP (spec 4.2, 4.3).
+type TokenPolicy struct {
 	// TTL is the Session Token lifetime. Default 1h; a negative value is a
 	// configuration error (CO-4.2-06).
 	TTL time.Duration
@@ -165,10 +164,10 @@ type TokenOptions struct {
 	RevokeOnReissue bool
 }
 
-// SignInOptions configures the Company's accounts, the three sign-in
+// SignInPolicy configures the Company's accounts, the three sign-in
 // types, Account Tokens and sign-out (spec 4.4–4.9; see signin.go and the
 // package doc).
-type SignInOptions struct {
+type SignInPolicy struct {
 	// Accounts are the Company's accounts that Users sign in to. Default:
 	// one account "acct_1" whose credentials are "user@example.test"
 	// (email), "correct horse" (password), "4071" (pin) and
@@ -179,7 +178,7 @@ type SignInOptions struct {
 	// MediatedFields are auth.mediated.fields, the credentials Mediated
 	// Sign-In takes. Default email (Email) and password (Password,
 	// secret).
-	MediatedFields []MediatedField
+	MediatedFields []CredentialField
 	// Scopes replaces the scopes a sign-in type lists, keyed by "direct",
 	// "device" or "mediated". Defaults: direct poppy:read, poppy:write and
 	// every custom scope; device poppy:read and poppy:write; mediated
@@ -261,9 +260,9 @@ type SignInOptions struct {
 	NoLiveSignInCheck bool
 }
 
-// APIOptions configures the OpenAPI resource server (spec 6; see the
+// OpenAPIServerOptions configures the OpenAPI resource server (spec 6; see the
 // package doc for its endpoints).
-type APIOptions struct {
+type OpenAPIServerOptions struct {
 	// Resource, if set, is the OpenAPI entry's "resource" in poppy.json,
 	// and the API then accepts only tokens issued for it (CO-3-13,
 	// CO-4.3-18).
@@ -301,7 +300,7 @@ type Misconfig struct {
 type Server struct {
 	t     TB // the test of NewServer; nil for New (misuse)
 	opts  Options
-	clock Clock
+	clock OffsetClock
 
 	primary   string
 	issuer    string // Options.Issuer, canonical
@@ -328,7 +327,6 @@ type Server struct {
 	metaPaths    map[string]bool
 	openapi      []byte
 	mcpHandlers  map[string]http.Handler // by host
-	mcpServers   []*mcp.Server
 	grants       map[string]grantFunc
 	tokenCrypter *tokenCrypter
 
@@ -357,7 +355,7 @@ type Server struct {
 	sessions     map[string]*session
 	tokens       map[string]*token
 	tokenSeq     uint64 // the last token.seq
-	faults       map[Endpoint][]*fault
+	faults       map[EndpointKind][]*fault
 	tokenTypes   []string
 	expiresIn    int
 	expiresTimes int
@@ -398,6 +396,8 @@ type areas struct {
 	faults        Faults
 	conversations Conversations
 	operations    Operations
+	sessions      Sessions
+	tokens        Tokens
 }
 
 // misuse reports a call the API can't answer with an error: it fails the
@@ -514,9 +514,9 @@ func (s *Server) configure() error {
 		return err
 	}
 	s.openapi = openAPIDescription(s.apiOrigin, s.signin.read, s.signin.write, s.hasAddressScope())
-	s.mcpHandlers = map[string]http.Handler{s.mcpHostName(): s.mcpHandler(s.MCPURL())}
+	s.mcpHandlers = map[string]http.Handler{s.mcpHostName(): s.mcpHandler(s.mcpURL())}
 	if s.opts.MCP.SecondServer {
-		s.mcpHandlers[s.mcp2Host] = s.mcpHandler(s.MCP2URL())
+		s.mcpHandlers[s.mcp2Host] = s.mcpHandler(s.mcp2URL())
 	}
 	s.grants = map[string]grantFunc{
 		grantJWTBearer:    (*Server).grantJWTBearer,
@@ -531,7 +531,7 @@ func (s *Server) configure() error {
 	s.tokenCrypter = c
 	s.sessions = map[string]*session{}
 	s.tokens = map[string]*token{}
-	s.faults = map[Endpoint][]*fault{}
+	s.faults = map[EndpointKind][]*fault{}
 	s.revoked = map[string]bool{}
 	s.accepted = map[string]bool{}
 	s.starts = map[string][]time.Time{}
@@ -574,7 +574,7 @@ func (s *Server) start() error {
 	s.transport = newTransport(tm.pool, ln.Addr().String(), plain.Addr().String(), s.knownHost)
 	s.client = &http.Client{Transport: s.transport}
 	s.internal = &http.Client{
-		Transport: userAgentTransport{s.transport, InternalUserAgent},
+		Transport: userAgentTransport{s.transport, internalUserAgent},
 		Timeout:   10 * time.Second,
 		CheckRedirect: func(*http.Request, []*http.Request) error {
 			return http.ErrUseLastResponse
@@ -602,21 +602,21 @@ func (s *Server) URL() string { return "https://" + s.primary }
 // Issuer returns the OAuth issuer, "https://auth.example.test".
 func (s *Server) Issuer() string { return s.issuer }
 
-// TokenEndpoint returns the token endpoint URL.
-func (s *Server) TokenEndpoint() string { return s.authBase + "/oauth/token" }
+// tokenEndpoint returns the token endpoint URL.
+func (s *Server) tokenEndpoint() string { return s.authBase + "/oauth/token" }
 
-// RevocationEndpoint returns the revocation endpoint URL.
-func (s *Server) RevocationEndpoint() string { return s.authBase + "/oauth/revoke" }
+// revocationEndpoint returns the revocation endpoint URL.
+func (s *Server) revocationEndpoint() string { return s.authBase + "/oauth/revoke" }
 
-// APIURL returns the base URL of the API, "https://api.example.test".
-func (s *Server) APIURL() string { return "https://" + s.apiHost }
+// apiURL returns the base URL of the API, "https://api.example.test".
+func (s *Server) apiURL() string { return "https://" + s.apiHost }
 
-// MCPURL returns the MCP server's url from poppy.json, the resource a
+// mcpURL returns the MCP server's url from poppy.json, the resource a
 // Bearer Session Token must be requested for.
-func (s *Server) MCPURL() string { return "https://" + s.mcpHostName() + "/mcp" }
+func (s *Server) mcpURL() string { return "https://" + s.mcpHostName() + "/mcp" }
 
 // Clock returns the fake's clock.
-func (s *Server) Clock() *Clock { return &s.clock }
+func (s *Server) Clock() *OffsetClock { return &s.clock }
 
 // Client returns an HTTP client that trusts the fake's CA and dials every
 // host the fake serves (Company hosts, www. twins, provider.test, agent
@@ -666,7 +666,6 @@ func (s *Server) Close() {
 		s.waitTurns()
 		s.srv.Shutdown(ctx)
 		s.plainSrv.Shutdown(ctx)
-		s.closeMCP()
 		s.transport.CloseIdleConnections()
 		s.proxyOnce.Do(func() {}) // no proxy starts after Close
 		if s.proxy != nil {
@@ -676,7 +675,7 @@ func (s *Server) Close() {
 }
 
 // classify names the endpoint a request reached.
-func (s *Server) classify(scheme, host, path string) Endpoint {
+func (s *Server) classify(scheme, host, path string) EndpointKind {
 	if s.chainIndex(scheme, host, path) >= 0 {
 		return EndpointProvider
 	}
@@ -687,9 +686,9 @@ func (s *Server) classify(scheme, host, path string) Endpoint {
 		switch {
 		case s.metaPaths[path]:
 			return EndpointMetadata
-		case path == strings.TrimPrefix(s.TokenEndpoint(), "https://"+s.authHost):
+		case path == strings.TrimPrefix(s.tokenEndpoint(), "https://"+s.authHost):
 			return EndpointToken
-		case path == strings.TrimPrefix(s.RevocationEndpoint(), "https://"+s.authHost):
+		case path == strings.TrimPrefix(s.revocationEndpoint(), "https://"+s.authHost):
 			return EndpointRevoke
 		}
 		if ep := s.classifySignIn(path); ep != "" {
@@ -788,7 +787,7 @@ func (s *Server) routePlain(w http.ResponseWriter, r *http.Request) {
 		s.serveChain(w, r)
 		return
 	}
-	if x.endpoint != EndpointAgent && r.Header.Get("User-Agent") != InternalUserAgent {
+	if x.endpoint != EndpointAgent && r.Header.Get("User-Agent") != internalUserAgent {
 		s.violate(x.idx, "PA-3-01", "request to the Company over plain HTTP: %s %s", r.Method, r.URL.Path)
 	}
 	x.errorCode = "not_found"
@@ -808,9 +807,9 @@ func newID(prefix string, n int) string {
 	return prefix + b64.EncodeToString(b)
 }
 
-// ClientMetadata returns the client metadata document the fake last fetched
+// clientMetadata returns the client metadata document the fake last fetched
 // for clientID, as served.
-func (s *Server) ClientMetadata(clientID string) ([]byte, bool) {
+func (s *Server) clientMetadata(clientID string) ([]byte, bool) {
 	s.clientMu.Lock()
 	defer s.clientMu.Unlock()
 	b, ok := s.clientDocs[clientID]

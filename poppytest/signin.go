@@ -63,8 +63,8 @@ type Account struct {
 	RequireCode bool
 }
 
-// A MediatedField is one entry of auth.mediated.fields (spec 4.7).
-type MediatedField struct {
+// A CredentialField is one entry of auth.mediated.fields (spec 4.7).
+type CredentialField struct {
 	Name   string
 	Label  string
 	Secret bool
@@ -133,7 +133,7 @@ func (s *Server) configureSignIn() error {
 	si := &s.signin
 
 	if len(o.SignIn.MediatedFields) == 0 {
-		o.SignIn.MediatedFields = []MediatedField{{Name: "email", Label: "Email"}, {Name: "password", Label: "Password", Secret: true}}
+		o.SignIn.MediatedFields = []CredentialField{{Name: "email", Label: "Email"}, {Name: "password", Label: "Password", Secret: true}}
 	} else {
 		o.SignIn.MediatedFields = slices.Clone(o.SignIn.MediatedFields)
 	}
@@ -287,23 +287,23 @@ func (s *Server) signInOffered(typ string) bool {
 	return !slices.Contains(s.opts.SignIn.Disable, typ)
 }
 
-// AuthorizationEndpoint returns authorization_endpoint (Direct Sign-In).
-func (s *Server) AuthorizationEndpoint() string { return s.authBase + "/oauth/authorize" }
+// authorizationEndpoint returns authorization_endpoint (Direct Sign-In).
+func (s *Server) authorizationEndpoint() string { return s.authBase + "/oauth/authorize" }
 
-// DeviceAuthorizationEndpoint returns device_authorization_endpoint
+// deviceAuthorizationEndpoint returns device_authorization_endpoint
 // (Device Sign-In).
-func (s *Server) DeviceAuthorizationEndpoint() string { return s.authBase + "/oauth/device" }
+func (s *Server) deviceAuthorizationEndpoint() string { return s.authBase + "/oauth/device" }
 
-// VerificationURI returns the verification_uri of Device Sign-In.
-func (s *Server) VerificationURI() string { return s.authBase + "/device" }
+// verificationURI returns the verification_uri of Device Sign-In.
+func (s *Server) verificationURI() string { return s.authBase + "/device" }
 
-// MediatedEndpoint returns auth.mediated.endpoint (Mediated Sign-In); a
-// one-time code goes to MediatedEndpoint() + "/" + sign_in_id.
-func (s *Server) MediatedEndpoint() string { return s.authBase + "/poppy/sign-in" }
+// mediatedEndpoint returns auth.mediated.endpoint (Mediated Sign-In); a
+// one-time code goes to EndpointURL(EndpointSignIn) + "/" + sign_in_id.
+func (s *Server) mediatedEndpoint() string { return s.authBase + "/poppy/sign-in" }
 
 // classifySignIn names the sign-in endpoint at path on the issuer host, or
 // returns "".
-func (s *Server) classifySignIn(path string) Endpoint {
+func (s *Server) classifySignIn(path string) EndpointKind {
 	base := strings.TrimPrefix(s.authBase, "https://"+s.authHost)
 	switch {
 	case path == base+"/oauth/authorize":
@@ -498,7 +498,7 @@ func (s *Server) scanForCredentials(idx int, r *http.Request, x *exchange) {
 		hay = append(hay, b)
 	}
 	mediatedPost := x.endpoint == EndpointSignIn && r.Method == http.MethodPost &&
-		r.URL.Path == strings.TrimPrefix(s.MediatedEndpoint(), "https://"+s.authHost)
+		r.URL.Path == strings.TrimPrefix(s.mediatedEndpoint(), "https://"+s.authHost)
 
 	secret, plain := false, false
 	for _, v := range s.signin.scanned {

@@ -21,7 +21,7 @@ const clientAssertionType = "urn:ietf:params:oauth:client-assertion-type:jwt-bea
 func (a *rawAgent) tokenAs(user string, form url.Values, mods ...pmod) *response {
 	a.t.Helper()
 	mods = append([]pmod{a.userKey(user)}, mods...)
-	return postForm(a.t, a.srv, a.srv.TokenEndpoint(), form, "DPoP", a.proof("POST", a.srv.TokenEndpoint(), mods...))
+	return postForm(a.t, a.srv, a.srv.EndpointURL(poppytest.EndpointToken), form, "DPoP", a.proof("POST", a.srv.EndpointURL(poppytest.EndpointToken), mods...))
 }
 
 // clientForm is a form with client authentication only.
@@ -63,7 +63,7 @@ func (a *rawAgent) authzURL(scope string, p pkce, set ...string) (string, string
 			q.Set(set[i], set[i+1])
 		}
 	}
-	return a.srv.AuthorizationEndpoint() + "?" + q.Encode(), q.Get("state")
+	return a.srv.EndpointURL(poppytest.EndpointAuthorize) + "?" + q.Encode(), q.Get("state")
 }
 
 // browse is Browse with a test context; it fails the test on error.
@@ -137,7 +137,7 @@ func (a *rawAgent) deviceStart(scope string) *response {
 	if scope != "" {
 		f.Set("scope", scope)
 	}
-	return postForm(a.t, a.srv, a.srv.DeviceAuthorizationEndpoint(), f)
+	return postForm(a.t, a.srv, a.srv.EndpointURL(poppytest.EndpointDevice), f)
 }
 
 // poll is one device_code poll (spec 4.6 step 3).
@@ -159,7 +159,7 @@ func (a *rawAgent) refreshForm(pat, sid string) url.Values {
 // revoke posts an Account Token to the revocation endpoint (spec 4.9).
 func (a *rawAgent) revoke(tok string) *response {
 	a.t.Helper()
-	return postForm(a.t, a.srv, a.srv.RevocationEndpoint(), a.clientForm("token", tok, "token_type_hint", "refresh_token"))
+	return postForm(a.t, a.srv, a.srv.EndpointURL(poppytest.EndpointRevoke), a.clientForm("token", tok, "token_type_hint", "refresh_token"))
 }
 
 // mediated POSTs a JSON body to the mediated endpoint (or u) with the
@@ -167,13 +167,13 @@ func (a *rawAgent) revoke(tok string) *response {
 func (a *rawAgent) mediated(u, tok string, body any) *response {
 	a.t.Helper()
 	if u == "" {
-		u = a.srv.MediatedEndpoint()
+		u = a.srv.EndpointURL(poppytest.EndpointSignIn)
 	}
 	b, _ := json.Marshal(body)
 	req, _ := http.NewRequest("POST", u, strings.NewReader(string(b)))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "DPoP "+tok)
-	info, _ := a.srv.Token(tok)
+	info, _ := a.srv.Tokens().Get(tok)
 	req.Header.Set("DPoP", a.proof("POST", u, a.userKey(info.UserID), withToken(tok)))
 	return do(a.t, a.srv.Client(), req)
 }

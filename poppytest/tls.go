@@ -272,8 +272,8 @@ func (m *tlsMaterial) caDER() []byte { return m.caCert.Raw }
 
 // ClockFromEnv returns a Clock with the offset the parent's Clock had when
 // Env was called. Later Advance calls in either process are not shared.
-func ClockFromEnv() *Clock {
-	c := &Clock{}
+func ClockFromEnv() *OffsetClock {
+	c := &OffsetClock{}
 	if d, err := time.ParseDuration(os.Getenv(envOffset)); err == nil {
 		c.Advance(d)
 	}

@@ -68,7 +68,7 @@ type token struct {
 	revoked           bool
 	revokedForReissue bool
 	// seq orders the tokens the token endpoint issued (1, 2, …); 0 for
-	// one a test made with SignInSession, which supersedes nothing.
+	// one a test made with Sessions.SignIn, which supersedes nothing.
 	seq uint64
 }
 
@@ -139,7 +139,7 @@ type SessionInfo struct {
 	// AccountToken is the current value of the Account Token the Session
 	// is signed in with: the one its sign-in or refresh issued or used
 	// (after a rotation, the newest). "" when signed out, or signed in by
-	// SignInSession.
+	// Sessions.SignIn.
 	AccountToken string
 }
 
@@ -159,8 +159,8 @@ type TokenInfo struct {
 	Revoked   bool
 }
 
-// Session returns the fake's record of a Session.
-func (s *Server) Session(id string) (SessionInfo, bool) {
+// sessionInfo returns the fake's record of a Session.
+func (s *Server) sessionInfo(id string) (SessionInfo, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ss := s.sessions[id]
@@ -176,8 +176,8 @@ func (s *Server) Session(id string) (SessionInfo, bool) {
 	return info, true
 }
 
-// Sessions returns every Session, in no particular order.
-func (s *Server) Sessions() []SessionInfo {
+// sessionList returns every Session, in no particular order.
+func (s *Server) sessionList() []SessionInfo {
 	s.mu.Lock()
 	ids := make([]string, 0, len(s.sessions))
 	for id := range s.sessions {
@@ -186,15 +186,15 @@ func (s *Server) Sessions() []SessionInfo {
 	s.mu.Unlock()
 	out := make([]SessionInfo, 0, len(ids))
 	for _, id := range ids {
-		if si, ok := s.Session(id); ok {
+		if si, ok := s.sessionInfo(id); ok {
 			out = append(out, si)
 		}
 	}
 	return out
 }
 
-// Token returns the fake's record of a Session Token.
-func (s *Server) Token(value string) (TokenInfo, bool) {
+// tokenInfo returns the fake's record of a Session Token.
+func (s *Server) tokenInfo(value string) (TokenInfo, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t := s.tokens[value]
@@ -244,12 +244,12 @@ func (s *Server) serveToken(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	// CO-4.3-08: token endpoint proofs get the same checks, minus ath.
-	proof, perr := s.checkProof(r, proofCheck{htu: s.normalizedEndpoint(s.TokenEndpoint()), tokenEndpoint: true}, true)
+	proof, perr := s.checkProof(r, proofCheck{htu: s.normalizedEndpoint(s.tokenEndpoint()), tokenEndpoint: true}, true)
 	if perr != nil {
 		s.writeTokenError(w, r, perr)
 		return
 	}
-	client, perr := s.authenticateClient(r, x.form, s.TokenEndpoint())
+	client, perr := s.authenticateClient(r, x.form, s.tokenEndpoint())
 	if perr != nil {
 		s.writeTokenError(w, r, perr)
 		return
@@ -319,7 +319,7 @@ func (s *Server) grantJWTBearer(g *grantRequest) (map[string]any, *protoError) {
 	// CO-4.2-03: aud is the token endpoint as a single string.
 	switch aud := c["aud"].(type) {
 	case string:
-		if aud != s.TokenEndpoint() {
+		if aud != s.tokenEndpoint() {
 			s.violate(x.idx, "PA-4.2-08", "Session assertion aud is not the token endpoint")
 			return invalid("invalid_grant", "assertion aud must be the token endpoint")
 		}
@@ -560,13 +560,13 @@ func (s *Server) issueToken(g *grantRequest, sess *session, spec *issueSpecT) ma
 	}
 }
 
-// SignInSession signs a Session in to account with scopes on the server
+// signInSession signs a Session in to account with scopes on the server
 // side, as a finished sign-in would, and returns a signed-in DPoP Session
 // Token for it, bound to the key of the Session's latest DPoP token. It
 // fails if the Session doesn't exist, has ended, has no DPoP token yet, is
 // signed in to another account (account_mismatch, spec 4.4), or a scope is
 // unknown.
-func (s *Server) SignInSession(sessionID, account string, scopes ...string) (string, error) {
+func (s *Server) signInSession(sessionID, account string, scopes ...string) (string, error) {
 	if account == "" {
 		return "", errors.New("poppytest: SignInSession needs an account")
 	}
@@ -607,9 +607,9 @@ func (s *Server) SignInSession(sessionID, account string, scopes ...string) (str
 	return value, nil
 }
 
-// SignOutSession signs a Session out on the server side, as revoking its
+// signOutSession signs a Session out on the server side, as revoking its
 // Account Token would (spec 4.9). Its signed-in tokens then act signed out.
-func (s *Server) SignOutSession(sessionID string) {
+func (s *Server) signOutSession(sessionID string) {
 	s.mu.Lock()
 	if sess := s.sessions[sessionID]; sess != nil {
 		sess.signedIn, sess.scopes, sess.family = false, nil, ""

@@ -14,6 +14,10 @@ import (
 	"github.com/poppyproto/poppy/poppytest"
 )
 
+// credMarker starts the backend session blob the fake seals into a
+// Session Token with TokenPolicy.EmbedCredentials.
+const credMarker = "POPPYTEST-BACKEND-SESSION"
+
 func TestCO_4_2_05_StartSession(t *testing.T) {
 	srv := poppytest.NewServer(t, nil)
 	a := newAgent(t, srv, "agent.test")
@@ -32,11 +36,11 @@ func TestCO_4_2_05_StartSession(t *testing.T) {
 	}
 	// CO-4.3-01: the token is bound to the proof's key.
 	reqs := srv.RequestsTo(poppytest.EndpointToken)
-	tok, ok := srv.Token(r.str("access_token"))
+	tok, ok := srv.Tokens().Get(r.str("access_token"))
 	if !ok || tok.JKT == "" || tok.JKT != reqs[0].Proof.JKT || tok.Type != "DPoP" || tok.UserID != "usr_Q7c1vK" || tok.ClientID != a.clientID {
 		t.Errorf("token record = %+v, proof jkt %q", tok, reqs[0].Proof.JKT)
 	}
-	sess, ok := srv.Session(r.str("session_id"))
+	sess, ok := srv.Sessions().Get(r.str("session_id"))
 	if !ok || sess.UserID != "usr_Q7c1vK" || sess.ClientID != a.clientID || sess.SignedIn {
 		t.Errorf("session = %+v", sess)
 	}
@@ -50,7 +54,7 @@ func TestCO_4_2_05_StartSession(t *testing.T) {
 	for _, q := range srv.Requests() {
 		if q.Internal {
 			internal++
-			if q.Endpoint != poppytest.EndpointAgent || q.Header.Get("User-Agent") != poppytest.InternalUserAgent {
+			if q.Endpoint != poppytest.EndpointAgent || q.Header.Get("User-Agent") != "poppytest-company" {
 				t.Errorf("internal request %+v", q)
 			}
 		}
@@ -59,7 +63,7 @@ func TestCO_4_2_05_StartSession(t *testing.T) {
 		t.Errorf("internal fetches = %d, want 2", internal)
 	}
 	// CO-3.3-02: the extension the agent lists and the fake doesn't know is ignored.
-	if md, ok := srv.ClientMetadata(a.clientID); !ok || !bytes.Contains(md, []byte("agent.test/foo")) {
+	if md, ok := srv.Sessions().ClientMetadata(a.clientID); !ok || !bytes.Contains(md, []byte("agent.test/foo")) {
 		t.Errorf("ClientMetadata = %s", md)
 	}
 }
@@ -85,7 +89,7 @@ func TestCO_4_2_09_Renewal(t *testing.T) {
 		t.Errorf("other client renewal = %d %s", r.Status, r.Raw)
 	}
 	// CO-4.2-10
-	srv.EndSession(sid)
+	srv.Sessions().End(sid)
 	if r := a.token(a.renewForm("usr_1", sid)); r.Status != 400 || r.str("error") != "invalid_session" {
 		t.Errorf("ended session renewal = %d %s", r.Status, r.Raw)
 	}
@@ -187,7 +191,7 @@ func TestCO_4_1_ClientAuthentication(t *testing.T) {
 		other := newKey(t)
 		now := srv.Clock().Now().Unix()
 		f.Set("client_assertion", signJWT(t, other, map[string]any{"alg": "ES256", "kid": a.kid},
-			map[string]any{"iss": a.clientID, "sub": a.clientID, "aud": srv.TokenEndpoint(), "iat": now, "exp": now + 60, "jti": randID()}))
+			map[string]any{"iss": a.clientID, "sub": a.clientID, "aud": srv.EndpointURL(poppytest.EndpointToken), "iat": now, "exp": now + 60, "jti": randID()}))
 		// CO-4.1-04
 		wantInvalidClient(t, a.token(f))
 	})
@@ -216,7 +220,7 @@ func TestCO_4_1_ClientAuthentication(t *testing.T) {
 		}
 	})
 	t.Run("aud variants A-03", func(t *testing.T) {
-		for aud, want := range map[any]string{srv.Issuer(): "issuer", fmt.Sprint(srv.TokenEndpoint()): "token_endpoint"} {
+		for aud, want := range map[any]string{srv.Issuer(): "issuer", fmt.Sprint(srv.EndpointURL(poppytest.EndpointToken)): "token_endpoint"} {
 			f := a.startForm("usr_1")
 			f.Set("client_assertion", a.clientAssertion(set("aud", aud)))
 			if r := a.token(f); r.Status != 200 {
@@ -228,7 +232,7 @@ func TestCO_4_1_ClientAuthentication(t *testing.T) {
 			}
 		}
 		f := a.startForm("usr_1")
-		f.Set("client_assertion", a.clientAssertion(set("aud", []any{srv.TokenEndpoint()})))
+		f.Set("client_assertion", a.clientAssertion(set("aud", []any{srv.EndpointURL(poppytest.EndpointToken)})))
 		if r := a.token(f); r.Status != 200 {
 			t.Fatalf("aud array on the client assertion: %d %s", r.Status, r.Raw)
 		}
@@ -312,7 +316,7 @@ func TestCO_4_1_Policy(t *testing.T) {
 		srv := poppytest.NewServer(t, nil)
 		a := newAgent(t, srv, "agent.test")
 		a.start("usr_1")
-		srv.RevokeClient(a.clientID)
+		srv.Sessions().RevokeClient(a.clientID)
 		// CO-4.1-07, CO-4.4-01
 		if r := a.token(a.startForm("usr_1")); r.Status != 401 || r.str("error") != "invalid_client" {
 			t.Errorf("revoked = %d %s", r.Status, r.Raw)
@@ -368,7 +372,7 @@ func TestCO_4_2_SessionAssertion(t *testing.T) {
 		f := a.startForm("usr_1")
 		now := srv.Clock().Now().Unix()
 		f.Set("assertion", signJWT(t, newKey(t), map[string]any{"alg": "ES256", "kid": a.kid},
-			map[string]any{"iss": a.clientID, "sub": "usr_1", "aud": srv.TokenEndpoint(), "iat": now, "exp": now + 60, "jti": randID()}))
+			map[string]any{"iss": a.clientID, "sub": "usr_1", "aud": srv.EndpointURL(poppytest.EndpointToken), "iat": now, "exp": now + 60, "jti": randID()}))
 		// CO-4.2-01
 		invalidGrant(t, f)
 	})
@@ -385,7 +389,7 @@ func TestCO_4_2_SessionAssertion(t *testing.T) {
 	})
 	t.Run("CO-4.2-03 aud array", func(t *testing.T) {
 		f := a.startForm("usr_1")
-		f.Set("assertion", a.sessionAssertion("usr_1", set("aud", []any{srv.TokenEndpoint()})))
+		f.Set("assertion", a.sessionAssertion("usr_1", set("aud", []any{srv.EndpointURL(poppytest.EndpointToken)})))
 		// CO-4.2-03
 		invalidGrant(t, f)
 		wantRules(t, srv, pa("4.2-08"))
@@ -435,7 +439,7 @@ func TestCO_4_2_SessionAssertion(t *testing.T) {
 	})
 	t.Run("A-10 signed-in renewal with assertion", func(t *testing.T) {
 		sid := a.start("usr_1").str("session_id")
-		if _, err := srv.SignInSession(sid, "acct_1", "poppy:read"); err != nil {
+		if _, err := srv.Sessions().SignIn(sid, "acct_1", "poppy:read"); err != nil {
 			t.Fatal(err)
 		}
 		invalidGrant(t, a.renewForm("usr_1", sid))
@@ -457,19 +461,19 @@ func TestCO_4_2_SessionAssertion(t *testing.T) {
 		}
 	})
 	t.Run("form and method", func(t *testing.T) {
-		req, _ := http.NewRequest("POST", srv.TokenEndpoint(), strings.NewReader(`{"grant_type":"x"}`))
+		req, _ := http.NewRequest("POST", srv.EndpointURL(poppytest.EndpointToken), strings.NewReader(`{"grant_type":"x"}`))
 		req.Header.Set("Content-Type", "application/json")
 		if r := do(t, srv.Client(), req); r.Status != 400 || r.str("error") != "invalid_request" {
 			t.Errorf("JSON body: %d %s", r.Status, r.Raw)
 		}
-		if r := get(t, srv, srv.TokenEndpoint()); r.Status != 405 {
+		if r := get(t, srv, srv.EndpointURL(poppytest.EndpointToken)); r.Status != 405 {
 			t.Errorf("GET: %d", r.Status)
 		}
 	})
 }
 
 func TestCO_4_2_11_ErrorStatuses(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{Tokens: poppytest.TokenOptions{RequireNonce: true}})
+	srv := poppytest.NewServer(t, &poppytest.Options{Tokens: poppytest.TokenPolicy{RequireNonce: true}})
 	a := newAgent(t, srv, "agent.test")
 	check := func(r *response, status int, code string) {
 		t.Helper()
@@ -515,23 +519,23 @@ func TestCO_4_2_11_ErrorStatuses(t *testing.T) {
 
 func TestCO_4_2_12_EmbeddedCredentialsEncrypted(t *testing.T) {
 	for _, jwtShaped := range []bool{false, true} {
-		srv := poppytest.NewServer(t, &poppytest.Options{Tokens: poppytest.TokenOptions{EmbedCredentials: true, JWT: jwtShaped}})
+		srv := poppytest.NewServer(t, &poppytest.Options{Tokens: poppytest.TokenPolicy{EmbedCredentials: true, JWT: jwtShaped}})
 		a := newAgent(t, srv, "agent.test")
 		r := a.start("usr_1")
 		tok := r.str("access_token")
 		// CO-4.2-12: the Company's systems can read the blob.
-		blob, ok := srv.EmbeddedCredentials(tok)
-		if !ok || !strings.HasPrefix(blob, poppytest.EmbeddedCredentialMarker+":"+r.str("session_id")) {
+		blob, ok := srv.Tokens().EmbeddedCredentials(tok)
+		if !ok || !strings.HasPrefix(blob, credMarker+":"+r.str("session_id")) {
 			t.Fatalf("EmbeddedCredentials = %q %v", blob, ok)
 		}
 		// CO-4.2-13: the marker is in no segment, decoded or not.
-		if strings.Contains(tok, poppytest.EmbeddedCredentialMarker) {
+		if strings.Contains(tok, credMarker) {
 			t.Fatal("marker in the token")
 		}
 		for _, seg := range strings.Split(tok, ".") {
 			dec, _ := b64.DecodeString(seg)
 			// CO-4.2-13
-			if bytes.Contains(dec, []byte(poppytest.EmbeddedCredentialMarker)) {
+			if bytes.Contains(dec, []byte(credMarker)) {
 				t.Fatalf("marker in a decoded segment of %q", seg)
 			}
 			var inner map[string]any
@@ -540,7 +544,7 @@ func TestCO_4_2_12_EmbeddedCredentialsEncrypted(t *testing.T) {
 					for _, s2 := range strings.Split(cred, ".") {
 						d2, _ := b64.DecodeString(s2)
 						// CO-4.2-13
-						if bytes.Contains(d2, []byte(poppytest.EmbeddedCredentialMarker)) {
+						if bytes.Contains(d2, []byte(credMarker)) {
 							t.Fatal("marker in a nested segment")
 						}
 					}
@@ -554,7 +558,7 @@ func TestCO_4_2_12_EmbeddedCredentialsEncrypted(t *testing.T) {
 }
 
 func TestJWTTokensClaimOneSecond(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{Tokens: poppytest.TokenOptions{JWT: true}})
+	srv := poppytest.NewServer(t, &poppytest.Options{Tokens: poppytest.TokenPolicy{JWT: true}})
 	a := newAgent(t, srv, "agent.test")
 	r := a.start("usr_1")
 	parts := strings.Split(r.str("access_token"), ".")
@@ -575,10 +579,10 @@ func TestJWTTokensClaimOneSecond(t *testing.T) {
 
 func TestCO_4_2_06_TokenTTL(t *testing.T) {
 	// CO-4.2-06
-	if msg := configError(t, &poppytest.Options{Tokens: poppytest.TokenOptions{TTL: -time.Second}}); !strings.Contains(msg, "CO-4.2-06") {
+	if msg := configError(t, &poppytest.Options{Tokens: poppytest.TokenPolicy{TTL: -time.Second}}); !strings.Contains(msg, "CO-4.2-06") {
 		t.Fatalf("negative TTL accepted: %q", msg)
 	}
-	srv := poppytest.NewServer(t, &poppytest.Options{Tokens: poppytest.TokenOptions{TTL: 90 * time.Second}})
+	srv := poppytest.NewServer(t, &poppytest.Options{Tokens: poppytest.TokenPolicy{TTL: 90 * time.Second}})
 	a := newAgent(t, srv, "agent.test")
 	r := a.start("usr_1")
 	// CO-4.2-06
@@ -598,15 +602,15 @@ func TestRevocationEndpoint(t *testing.T) {
 	tok := a.start("usr_1").str("access_token")
 	f := url.Values{"token": {tok}, "client_id": {a.clientID},
 		"client_assertion_type": {"urn:ietf:params:oauth:client-assertion-type:jwt-bearer"},
-		"client_assertion":      {a.clientAssertion(set("aud", srv.RevocationEndpoint()))}}
-	if r := postForm(t, srv, srv.RevocationEndpoint(), f); r.Status != 200 {
+		"client_assertion":      {a.clientAssertion(set("aud", srv.EndpointURL(poppytest.EndpointRevoke)))}}
+	if r := postForm(t, srv, srv.EndpointURL(poppytest.EndpointRevoke), f); r.Status != 200 {
 		t.Fatalf("revoke = %d %s", r.Status, r.Raw)
 	}
 	reqs := srv.RequestsTo(poppytest.EndpointRevoke)
 	if reqs[0].ClientAssertion.AudienceMatch != "endpoint" {
 		t.Errorf("AudienceMatch = %q", reqs[0].ClientAssertion.AudienceMatch)
 	}
-	if info, _ := srv.Token(tok); !info.Revoked {
+	if info, _ := srv.Tokens().Get(tok); !info.Revoked {
 		t.Error("token not revoked")
 	}
 	if c := a.call("GET", "/products", tok, ""); c.Status != 401 {
@@ -615,11 +619,11 @@ func TestRevocationEndpoint(t *testing.T) {
 	// Unknown tokens are fine (RFC 7009); client authentication is not optional.
 	f.Set("token", "unknown")
 	f.Set("client_assertion", a.clientAssertion())
-	if r := postForm(t, srv, srv.RevocationEndpoint(), f); r.Status != 200 {
+	if r := postForm(t, srv, srv.EndpointURL(poppytest.EndpointRevoke), f); r.Status != 200 {
 		t.Errorf("unknown token: %d", r.Status)
 	}
 	f.Del("client_assertion")
-	if r := postForm(t, srv, srv.RevocationEndpoint(), f); r.Status != 401 || r.str("error") != "invalid_client" {
+	if r := postForm(t, srv, srv.EndpointURL(poppytest.EndpointRevoke), f); r.Status != 401 || r.str("error") != "invalid_client" {
 		t.Errorf("no client assertion: %d %s", r.Status, r.Raw)
 	}
 }

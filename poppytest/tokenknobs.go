@@ -1,10 +1,10 @@
 package poppytest
 
-// ExpireToken makes the Session Token value (DPoP or Bearer) expire now, by
+// expireToken makes the Session Token value (DPoP or Bearer) expire now, by
 // the Company's records, while the client still holds it as valid: its
 // next use gets 401 invalid_token (PA-6-05). It reports whether the fake
 // issued the token.
-func (s *Server) ExpireToken(value string) bool {
+func (s *Server) expireToken(value string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t := s.tokens[value]
@@ -15,10 +15,10 @@ func (s *Server) ExpireToken(value string) bool {
 	return true
 }
 
-// RevokeToken revokes the Session Token value on the Company's side: its
+// revokeToken revokes the Session Token value on the Company's side: its
 // next use gets 401 invalid_token, and the Session goes on (a new token for
 // it is issued as usual). It reports whether the fake issued the token.
-func (s *Server) RevokeToken(value string) bool {
+func (s *Server) revokeToken(value string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t := s.tokens[value]

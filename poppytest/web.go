@@ -31,18 +31,18 @@ import (
 
 // The endpoints of the website.
 const (
-	EndpointBrowserSession Endpoint = "browser-session" // web.browser_session_endpoint (spec 5)
-	EndpointWeb            Endpoint = "web"             // any other page of the website
+	EndpointBrowserSession EndpointKind = "browser-session" // web.browser_session_endpoint (spec 5)
+	EndpointWeb            EndpointKind = "web"             // any other page of the website
 )
 
 // BrowserSessionPath is the path of the browser-session endpoint on each
 // of the Company's domains.
 const BrowserSessionPath = "/poppy/browser-session"
 
-// SiteLoginCookie is the name of the website's own login cookie, set by
+// siteLoginCookie is the name of the website's own login cookie, set by
 // GET /site-login?account=… . Pages honour it only while the browser
 // carries no Session cookie (CO-5-19).
-const SiteLoginCookie = "poppytest_login"
+const siteLoginCookie = "poppytest_login"
 
 // WebOptions configures the website (spec 5). The zero value gives the
 // defaults on each field.
@@ -120,7 +120,7 @@ func (s *Server) configureWeb() error {
 }
 
 // classifyWeb names the website endpoint a request reached, or "".
-func (s *Server) classifyWeb(host, path string) Endpoint {
+func (s *Server) classifyWeb(host, path string) EndpointKind {
 	if !s.web.hosts[host] {
 		return ""
 	}
@@ -139,9 +139,9 @@ func (s *Server) browserSessionEndpoint(host string) string {
 	return "https://" + host + BrowserSessionPath
 }
 
-// BrowserSessionEndpoint returns web.browser_session_endpoint of the
+// browserSessionURL returns web.browser_session_endpoint of the
 // primary domain's poppy.json, "" when it lists none.
-func (s *Server) BrowserSessionEndpoint() string { return s.browserSessionEndpoint(s.primary) }
+func (s *Server) browserSessionURL() string { return s.browserSessionEndpoint(s.primary) }
 
 // webDomainOf returns the Company domain whose website host is, or "".
 func (s *Server) webDomainOf(host string) string {
@@ -398,7 +398,7 @@ func (s *Server) viewOf(r *http.Request) webView {
 			return v // CO-5-19: the Session wins over any other cookie
 		}
 	}
-	if ck, err := r.Cookie(SiteLoginCookie); err == nil {
+	if ck, err := r.Cookie(siteLoginCookie); err == nil {
 		v.siteLogin = ck.Value
 	}
 	return v
@@ -418,7 +418,7 @@ func (s *Server) serveWeb(w http.ResponseWriter, r *http.Request) {
 			writePage(w, http.StatusBadRequest, "Sign in", `<p class="error">account is missing</p>`)
 			return
 		}
-		http.SetCookie(w, &http.Cookie{Name: SiteLoginCookie, Value: url.QueryEscape(acct), Path: "/",
+		http.SetCookie(w, &http.Cookie{Name: siteLoginCookie, Value: url.QueryEscape(acct), Path: "/",
 			Secure: true, HttpOnly: true, SameSite: http.SameSiteLaxMode})
 		w.Header().Set("Location", "/account")
 		w.WriteHeader(http.StatusSeeOther)
@@ -508,9 +508,9 @@ type WebCookie struct {
 	Active bool
 }
 
-// WebCookies returns the Session cookies the website has set, in no
+// webCookies returns the Session cookies the website has set, in no
 // particular order.
-func (s *Server) WebCookies() []WebCookie {
+func (s *Server) webCookies() []WebCookie {
 	now := s.clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -25,7 +25,7 @@ func TestOperationPage(t *testing.T) {
 	if u != "https://example.test/operations/"+id {
 		t.Fatalf("url = %q", u)
 	}
-	c := sessionCookie(t, join(t, srv, srv.BrowserSessionEndpoint(), url.Values{"assertion": {a.browserAssertion("usr_alice", sid)}}))
+	c := sessionCookie(t, join(t, srv, srv.EndpointURL(poppytest.EndpointBrowserSession), url.Values{"assertion": {a.browserAssertion("usr_alice", sid)}}))
 	code, body := page(t, srv, http.MethodGet, u, c)
 	if code != 200 || !strings.Contains(body, "Operation "+id) || !strings.Contains(body, "State: proposed, revision 1") ||
 		!strings.Contains(body, strings.ReplaceAll(op["summary"].(string), "'", "&#39;")) {
@@ -43,7 +43,7 @@ func TestOperationPage(t *testing.T) {
 		t.Fatalf("without a Session cookie: %d", code)
 	}
 	other := a.start("usr_bob").str("session_id")
-	cb := sessionCookie(t, join(t, srv, srv.BrowserSessionEndpoint(), url.Values{"assertion": {a.browserAssertion("usr_bob", other)}}))
+	cb := sessionCookie(t, join(t, srv, srv.EndpointURL(poppytest.EndpointBrowserSession), url.Values{"assertion": {a.browserAssertion("usr_bob", other)}}))
 	if code, _ := page(t, srv, http.MethodGet, u, cb); code != 404 {
 		t.Fatalf("another User's Session: %d", code)
 	}
@@ -85,7 +85,7 @@ func TestOPS4_4_WebsiteConfirm(t *testing.T) {
 	sid, tok := signedIn(t, srv, a, "usr_alice", "acct_1")
 	op := proposeRaw(t, a, tok, `{"item_id":"itm_4Qa"}`)
 	id, u := op["operation_id"].(string), op["url"].(string)
-	c := sessionCookie(t, join(t, srv, srv.BrowserSessionEndpoint(), url.Values{"assertion": {a.browserAssertion("usr_alice", sid)}}))
+	c := sessionCookie(t, join(t, srv, srv.EndpointURL(poppytest.EndpointBrowserSession), url.Values{"assertion": {a.browserAssertion("usr_alice", sid)}}))
 	_, body := page(t, srv, http.MethodGet, u, c)
 	if !strings.Contains(body, `action="/operations/`+id+`/confirm"`) || !strings.Contains(body, `name="revision" value="1"`) ||
 		!strings.Contains(body, `action="/operations/`+id+`/cancel"`) {
@@ -93,7 +93,7 @@ func TestOPS4_4_WebsiteConfirm(t *testing.T) {
 	}
 	// CO-OPS5-01: another User's Session can't confirm it.
 	other := a.start("usr_bob").str("session_id")
-	cb := sessionCookie(t, join(t, srv, srv.BrowserSessionEndpoint(), url.Values{"assertion": {a.browserAssertion("usr_bob", other)}}))
+	cb := sessionCookie(t, join(t, srv, srv.EndpointURL(poppytest.EndpointBrowserSession), url.Values{"assertion": {a.browserAssertion("usr_bob", other)}}))
 	if code, _, _ := postPage(t, srv, u+"/confirm", url.Values{"revision": {"1"}}, cb); code != 404 {
 		t.Errorf("CO-OPS5-01: another Session's confirm: %d", code)
 	}
@@ -161,8 +161,8 @@ func TestOPS4_4_WebsiteConfirmScopes(t *testing.T) {
 	a := opsAgent(t, srv)
 	sid, tok := signedIn(t, srv, a, "usr_alice", "acct_1")
 	op := proposeRaw(t, a, tok, `{"item_id":"itm_4Qa"}`)
-	c := sessionCookie(t, join(t, srv, srv.BrowserSessionEndpoint(), url.Values{"assertion": {a.browserAssertion("usr_alice", sid)}}))
-	if _, err := srv.SignInSession(sid, "acct_1", "poppy:read"); err != nil {
+	c := sessionCookie(t, join(t, srv, srv.EndpointURL(poppytest.EndpointBrowserSession), url.Values{"assertion": {a.browserAssertion("usr_alice", sid)}}))
+	if _, err := srv.Sessions().SignIn(sid, "acct_1", "poppy:read"); err != nil {
 		t.Fatal(err)
 	}
 	if code, _, _ := postPage(t, srv, op["url"].(string)+"/confirm", url.Values{"revision": {"1"}}, c); code != http.StatusForbidden {
@@ -182,7 +182,7 @@ func TestCO_OPS6_02_WebsiteAndEndpointConfirms(t *testing.T) {
 	srv := poppytest.NewServer(t, &poppytest.Options{Operations: poppytest.OperationsOptions{Perform: poppytest.PerformUnknown}})
 	a := opsAgent(t, srv)
 	sid, tok := signedIn(t, srv, a, "usr_1", "acct_1")
-	c := sessionCookie(t, join(t, srv, srv.BrowserSessionEndpoint(), url.Values{"assertion": {a.browserAssertion("usr_1", sid)}}))
+	c := sessionCookie(t, join(t, srv, srv.EndpointURL(poppytest.EndpointBrowserSession), url.Values{"assertion": {a.browserAssertion("usr_1", sid)}}))
 	for round := range 3 {
 		op := proposeRaw(t, a, tok, fmt.Sprintf(`{"item_id":"itm_%d"}`, round))
 		id := op["operation_id"].(string)

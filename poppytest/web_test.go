@@ -16,7 +16,7 @@ import (
 func (a *rawAgent) browserAssertion(user, sid string, mods ...claimsMod) string {
 	now := a.srv.Clock().Now().Unix()
 	h := map[string]any{"alg": "ES256", "typ": "poppy-browser+jwt", "kid": a.kid}
-	c := map[string]any{"iss": a.clientID, "sub": user, "aud": a.srv.BrowserSessionEndpoint(),
+	c := map[string]any{"iss": a.clientID, "sub": user, "aud": a.srv.EndpointURL(poppytest.EndpointBrowserSession),
 		"session_id": sid, "return_to": "https://example.test/orders", "iat": now, "exp": now + 60, "jti": randID()}
 	for _, m := range mods {
 		m(h, c)
@@ -80,7 +80,7 @@ func webSetup(t *testing.T, opts *poppytest.Options) (*poppytest.Server, *rawAge
 
 func TestBrowserSessionAccepted(t *testing.T) {
 	srv, a, sid := webSetup(t, nil)
-	resp := join(t, srv, srv.BrowserSessionEndpoint(), url.Values{"assertion": {a.browserAssertion("usr_alice", sid)}})
+	resp := join(t, srv, srv.EndpointURL(poppytest.EndpointBrowserSession), url.Values{"assertion": {a.browserAssertion("usr_alice", sid)}})
 	// CO-5-11: 303 to return_to with exactly one cookie.
 	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "https://example.test/orders" {
 		t.Fatalf("join = %d Location %q", resp.StatusCode, resp.Header.Get("Location"))
@@ -118,9 +118,9 @@ func TestBrowserSessionRefused(t *testing.T) {
 	b := newAgent(t, srv, "agent2.test")
 	b.start("usr_alice")
 	ended := a.start("usr_alice").str("session_id")
-	srv.EndSession(ended)
+	srv.Sessions().End(ended)
 	replayed := a.browserAssertion("usr_alice", sid)
-	if r := join(t, srv, srv.BrowserSessionEndpoint(), url.Values{"assertion": {replayed}}); r.StatusCode != 303 {
+	if r := join(t, srv, srv.EndpointURL(poppytest.EndpointBrowserSession), url.Values{"assertion": {replayed}}); r.StatusCode != 303 {
 		t.Fatalf("first use: %d", r.StatusCode)
 	}
 	now := srv.Clock().Now().Unix()
@@ -136,7 +136,7 @@ func TestBrowserSessionRefused(t *testing.T) {
 		// CO-5-01: the signature verifies with the client's keys.
 		{"tampered signature", tampered, "", false},
 		{"foreign key", signJWT(t, newKey(t), map[string]any{"alg": "ES256", "typ": "poppy-browser+jwt", "kid": a.kid},
-			map[string]any{"iss": a.clientID, "sub": "usr_alice", "aud": srv.BrowserSessionEndpoint(), "session_id": sid,
+			map[string]any{"iss": a.clientID, "sub": "usr_alice", "aud": srv.EndpointURL(poppytest.EndpointBrowserSession), "session_id": sid,
 				"return_to": "https://example.test/", "iat": now, "exp": now + 60, "jti": randID()}), "", false},
 		// CO-5-02: typ is exactly poppy-browser+jwt.
 		{"typ JWT", a.browserAssertion("usr_alice", sid, header("typ", "JWT")), "", false},
@@ -144,8 +144,8 @@ func TestBrowserSessionRefused(t *testing.T) {
 		// CO-5-03: a Session assertion is refused here.
 		{"session assertion", a.sessionAssertion("usr_alice"), "", false},
 		// CO-5-05: aud is the endpoint.
-		{"aud token endpoint", a.browserAssertion("usr_alice", sid, set("aud", srv.TokenEndpoint())), "", false},
-		{"aud list", a.browserAssertion("usr_alice", sid, set("aud", []any{srv.BrowserSessionEndpoint()})), "5-05", false},
+		{"aud token endpoint", a.browserAssertion("usr_alice", sid, set("aud", srv.EndpointURL(poppytest.EndpointToken))), "", false},
+		{"aud list", a.browserAssertion("usr_alice", sid, set("aud", []any{srv.EndpointURL(poppytest.EndpointBrowserSession)})), "5-05", false},
 		// CO-5-06: not expired.
 		{"expired", a.browserAssertion("usr_alice", sid, set("iat", now-61), set("exp", now-1)), "", false},
 		// CO-5-07: exp at most 60 s after iat.
@@ -168,7 +168,7 @@ func TestBrowserSessionRefused(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			target, form := srv.BrowserSessionEndpoint(), url.Values{"assertion": {tc.assertion}}
+			target, form := srv.EndpointURL(poppytest.EndpointBrowserSession), url.Values{"assertion": {tc.assertion}}
 			if tc.query {
 				target += "?assertion=" + url.QueryEscape(tc.assertion)
 				form = nil
@@ -189,13 +189,13 @@ func TestBrowserSessionRefused(t *testing.T) {
 	}
 	// CO-5-13 with a valid body too: the URL copy alone is refused.
 	a2 := a.browserAssertion("usr_alice", sid)
-	resp := join(t, srv, srv.BrowserSessionEndpoint()+"?assertion="+url.QueryEscape(a2), url.Values{"assertion": {a2}})
+	resp := join(t, srv, srv.EndpointURL(poppytest.EndpointBrowserSession)+"?assertion="+url.QueryEscape(a2), url.Values{"assertion": {a2}})
 	if resp.StatusCode != 400 || len(resp.Cookies()) != 0 {
 		t.Fatalf("assertion in URL and body: %d", resp.StatusCode)
 	}
 	wantRules(t, srv, pa("5-10"))
 	// GET is not a join.
-	code, _ := page(t, srv, http.MethodGet, srv.BrowserSessionEndpoint())
+	code, _ := page(t, srv, http.MethodGet, srv.EndpointURL(poppytest.EndpointBrowserSession))
 	if code != http.StatusMethodNotAllowed {
 		t.Fatalf("GET endpoint: %d", code)
 	}
@@ -205,7 +205,7 @@ func TestBrowserSessionRefused(t *testing.T) {
 func TestBrowserAssertionAtTokenEndpoint(t *testing.T) {
 	srv, a, sid := webSetup(t, nil)
 	form := a.startForm("usr_alice")
-	form.Set("assertion", a.browserAssertion("usr_alice", sid, set("aud", srv.TokenEndpoint())))
+	form.Set("assertion", a.browserAssertion("usr_alice", sid, set("aud", srv.EndpointURL(poppytest.EndpointToken))))
 	r := a.token(form)
 	if r.Status != 400 || r.str("error") != "invalid_grant" {
 		t.Fatalf("token endpoint: %d %s", r.Status, r.Raw)
@@ -217,7 +217,7 @@ func TestBrowserAssertionAtTokenEndpoint(t *testing.T) {
 // with the cookie's Max-Age).
 func TestWebFollowsSession(t *testing.T) {
 	srv, a, sid := webSetup(t, nil)
-	c := sessionCookie(t, join(t, srv, srv.BrowserSessionEndpoint(), url.Values{"assertion": {a.browserAssertion("usr_alice", sid)}}))
+	c := sessionCookie(t, join(t, srv, srv.EndpointURL(poppytest.EndpointBrowserSession), url.Values{"assertion": {a.browserAssertion("usr_alice", sid)}}))
 	exchange := func() int {
 		t.Helper()
 		code, _ := page(t, srv, http.MethodPost, "https://example.test/exchange", c)
@@ -228,7 +228,7 @@ func TestWebFollowsSession(t *testing.T) {
 		t.Fatalf("exchange signed out: %d", code)
 	}
 	// CO-5-14: signing in shows on the next request, with the scopes.
-	if _, err := srv.SignInSession(sid, "acct_1", "poppy:read"); err != nil {
+	if _, err := srv.Sessions().SignIn(sid, "acct_1", "poppy:read"); err != nil {
 		t.Fatal(err)
 	}
 	_, body := page(t, srv, http.MethodGet, "https://example.test/account", c)
@@ -239,8 +239,8 @@ func TestWebFollowsSession(t *testing.T) {
 	if code := exchange(); code != http.StatusForbidden {
 		t.Fatalf("exchange with poppy:read: %d", code)
 	}
-	srv.SignOutSession(sid)
-	if _, err := srv.SignInSession(sid, "acct_1", "poppy:read", "poppy:write"); err != nil {
+	srv.Sessions().SignOut(sid)
+	if _, err := srv.Sessions().SignIn(sid, "acct_1", "poppy:read", "poppy:write"); err != nil {
 		t.Fatal(err)
 	}
 	if code := exchange(); code != http.StatusOK {
@@ -248,7 +248,7 @@ func TestWebFollowsSession(t *testing.T) {
 	}
 	// CO-5-19: the site's own login cookie for another account doesn't
 	// change what the Session's cookie shows.
-	login := &http.Cookie{Name: poppytest.SiteLoginCookie, Value: "acct_B"}
+	login := &http.Cookie{Name: "poppytest_login", Value: "acct_B"}
 	_, body = page(t, srv, http.MethodGet, "https://example.test/account", login, c)
 	if !strings.Contains(body, "acct_1") || strings.Contains(body, "acct_B") {
 		t.Fatalf("page with both cookies: %s", body)
@@ -258,18 +258,18 @@ func TestWebFollowsSession(t *testing.T) {
 		t.Fatalf("page with the site login only: %s", body)
 	}
 	// Signing out shows on the next request.
-	srv.SignOutSession(sid)
+	srv.Sessions().SignOut(sid)
 	_, body = page(t, srv, http.MethodGet, "https://example.test/account", c)
 	if !strings.Contains(body, "Signed out.") || strings.Contains(body, "acct_1") {
 		t.Fatalf("signed-out page: %s", body)
 	}
 	// The Session's end shows on the next request.
-	srv.EndSession(sid)
+	srv.Sessions().End(sid)
 	_, body = page(t, srv, http.MethodGet, "https://example.test/account", c)
 	if !strings.Contains(body, "Visitor without a Session.") {
 		t.Fatalf("page after the Session ended: %s", body)
 	}
-	for _, wc := range srv.WebCookies() {
+	for _, wc := range srv.Sessions().Cookies() {
 		if wc.Active {
 			t.Fatal("a cookie of an ended Session is still active")
 		}
@@ -279,7 +279,7 @@ func TestWebFollowsSession(t *testing.T) {
 // The cookie also stops at its own expiry, CookieTTL.
 func TestWebCookieExpires(t *testing.T) {
 	srv, a, sid := webSetup(t, &poppytest.Options{Web: poppytest.WebOptions{CookieTTL: time.Minute}})
-	resp := join(t, srv, srv.BrowserSessionEndpoint(), url.Values{"assertion": {a.browserAssertion("usr_alice", sid)}})
+	resp := join(t, srv, srv.EndpointURL(poppytest.EndpointBrowserSession), url.Values{"assertion": {a.browserAssertion("usr_alice", sid)}})
 	c := sessionCookie(t, resp)
 	if !strings.Contains(resp.Header.Get("Set-Cookie"), "Max-Age="+strconv.Itoa(60)) {
 		t.Fatalf("Set-Cookie %s", resp.Header.Get("Set-Cookie"))
@@ -294,18 +294,18 @@ func TestWebCookieExpires(t *testing.T) {
 // on the server, are at most the Session's remaining life, not a fixed
 // TTL: a Session that ends 30 minutes after its start (SessionLifetime)
 // and joins at minute 20 gets a cookie of 10 minutes, though CookieTTL is
-// an hour. When the Session ends, at its lifetime or by EndSession, the
+// an hour. When the Session ends, at its lifetime or by Sessions.End, the
 // cookie is treated as no Session.
 func TestCO_5_15_CookieNeverOutlivesSession(t *testing.T) {
-	srv, a, sid := webSetup(t, &poppytest.Options{Tokens: poppytest.TokenOptions{SessionLifetime: 30 * time.Minute}})
+	srv, a, sid := webSetup(t, &poppytest.Options{Tokens: poppytest.TokenPolicy{SessionLifetime: 30 * time.Minute}})
 	start := srv.Clock().Now()
 	srv.Clock().Advance(20 * time.Minute)
-	resp := join(t, srv, srv.BrowserSessionEndpoint(), url.Values{"assertion": {a.browserAssertion("usr_alice", sid)}})
+	resp := join(t, srv, srv.EndpointURL(poppytest.EndpointBrowserSession), url.Values{"assertion": {a.browserAssertion("usr_alice", sid)}})
 	c := sessionCookie(t, resp)
 	if c.MaxAge > 600 || c.MaxAge < 590 { // the fake clock runs on with the real one
 		t.Fatalf("Max-Age %d with 600 s of the Session left (Set-Cookie %s)", c.MaxAge, resp.Header.Get("Set-Cookie"))
 	}
-	for _, wc := range srv.WebCookies() {
+	for _, wc := range srv.Sessions().Cookies() {
 		if wc.ExpiresAt.After(start.Add(30 * time.Minute)) {
 			t.Fatalf("the cookie lives on the server until %v, after the Session's end", wc.ExpiresAt)
 		}
@@ -317,22 +317,22 @@ func TestCO_5_15_CookieNeverOutlivesSession(t *testing.T) {
 	if _, body := page(t, srv, http.MethodGet, "https://example.test/", c); !strings.Contains(body, "Visitor without a Session.") {
 		t.Fatalf("page after the Session's end: %s", body)
 	}
-	if info, _ := srv.Session(sid); !info.Ended {
+	if info, _ := srv.Sessions().Get(sid); !info.Ended {
 		t.Fatal("the Session did not end at its lifetime")
 	}
-	// A Session ended sooner, by EndSession: its cookie, set for the
+	// A Session ended sooner, by Sessions.End: its cookie, set for the
 	// Session's whole remaining life, stops with it.
 	sid2 := a.start("usr_bob").str("session_id")
-	resp = join(t, srv, srv.BrowserSessionEndpoint(), url.Values{"assertion": {a.browserAssertion("usr_bob", sid2)}})
+	resp = join(t, srv, srv.EndpointURL(poppytest.EndpointBrowserSession), url.Values{"assertion": {a.browserAssertion("usr_bob", sid2)}})
 	c2 := sessionCookie(t, resp)
 	if c2.MaxAge > 1800 || c2.MaxAge < 1790 {
 		t.Fatalf("Max-Age %d for a new Session of 1800 s", c2.MaxAge)
 	}
-	srv.EndSession(sid2)
+	srv.Sessions().End(sid2)
 	if _, body := page(t, srv, http.MethodGet, "https://example.test/", c2); !strings.Contains(body, "Visitor without a Session.") {
 		t.Fatalf("page after EndSession: %s", body)
 	}
-	for _, wc := range srv.WebCookies() {
+	for _, wc := range srv.Sessions().Cookies() {
 		if wc.Active {
 			t.Fatalf("a cookie of an ended Session is active: %+v", wc)
 		}
@@ -348,8 +348,8 @@ func TestCO_5_15_CookieNeverOutlivesSession(t *testing.T) {
 func TestWebRejoin(t *testing.T) {
 	for _, revoke := range []bool{false, true} {
 		srv, a, sid := webSetup(t, &poppytest.Options{Web: poppytest.WebOptions{RevokeOnRejoin: revoke}})
-		first := sessionCookie(t, join(t, srv, srv.BrowserSessionEndpoint(), url.Values{"assertion": {a.browserAssertion("usr_alice", sid)}}))
-		second := sessionCookie(t, join(t, srv, srv.BrowserSessionEndpoint(), url.Values{"assertion": {a.browserAssertion("usr_alice", sid)}}, first))
+		first := sessionCookie(t, join(t, srv, srv.EndpointURL(poppytest.EndpointBrowserSession), url.Values{"assertion": {a.browserAssertion("usr_alice", sid)}}))
+		second := sessionCookie(t, join(t, srv, srv.EndpointURL(poppytest.EndpointBrowserSession), url.Values{"assertion": {a.browserAssertion("usr_alice", sid)}}, first))
 		if first.Value == second.Value || first.Name != second.Name || first.Domain != second.Domain || first.Path != second.Path {
 			t.Fatalf("second join set %v after %v: want a new value for the same cookie", second, first)
 		}
@@ -366,7 +366,7 @@ func TestWebRejoin(t *testing.T) {
 // Negative knob: SameSite=Strict breaks CO-5-17 on purpose.
 func TestWebSameSiteKnob(t *testing.T) {
 	srv, a, sid := webSetup(t, &poppytest.Options{Web: poppytest.WebOptions{SameSite: http.SameSiteStrictMode}})
-	resp := join(t, srv, srv.BrowserSessionEndpoint(), url.Values{"assertion": {a.browserAssertion("usr_alice", sid)}})
+	resp := join(t, srv, srv.EndpointURL(poppytest.EndpointBrowserSession), url.Values{"assertion": {a.browserAssertion("usr_alice", sid)}})
 	if !strings.Contains(resp.Header.Get("Set-Cookie"), "SameSite=Strict") {
 		t.Fatalf("Set-Cookie %s", resp.Header.Get("Set-Cookie"))
 	}
@@ -376,7 +376,7 @@ func TestWebSameSiteKnob(t *testing.T) {
 // join is possible.
 func TestWebWithoutEndpoint(t *testing.T) {
 	srv, a, sid := webSetup(t, &poppytest.Options{Discovery: poppytest.DiscoveryOptions{DropBrowserSession: true}})
-	if srv.BrowserSessionEndpoint() != "" {
+	if srv.EndpointURL(poppytest.EndpointBrowserSession) != "" {
 		t.Fatal("endpoint reported")
 	}
 	resp := join(t, srv, "https://example.test"+poppytest.BrowserSessionPath, url.Values{"assertion": {a.browserAssertion("usr_alice", sid)}})

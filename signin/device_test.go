@@ -74,7 +74,7 @@ func TestPA_4_6_DeviceSignIn(t *testing.T) {
 }
 
 func TestPA_4_6_05_DefaultInterval(t *testing.T) {
-	e := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInOptions{OmitInterval: true}}, nil)
+	e := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInPolicy{OmitInterval: true}}, nil)
 	sess := e.Session("alice")
 	e.Srv.SignIn().HoldDevicePolls(2)
 	if _, err := signin.Device(ctx, sess, scopes("poppy:read"), e.browser()); err != nil {
@@ -92,7 +92,7 @@ func TestPA_4_6_05_DefaultInterval(t *testing.T) {
 func TestPA_4_6_07_SlowDown(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	sess := e.Session("alice")
-	e.Srv.SignIn().ScriptDevicePolls(poppytest.PollPending, poppytest.PollSlowDown, poppytest.PollPending, poppytest.PollPending)
+	e.Srv.SignIn().ScriptDevicePolls("authorization_pending", "slow_down", "authorization_pending", "authorization_pending")
 	if _, err := signin.Device(ctx, sess, scopes("poppy:read"), e.browser()); err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +128,7 @@ func TestPA_4_6_09_AccessDenied(t *testing.T) {
 }
 
 func TestPA_4_6_10_and_11_Expiry(t *testing.T) {
-	e := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInOptions{DeviceCodeTTL: time.Minute}}, nil)
+	e := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInPolicy{DeviceCodeTTL: time.Minute}}, nil)
 	sess := e.Session("alice")
 	e.Srv.SignIn().NeverAnswer()
 	_, err := signin.Device(ctx, sess, scopes("poppy:read"), e.browser())
@@ -144,7 +144,7 @@ func TestPA_4_6_10_and_11_Expiry(t *testing.T) {
 }
 
 func TestPA_4_6_10_ExpiredToken(t *testing.T) {
-	e := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInOptions{DeviceCodeTTL: time.Minute}}, nil)
+	e := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInPolicy{DeviceCodeTTL: time.Minute}}, nil)
 	sess := e.Session("alice")
 	b := e.browser()
 	b.noVisit = true

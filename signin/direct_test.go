@@ -68,13 +68,13 @@ func TestPA_4_5_DirectSignIn(t *testing.T) {
 	if code, body := e.Get(sess, "/orders"); code != 200 {
 		t.Fatalf("GET /orders after sign-in: %d %s", code, body)
 	}
-	info, _ := e.Srv.Session(sess.ID())
+	info, _ := e.Srv.Sessions().Get(sess.ID())
 	if !info.SignedIn {
 		t.Fatal("the fake sees the Session signed out")
 	}
 	// PA-4.4-02: the SDK itself never requested the authorization URL.
 	for _, r := range e.Requests() {
-		if strings.HasPrefix(r.URL, e.Srv.AuthorizationEndpoint()) && r.Header.Get("Authorization") != "" {
+		if strings.HasPrefix(r.URL, e.Srv.EndpointURL(poppytest.EndpointAuthorize)) && r.Header.Get("Authorization") != "" {
 			t.Fatal("the SDK's client opened the authorization page")
 		}
 	}
@@ -246,7 +246,7 @@ func TestPA_4_4_11_FewerScopesGranted(t *testing.T) {
 }
 
 func TestPA_4_4_01_and_05_TypesAndScopes(t *testing.T) {
-	e := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInOptions{Disable: []string{"direct", "mediated"}}}, nil)
+	e := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInPolicy{Disable: []string{"direct", "mediated"}}}, nil)
 	sess := e.Session("alice")
 	before := len(e.Srv.Requests())
 	// PA-4.4-01: a type the Company doesn't list is unavailable, locally.
@@ -261,7 +261,7 @@ func TestPA_4_4_01_and_05_TypesAndScopes(t *testing.T) {
 		t.Fatal("requests were sent")
 	}
 
-	n := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInOptions{NarrowScopesOnly: true}}, nil)
+	n := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInPolicy{NarrowScopesOnly: true}}, nil)
 	ns := n.Session("alice")
 	if _, err := signin.Mediated(ctx, ns, scopes("poppy:read"), n.browser()); !errors.Is(err, signin.ErrSignInTypeUnavailable) {
 		t.Fatalf("poppy:read with narrow scopes only: %v", err)

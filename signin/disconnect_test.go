@@ -25,7 +25,7 @@ func TestSignInAfterDisconnect(t *testing.T) {
 		if code, body := e.Get(sess, "/orders"); code != 200 {
 			t.Fatalf("GET /orders after the sign-in: %d %s", code, body)
 		}
-		e.Srv.Disconnect("acct_1")
+		e.Srv.Sessions().Disconnect("acct_1")
 		consents := len(e.Srv.SignIn().Consents())
 		tokenRequests := len(e.Requests(poppytest.EndpointToken))
 		b := e.browser()

@@ -42,7 +42,7 @@ func endedEnv(t *testing.T, opts *poppytest.Options) (*env, *poppy.Session, *rep
 	e := newEnv(t, opts, &poppy.AgentOptions{OnSessionReplaced: r.record})
 	sess := e.Session("alice")
 	old := sess.ID()
-	e.Srv.EndSession(old)
+	e.Srv.Sessions().End(old)
 	return e, sess, r, old
 }
 
@@ -114,12 +114,12 @@ func TestPA_4_2_16_MediatedSignInOnEndedSession(t *testing.T) {
 // one without asking the User again. The SDK says so instead of asking.
 func TestMediatedSignInSessionEndedDuringCode(t *testing.T) {
 	r := &replacements{}
-	e := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInOptions{RequireCode: true}}, &poppy.AgentOptions{OnSessionReplaced: r.record})
+	e := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInPolicy{RequireCode: true}}, &poppy.AgentOptions{OnSessionReplaced: r.record})
 	sess := e.Session("alice")
 	b := e.browser()
 	old := sess.ID()
 	b.code = func() string {
-		e.Srv.EndSession(old)
+		e.Srv.Sessions().End(old)
 		return e.Srv.SignIn().LastCode()
 	}
 	_, err := signin.Mediated(ctx, sess, scopes("poppy:read"), b)
@@ -144,7 +144,7 @@ func TestDirectSignInEndedSessionCodeUsedUp(t *testing.T) {
 	}})
 	sess := e.Session("alice")
 	old := sess.ID()
-	e.Srv.EndSession(old)
+	e.Srv.Sessions().End(old)
 	b := e.browser()
 	_, err := e.direct.SignIn(ctx, sess, scopes("poppy:read"), b)
 	if !errors.Is(err, signin.ErrSessionEnded) {
@@ -159,7 +159,7 @@ func TestDirectSignInEndedSessionCodeUsedUp(t *testing.T) {
 // Signing in again for scopes the Session already holds, with a valid
 // signed-in Session Token, sends nothing (spec 4.4).
 func TestPA_4_4_15_SignInReusesSignedInSession(t *testing.T) {
-	e := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInOptions{RotateAccountTokens: true}}, nil)
+	e := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInPolicy{RotateAccountTokens: true}}, nil)
 	sess := e.Session("alice")
 	b := e.browser()
 	if _, err := signin.Device(ctx, sess, scopes("poppy:read", "poppy:write"), b); err != nil {

@@ -41,7 +41,7 @@ const devicePath = "/oauth/device"
 // code, with no poll at all.
 func TestAttackDeviceIntervalOverflow(t *testing.T) {
 	for _, v := range []json.Number{"10000000000", "1e300", "99999999999999999999999"} {
-		e, h := hostileEnv(t, &poppytest.Options{SignIn: poppytest.SignInOptions{DeviceCodeTTL: time.Hour}}, nil)
+		e, h := hostileEnv(t, &poppytest.Options{SignIn: poppytest.SignInPolicy{DeviceCodeTTL: time.Hour}}, nil)
 		h.OnJSON(devicePath, func(m map[string]any) { m["interval"] = v })
 		sess := e.Session("alice")
 		b := e.browser()

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/poppyproto/poppy/internal/leakcheck"
 
 	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/internal/testenv"
@@ -19,7 +19,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	leakcheck.VerifyTestMain(m)
 	_ = os.Stdout
 }
 

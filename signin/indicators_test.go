@@ -24,7 +24,7 @@ func TestSignInStrictResourceIndicators(t *testing.T) {
 		for _, n := range []int{2, 3} {
 			for _, typ := range []string{"direct", "device"} {
 				t.Run(fmt.Sprintf("strict=%v/resources=%d/%s", strict, n, typ), func(t *testing.T) {
-					opts := &poppytest.Options{API: poppytest.APIOptions{Resource: apiRes}, SignIn: poppytest.SignInOptions{RotateAccountTokens: true, StrictResourceIndicators: strict}}
+					opts := &poppytest.Options{API: poppytest.OpenAPIServerOptions{Resource: apiRes}, SignIn: poppytest.SignInPolicy{RotateAccountTokens: true, StrictResourceIndicators: strict}}
 					if n == 3 {
 						opts.Conversations.Resource = convRes
 					}
@@ -48,11 +48,11 @@ func TestSignInStrictResourceIndicators(t *testing.T) {
 						if code, body := e.Get(sess, "/orders"); code != 200 {
 							t.Fatalf("%s: GET /orders: %d %s", when, code, body)
 						}
-						bt, err := sess.Token(ctx, &poppy.TokenOptions{Bearer: true, Resource: e.Srv.MCPURL()})
+						bt, err := sess.Token(ctx, &poppy.TokenOptions{Bearer: true, Resource: e.Srv.EndpointURL(poppytest.EndpointMCP)})
 						if err != nil {
 							t.Fatalf("%s: MCP Bearer token: %v", when, err)
 						}
-						if info, ok := e.Srv.Token(bt.Value()); !ok || info.Resource != e.Srv.MCPURL() || !info.SignedIn {
+						if info, ok := e.Srv.Tokens().Get(bt.Value()); !ok || info.Resource != e.Srv.EndpointURL(poppytest.EndpointMCP) || !info.SignedIn {
 							t.Fatalf("%s: MCP token %+v", when, info)
 						}
 						if n == 3 {
@@ -60,7 +60,7 @@ func TestSignInStrictResourceIndicators(t *testing.T) {
 							if err != nil {
 								t.Fatalf("%s: conversation token: %v", when, err)
 							}
-							if info, ok := e.Srv.Token(ct.Value()); !ok || info.Resource != convRes || !info.SignedIn {
+							if info, ok := e.Srv.Tokens().Get(ct.Value()); !ok || info.Resource != convRes || !info.SignedIn {
 								t.Fatalf("%s: conversation token %+v", when, info)
 							}
 						}
@@ -71,7 +71,7 @@ func TestSignInStrictResourceIndicators(t *testing.T) {
 					for round := range 2 {
 						for _, o := range []*poppy.TokenOptions{
 							{Resource: apiRes, Renew: true},
-							{Bearer: true, Resource: e.Srv.MCPURL(), Renew: true},
+							{Bearer: true, Resource: e.Srv.EndpointURL(poppytest.EndpointMCP), Renew: true},
 						} {
 							if _, err := sess.Token(ctx, o); err != nil {
 								t.Fatalf("round %d: renewing %+v: %v", round, o, err)

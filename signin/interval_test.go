@@ -18,7 +18,7 @@ import (
 // passed; the User is shown that expiry.
 func TestPA_4_6_04_IntervalAndExpiryAsSent(t *testing.T) {
 	const interval, ttl = 15 * time.Minute, 2 * time.Hour
-	e := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInOptions{DeviceInterval: interval, DeviceCodeTTL: ttl}}, nil)
+	e := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInPolicy{DeviceInterval: interval, DeviceCodeTTL: ttl}}, nil)
 	sess := e.Session("alice")
 	b := e.browser()
 	b.noVisit = true // the User never finishes

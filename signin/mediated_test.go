@@ -22,7 +22,7 @@ func TestPA_4_7_MediatedSignIn(t *testing.T) {
 	var mu sync.Mutex
 	logger := slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	e := newEnv(t, &poppytest.Options{
-		SignIn: poppytest.SignInOptions{MediatedFields: []poppytest.MediatedField{
+		SignIn: poppytest.SignInPolicy{MediatedFields: []poppytest.CredentialField{
 			{Name: "email", Label: "Email"}, {Name: "password", Label: "Password", Secret: true}, {Name: "pin", Label: "PIN", Secret: true},
 		}},
 	}, &poppy.AgentOptions{Logger: logger})
@@ -40,7 +40,7 @@ func TestPA_4_7_MediatedSignIn(t *testing.T) {
 	r := m[0]
 	// PA-4.7-02: POST JSON with the Session Token and a proof.
 	if r.Method != "POST" || r.Header.Get("Content-Type") != "application/json" || r.AuthScheme != "DPoP" || r.Proof == nil ||
-		r.URL != e.Srv.MediatedEndpoint() {
+		r.URL != e.Srv.EndpointURL(poppytest.EndpointSignIn) {
 		t.Fatalf("%s %s %q %q", r.Method, r.URL, r.Header.Get("Content-Type"), r.AuthScheme)
 	}
 	var body struct {
@@ -89,7 +89,7 @@ func TestPA_4_7_MediatedSignIn(t *testing.T) {
 }
 
 func TestPA_4_7_08_to_10_OneTimeCode(t *testing.T) {
-	e := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInOptions{RequireCode: true}}, nil)
+	e := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInPolicy{RequireCode: true}}, nil)
 	sess := e.Session("alice")
 	b := e.browser()
 	wrong := true
@@ -110,7 +110,7 @@ func TestPA_4_7_08_to_10_OneTimeCode(t *testing.T) {
 	}
 	for _, r := range m[1:] {
 		// PA-4.7-08: to {endpoint}/{sign_in_id}.
-		if !strings.HasPrefix(r.URL, e.Srv.MediatedEndpoint()+"/") {
+		if !strings.HasPrefix(r.URL, e.Srv.EndpointURL(poppytest.EndpointSignIn)+"/") {
 			t.Fatalf("code sent to %s", r.URL)
 		}
 		// PA-4.7-09: only the code, with a token of the same Session.
@@ -157,7 +157,7 @@ func TestPA_4_7_11_Failed(t *testing.T) {
 }
 
 func TestPA_4_7_12_Expired(t *testing.T) {
-	e := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInOptions{RequireCode: true}}, nil)
+	e := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInPolicy{RequireCode: true}}, nil)
 	sess := e.Session("alice")
 	b := e.browser()
 	b.code = func() string {
@@ -176,7 +176,7 @@ func TestPA_4_7_12_Expired(t *testing.T) {
 	}
 	posts := 0
 	for _, r := range e.Requests(poppytest.EndpointSignIn) {
-		if r.URL == e.Srv.MediatedEndpoint() {
+		if r.URL == e.Srv.EndpointURL(poppytest.EndpointSignIn) {
 			posts++
 		}
 	}

@@ -16,8 +16,8 @@ import (
 // Device Sign-In therefore name every resource the Company lists: the API
 // entry's resource and the MCP server's url.
 func TestSignInNamesListedResources(t *testing.T) {
-	e := newEnv(t, &poppytest.Options{API: poppytest.APIOptions{Resource: "https://api.example.test/v1"}}, nil)
-	want := []string{"https://api.example.test/v1", e.Srv.MCPURL()}
+	e := newEnv(t, &poppytest.Options{API: poppytest.OpenAPIServerOptions{Resource: "https://api.example.test/v1"}}, nil)
+	want := []string{"https://api.example.test/v1", e.Srv.EndpointURL(poppytest.EndpointMCP)}
 	if got := e.Company("example.test").Resources(); !slices.Equal(sorted(got), sorted(want)) {
 		t.Fatalf("Resources() = %v, want %v", got, want)
 	}
@@ -52,7 +52,7 @@ func sorted(s []string) []string {
 func TestResourcesOneURLRule(t *testing.T) {
 	const local = "http://127.0.0.1:8080/api"
 	for _, allow := range []bool{false, true} {
-		e, h := hostileEnv(t, &poppytest.Options{API: poppytest.APIOptions{Resource: "https://api.example.test/v1"}}, &poppy.AgentOptions{UnsafeAllowLoopbackHTTP: allow})
+		e, h := hostileEnv(t, &poppytest.Options{API: poppytest.OpenAPIServerOptions{Resource: "https://api.example.test/v1"}}, &poppy.AgentOptions{UnsafeAllowLoopbackHTTP: allow})
 		h.OnJSON("/.well-known/poppy.json", func(m map[string]any) {
 			apis := m["apis"].([]any)
 			m["apis"] = append(apis, map[string]any{"type": "openapi", "url": local + "/openapi.json", "resource": local, "description": "Local API."})

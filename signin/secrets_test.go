@@ -23,7 +23,7 @@ func TestNoSecretInLogsOrFormattedValues(t *testing.T) {
 	var logs strings.Builder
 	var mu sync.Mutex
 	logger := slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	e := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInOptions{RequireCode: true, RotateAccountTokens: true}}, &poppy.AgentOptions{Logger: logger})
+	e := newEnv(t, &poppytest.Options{SignIn: poppytest.SignInPolicy{RequireCode: true, RotateAccountTokens: true}}, &poppy.AgentOptions{Logger: logger})
 	var formatted []string
 	show := func(vs ...any) {
 		for _, v := range vs {
@@ -56,7 +56,7 @@ func TestNoSecretInLogsOrFormattedValues(t *testing.T) {
 		at, _ := s.AccountToken(ctx, "")
 		show(res, tok, at, s)
 		issued = append(issued, tok.Value())
-		if info, ok := e.Srv.Session(s.ID()); ok {
+		if info, ok := e.Srv.Sessions().Get(s.ID()); ok {
 			issued = append(issued, info.AccountToken)
 		}
 		e.Srv.Clock().Advance(2 * time.Hour)

@@ -14,8 +14,6 @@ import (
 	"io"
 	"time"
 
-	"golang.org/x/term"
-
 	"github.com/poppyproto/poppy/internal/termtext"
 )
 
@@ -43,7 +41,7 @@ type Terminal struct {
 // Text from the Company is printed with control characters escaped.
 func TerminalPrompter(out io.Writer, in io.Reader) *Terminal {
 	t := &Terminal{out: out, in: in, fd: -1}
-	if f, ok := in.(interface{ Fd() uintptr }); ok && int(f.Fd()) >= 0 && term.IsTerminal(int(f.Fd())) {
+	if f, ok := in.(interface{ Fd() uintptr }); ok && int(f.Fd()) >= 0 && termtext.IsTerminal(f.Fd()) {
 		t.fd = int(f.Fd())
 	}
 	return t
@@ -107,7 +105,7 @@ func (t *Terminal) Credentials(ctx context.Context, p *CredentialsPrompt) (*Cred
 			v, err = t.readSecret(ctx, termtext.Escape(label)+": ")
 		} else {
 			t.printf("%s: ", termtext.Escape(label))
-			v, err = t.read(ctx, f.Secret)
+			v, err = t.read(ctx)
 		}
 		if err != nil {
 			return nil, err
@@ -128,7 +126,7 @@ func (t *Terminal) OneTimeCode(ctx context.Context, p *OneTimeCodePrompt) (strin
 		t.printf("%s sent you a code.\n", termtext.Escape(p.Company))
 	}
 	t.printf("Code: ")
-	return t.read(ctx, false)
+	return t.read(ctx)
 }
 
 // readSecret prints prompt and reads one line from the terminal without
@@ -138,10 +136,11 @@ func (t *Terminal) readSecret(ctx context.Context, prompt string) (string, error
 	if err := ctx.Err(); err != nil {
 		return "", err
 	}
-	restore, ok := echoOff(t.fd)
+	restore, ok := termtext.EchoOff(uintptr(t.fd))
 	if !ok {
-		t.printf("%s", prompt)
-		return t.read(ctx, true)
+		// A terminal whose echo can't be switched off: the secret is
+		// not read, rather than shown as it is typed.
+		return "", errors.New("signin: the terminal's echo can't be switched off to read a secret")
 	}
 	t.printf("%s", prompt)
 	v, err := t.readLine()
@@ -153,19 +152,11 @@ func (t *Terminal) readSecret(ctx context.Context, prompt string) (string, error
 	return v, nil
 }
 
-// read reads one line. A secret is read without echo from a terminal. It
-// reads byte by byte, so nothing after the line is consumed.
-func (t *Terminal) read(ctx context.Context, secret bool) (string, error) {
+// read reads one line, byte by byte, so nothing after the line is
+// consumed. A secret from a terminal goes through readSecret instead.
+func (t *Terminal) read(ctx context.Context) (string, error) {
 	if err := ctx.Err(); err != nil {
 		return "", err
-	}
-	if secret && t.fd >= 0 {
-		b, err := term.ReadPassword(t.fd)
-		t.printf("\n")
-		if err != nil {
-			return "", fmt.Errorf("signin: reading a secret: %w", err)
-		}
-		return string(b), nil
 	}
 	return t.readLine()
 }

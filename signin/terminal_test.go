@@ -73,7 +73,7 @@ func TestTerminalPrompterDevice(t *testing.T) {
 	if _, err := signin.Device(ctx, s, &poppy.SignInOptions{Scopes: []string{"poppy:read"}}, u); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(out.String(), "enter the code") || !strings.Contains(out.String(), e.Srv.VerificationURI()) {
+	if !strings.Contains(out.String(), "enter the code") || !strings.Contains(out.String(), e.Srv.EndpointURL(poppytest.EndpointVerification)) {
 		t.Fatalf("device prompt: %q", out.String())
 	}
 }

@@ -364,7 +364,7 @@ func TestJoinRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env.Srv.EndSession(sess.ID())
+	env.Srv.Sessions().End(sess.ID())
 	srv, err := browser.ServePage(ctx, browser.NewPage(a), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -375,7 +375,7 @@ func TestJoinRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if nav.Status != 400 || nav.URL != env.Srv.BrowserSessionEndpoint() {
+	if nav.Status != 400 || nav.URL != env.Srv.EndpointURL(poppytest.EndpointBrowserSession) {
 		t.Fatalf("refused join landed on %+v, want the endpoint's 400", nav)
 	}
 	if c := browserCookie(t, chromium); c != "" {
@@ -458,7 +458,7 @@ func TestAttach(t *testing.T) {
 // An operation's url opens in the joined browser and shows the operation
 // in the same Session (OPS 3, spec 5).
 func TestOperationURL(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInOptions{Scopes: map[string][]string{"mediated": {"poppy:read", "poppy:write"}}}})
+	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInPolicy{Scopes: map[string][]string{"mediated": {"poppy:read", "poppy:write"}}}})
 	id, key := testenv.NewIdentity(t, map[string]string{"operations": "1"})
 	env := &testenv.Env{T: t, Srv: srv, ID: id, Key: key}
 	env.Serve(nil)
@@ -476,7 +476,7 @@ func TestOperationURL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.APIURL()+"/orders/ord_7Hk2/exchanges", strings.NewReader(`{"item_id":"itm_4Qa"}`))
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.EndpointURL(poppytest.EndpointAPI)+"/orders/ord_7Hk2/exchanges", strings.NewReader(`{"item_id":"itm_4Qa"}`))
 	req.Header.Set("Content-Type", "application/json")
 	op, _, err := oc.Propose(ctx, req, operations.OpenAPIAction("POST", "/orders/{id}/exchanges"), nil)
 	if err != nil || op == nil || op.URL == "" {

@@ -23,7 +23,7 @@ import (
 // tracks the operation to its result. Asked for a revision the page no
 // longer shows, the same step clicks nothing.
 func TestPA_OPS4_04_WebsiteConfirmInChromium(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInOptions{Scopes: map[string][]string{"mediated": {"poppy:read", "poppy:write"}}}})
+	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInPolicy{Scopes: map[string][]string{"mediated": {"poppy:read", "poppy:write"}}}})
 	id, key := testenv.NewIdentity(t, map[string]string{"operations": "1"})
 	env := &testenv.Env{T: t, Srv: srv, ID: id, Key: key}
 	env.Serve(nil)
@@ -47,7 +47,7 @@ func TestPA_OPS4_04_WebsiteConfirmInChromium(t *testing.T) {
 		t.Fatal(err)
 	}
 	propose := func(item string) *operations.Operation {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.APIURL()+"/orders/ord_7Hk2/exchanges", strings.NewReader(`{"item_id":"`+item+`"}`))
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.EndpointURL(poppytest.EndpointAPI)+"/orders/ord_7Hk2/exchanges", strings.NewReader(`{"item_id":"`+item+`"}`))
 		req.Header.Set("Content-Type", "application/json")
 		op, _, err := oc.Propose(ctx, req, operations.OpenAPIAction("POST", "/orders/{id}/exchanges"), nil)
 		if err != nil || op == nil || op.URL == "" {

@@ -155,7 +155,7 @@ func TestRunFakeJSON(t *testing.T) {
 // prompt (stdin), the check signs in, uses the Account Token and signs
 // out; nothing fails and the secret credential is never printed.
 func TestRunCheckInteractive(t *testing.T) {
-	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInOptions{Disable: []string{"direct", "device"}}})
+	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInPolicy{Disable: []string{"direct", "device"}}})
 	addr, err := freeAddr()
 	if err != nil {
 		t.Fatal(err)
@@ -208,7 +208,7 @@ func TestRunCheckFails(t *testing.T) {
 // without the flag the rule is not observed and the run passes.
 func TestRunCheckFailedSignIns(t *testing.T) {
 	for _, flag := range []bool{true, false} {
-		srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInOptions{MediatedFailuresPerMinute: -1}})
+		srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInPolicy{MediatedFailuresPerMinute: -1}})
 		addr, err := freeAddr()
 		if err != nil {
 			t.Fatal(err)

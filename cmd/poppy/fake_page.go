@@ -143,7 +143,7 @@ func snapshot(srv *poppytest.Server, domain string) *pageView {
 			Internal: r.Internal, User: r.User, Auth: r.AuthScheme, Fp: fingerprint(r.AccessToken)}
 		v.Requests = append(v.Requests, pr)
 	}
-	for _, s := range srv.Sessions() {
+	for _, s := range srv.Sessions().All() {
 		v.Sessions = append(v.Sessions, pageSession{ID: s.ID, Client: s.ClientID, User: s.UserID, Account: s.Account,
 			AccountToken: fingerprint(s.AccountToken), Created: s.Created.Format("15:04:05"), SignedIn: s.SignedIn,
 			Ended: s.Ended, Scopes: s.Scopes})
@@ -340,7 +340,7 @@ func (p *fakePage) userSignIn(w http.ResponseWriter, r *http.Request) {
 	}
 	u := req.URL
 	if req.UserCode != "" {
-		u = p.srv.VerificationURI() + "?" + url.Values{"user_code": {req.UserCode}}.Encode()
+		u = p.srv.EndpointURL(poppytest.EndpointVerification) + "?" + url.Values{"user_code": {req.UserCode}}.Encode()
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
 	defer cancel()

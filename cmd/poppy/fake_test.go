@@ -52,7 +52,7 @@ func fakeCompanyMain() int {
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return 2
 	}
-	opts := &poppytest.Options{SignIn: poppytest.SignInOptions{DeviceInterval: *interval, RequireCode: *requireCode, RotateAccountTokens: *rotate}, API: poppytest.APIOptions{Resource: *resource}}
+	opts := &poppytest.Options{SignIn: poppytest.SignInPolicy{DeviceInterval: *interval, RequireCode: *requireCode, RotateAccountTokens: *rotate}, API: poppytest.OpenAPIServerOptions{Resource: *resource}}
 	if *disable != "" {
 		opts.SignIn.Disable = strings.Split(*disable, ",")
 	}

@@ -103,7 +103,7 @@ func onPTY(t *testing.T, cmd *exec.Cmd) (*os.File, *syncBuffer, func() int) {
 }
 
 func TestPTYDeviceSignInQRAndCountdown(t *testing.T) {
-	e := newCLIEnv(t, &poppytest.Options{SignIn: poppytest.SignInOptions{DeviceInterval: time.Second}})
+	e := newCLIEnv(t, &poppytest.Options{SignIn: poppytest.SignInPolicy{DeviceInterval: time.Second}})
 	e.init()
 	_, screen, wait := onPTY(t, e.command(nil, "signin", "example.test", "--method", "device"))
 
@@ -144,7 +144,7 @@ func TestPTYDeviceSignInQRAndCountdown(t *testing.T) {
 }
 
 func TestPTYMediatedPromptsWithoutEcho(t *testing.T) {
-	e := newCLIEnv(t, &poppytest.Options{SignIn: poppytest.SignInOptions{RequireCode: true}})
+	e := newCLIEnv(t, &poppytest.Options{SignIn: poppytest.SignInPolicy{RequireCode: true}})
 	e.init()
 	ptmx, screen, wait := onPTY(t, e.command(nil, "signin", "example.test", "--method", "mediated"))
 

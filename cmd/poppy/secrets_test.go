@@ -28,7 +28,7 @@ import (
 // stdout or stderr. The secrets are taken from what the fake Company saw
 // and from the keystore itself.
 func TestNoSecretsInOutput(t *testing.T) {
-	e := newCLIEnv(t, &poppytest.Options{SignIn: poppytest.SignInOptions{RequireCode: false}})
+	e := newCLIEnv(t, &poppytest.Options{SignIn: poppytest.SignInPolicy{RequireCode: false}})
 	g := []string{"--verbose", "--json"}
 	var outputs []string
 	secrets := map[string]string{}

@@ -95,7 +95,7 @@ func run(ctx context.Context, out io.Writer) error {
 	step("  DPoP key thumbprint %s", sess.Thumbprint())
 
 	// An API call: the transport adds the Session Token and a fresh proof.
-	resp, err := sess.HTTPClient().Get(company.APIURL() + "/products")
+	resp, err := sess.HTTPClient().Get(company.EndpointURL(poppytest.EndpointAPI) + "/products")
 	if err != nil {
 		return err
 	}
@@ -104,7 +104,7 @@ func run(ctx context.Context, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	step("GET %s/products → %s", company.APIURL(), resp.Status)
+	step("GET %s/products → %s", company.EndpointURL(poppytest.EndpointAPI), resp.Status)
 	step("  %s", strings.TrimSpace(string(body)))
 
 	// Device Sign-In (spec 4.6): the agent shows the User a link and a code;
@@ -123,7 +123,7 @@ func run(ctx context.Context, out io.Writer) error {
 	}
 	step("signed in: granted %s; the Account Token is in the keystore", strings.Join(res.Granted, " "))
 
-	resp, err = sess.HTTPClient().Get(company.APIURL() + "/orders")
+	resp, err = sess.HTTPClient().Get(company.EndpointURL(poppytest.EndpointAPI) + "/orders")
 	if err != nil {
 		return err
 	}
@@ -132,7 +132,7 @@ func run(ctx context.Context, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	step("GET %s/orders → %s", company.APIURL(), resp.Status)
+	step("GET %s/orders → %s", company.EndpointURL(poppytest.EndpointAPI), resp.Status)
 	step("  %s", strings.TrimSpace(string(body)))
 
 	if err := exchangeJacket(ctx, step, company, sess); err != nil {

@@ -45,7 +45,7 @@ func exchangeJacket(ctx context.Context, step func(string, ...any), company *pop
 	}
 	step("operations endpoint: %s", ops.Endpoint())
 
-	req, err := http.NewRequestWithContext(ctx, "POST", company.APIURL()+"/orders/ord_7Hk2/exchanges",
+	req, err := http.NewRequestWithContext(ctx, "POST", company.EndpointURL(poppytest.EndpointAPI)+"/orders/ord_7Hk2/exchanges",
 		strings.NewReader(`{"item_id":"itm_4Qa","replacement_sku":"stormline-insulated-m"}`))
 	if err != nil {
 		return err
@@ -60,7 +60,7 @@ func exchangeJacket(ctx context.Context, step func(string, ...any), company *pop
 		return fmt.Errorf("the Company performed the exchange without proposing it (HTTP %d)", resp.StatusCode)
 	}
 	step("POST %s/orders/ord_7Hk2/exchanges → 202: operation %s, revision %d, %s, expires %s",
-		company.APIURL(), op.ID, op.Revision, op.State, op.ExpiresAt.UTC().Format("15:04:05Z"))
+		company.EndpointURL(poppytest.EndpointAPI), op.ID, op.Revision, op.State, op.ExpiresAt.UTC().Format("15:04:05Z"))
 
 	// Approve, confirm (journalled first, so a crash can't confirm twice),
 	// and track until final.

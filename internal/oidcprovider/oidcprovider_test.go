@@ -28,7 +28,7 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
+	"github.com/poppyproto/poppy/internal/leakcheck"
 
 	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/internal/realtest"
@@ -37,7 +37,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(realtest.Main(m)) // one line per missing real component
+	leakcheck.VerifyTestMain(realtest.Main(m)) // one line per missing real component
 }
 
 const (

@@ -61,7 +61,7 @@ type summaryM struct {
 
 // Main returns m with a Run that, after the tests, prints one line per
 // missing component, to stdout and to the controlling terminal if there is
-// one. Use it as goleak.VerifyTestMain(realtest.Main(m)) or
+// one. Use it as leakcheck.VerifyTestMain(realtest.Main(m)) or
 // os.Exit(realtest.Main(m).Run()).
 func Main(m M) M { return &summaryM{m: m, out: outputs} }
 

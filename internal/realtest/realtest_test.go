@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/poppyproto/poppy/internal/leakcheck"
 )
 
 type fakeM struct{ run func() }
@@ -57,7 +57,7 @@ func TestNoSummary(t *testing.T) {
 	}
 }
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
 
 // WatchPATH leaves the working directory as it found it.
 func TestWatchPATHKeepsTheWorkingDirectory(t *testing.T) {

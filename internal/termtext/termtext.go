@@ -3,7 +3,8 @@
 // description must not move the cursor, retitle the terminal, clear the
 // screen or hide text with escape sequences. ReadLine reads what a person
 // types at a terminal prompt, one line at a time (signin.Terminal,
-// operations.TerminalApprover).
+// operations.TerminalApprover); IsTerminal and EchoOff are the terminal
+// attributes those prompts need.
 package termtext
 
 import (

@@ -72,7 +72,7 @@ func CallerGivesUp(t *testing.T, open func(t *testing.T) keystore.Store) {
 // giveUpRun runs one scenario and reports whether the caller gave up at
 // the moment under test.
 func giveUpRun(t *testing.T, store keystore.Store, scenario, mode string, deadline time.Duration) bool {
-	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInOptions{RotateAccountTokens: true}})
+	srv := poppytest.NewServer(t, &poppytest.Options{SignIn: poppytest.SignInPolicy{RotateAccountTokens: true}})
 	h := &holder{base: srv.Client().Transport}
 	client := *srv.Client()
 	client.Transport = h
@@ -148,7 +148,7 @@ func giveUpRun(t *testing.T, store keystore.Store, scenario, mode string, deadli
 			return err
 		}
 	case "mediated":
-		endpoint := e.Srv.MediatedEndpoint()
+		endpoint := e.Srv.EndpointURL(poppytest.EndpointSignIn)
 		hold = h.arm(func(r *http.Request, _ url.Values) bool { return r.URL.String() == endpoint })
 		call = func(ctx context.Context) error {
 			_, err := s.SendMediatedCredentials(ctx, map[string]string{"email": "user@example.test", "password": "correct horse"}, opts)
@@ -230,7 +230,7 @@ func giveUpRun(t *testing.T, store keystore.Store, scenario, mode string, deadli
 
 // getOrders sends GET /orders, which needs a signed-in Session, through s.
 func getOrders(ctx context.Context, e *Env, s *poppy.Session) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.Srv.APIURL()+"/orders", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.Srv.EndpointURL(poppytest.EndpointAPI)+"/orders", nil)
 	if err != nil {
 		return err
 	}

@@ -232,7 +232,7 @@ func ReplicaRun(t testing.TB, store keystore.Store, spec string, opts *ReplicaOp
 	if big {
 		load = poppytest.LoadOptions{ViolationsOnly: true, ForgetTokensAfter: time.Minute}
 	}
-	e := New(t, &poppytest.Options{SignIn: poppytest.SignInOptions{RotateAccountTokens: true, RotationGrace: o.RotationGrace}, Tokens: poppytest.TokenOptions{TTL: o.TokenTTL}, Load: load}, &poppy.AgentOptions{Store: store})
+	e := New(t, &poppytest.Options{SignIn: poppytest.SignInPolicy{RotateAccountTokens: true, RotationGrace: o.RotationGrace}, Tokens: poppytest.TokenPolicy{TTL: o.TokenTTL}, Load: load}, &poppy.AgentOptions{Store: store})
 	ctx := context.Background()
 	// Sign every User in, a few at a time.
 	var wg sync.WaitGroup
@@ -265,7 +265,7 @@ func ReplicaRun(t testing.TB, store keystore.Store, spec string, opts *ReplicaOp
 	env := append(os.Environ(), e.Srv.Env()...)
 	env = append(env, envReplicaStore+"="+spec, envReplicaKey+"="+string(priv),
 		envReplicaUsers+"="+strconv.Itoa(o.Users), envReplicaEvery+"="+o.CallEvery.String(),
-		envReplicaAPI+"="+e.Srv.APIURL())
+		envReplicaAPI+"="+e.Srv.EndpointURL(poppytest.EndpointAPI))
 	if o.Aligned {
 		env = append(env, envReplicaAligned+"=1")
 	}

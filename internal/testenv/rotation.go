@@ -88,7 +88,7 @@ func rotationChild(name string, open func(string) (keystore.Store, error)) error
 // Company records no violation. spec is what the children pass to open.
 func RotationRace(t *testing.T, store keystore.Store, spec string, rounds int) {
 	t.Helper()
-	e := New(t, &poppytest.Options{SignIn: poppytest.SignInOptions{RotateAccountTokens: true}}, &poppy.AgentOptions{Store: store})
+	e := New(t, &poppytest.Options{SignIn: poppytest.SignInPolicy{RotateAccountTokens: true}}, &poppy.AgentOptions{Store: store})
 	ctx := context.Background()
 	s := e.Session("alice")
 	u := signin.PrompterFuncs{CredentialsFunc: func(_ context.Context, p *signin.CredentialsPrompt) (*signin.Credentials, error) {

@@ -147,7 +147,7 @@ func (e *Env) DeviceSignIn(ctx context.Context, s *poppy.Session, opts *poppy.Si
 // and body; a transport error fails the test.
 func (e *Env) Get(sess *poppy.Session, path string) (int, string) {
 	e.T.Helper()
-	resp, err := sess.HTTPClient().Get(e.Srv.APIURL() + path)
+	resp, err := sess.HTTPClient().Get(e.Srv.EndpointURL(poppytest.EndpointAPI) + path)
 	if err != nil {
 		e.T.Fatalf("GET %s: %v", path, err)
 	}
@@ -158,7 +158,7 @@ func (e *Env) Get(sess *poppy.Session, path string) (int, string) {
 
 // Requests returns the requests the SDK sent to the given endpoints (all
 // when none are given), leaving out the fake's own fetches.
-func (e *Env) Requests(eps ...poppytest.Endpoint) []poppytest.Request {
+func (e *Env) Requests(eps ...poppytest.EndpointKind) []poppytest.Request {
 	var out []poppytest.Request
 	all := e.Srv.Requests()
 	if len(eps) > 0 {

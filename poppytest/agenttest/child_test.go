@@ -129,7 +129,7 @@ func TestChildProcessClientFromEnv(t *testing.T) {
 
 func checkChild(t *testing.T, srv *poppytest.Server, out string) {
 	t.Helper()
-	sessions := srv.Sessions()
+	sessions := srv.Sessions().All()
 	if len(sessions) != 1 || !strings.Contains(out, "status 200 session "+sessions[0].ID) {
 		t.Fatalf("child printed %q; the fake has %d Sessions", out, len(sessions))
 	}

@@ -29,7 +29,7 @@ func ExampleNewAgent() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	resp, err := sess.HTTPClient().Get(srv.APIURL() + "/products")
+	resp, err := sess.HTTPClient().Get(srv.EndpointURL(poppytest.EndpointAPI) + "/products")
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -9,10 +9,10 @@ import (
 	"strings"
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/poppyproto/poppy/internal/leakcheck"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
 
 // rid spells a rule ID written with "~" for "-", so that the IDs this
 // file uses as data don't count as rules its tests show.

@@ -190,7 +190,7 @@ func FloorBareSSE(b *testing.B) {
 	start := time.Now()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, e.Srv.APIURL()+"/poppy/conversations/"+c.ID()+"/events", nil)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, e.Srv.EndpointURL(poppytest.EndpointAPI)+"/poppy/conversations/"+c.ID()+"/events", nil)
 	req.Header.Set("Accept", "text/event-stream")
 	req.Header.Set("Last-Event-ID", c.Cursor())
 	resp, err := e.sess.HTTPClient().Do(req)

@@ -61,7 +61,7 @@ func signIn(t testing.TB, e *testenv.Env, sess *poppy.Session) {
 func (e *env) propose(item string) *operations.Operation {
 	e.T.Helper()
 	body := `{"item_id":"` + item + `","replacement_sku":"stormline-insulated-m"}`
-	req, err := http.NewRequest("POST", e.Srv.APIURL()+"/orders/ord_7Hk2/exchanges", strings.NewReader(body))
+	req, err := http.NewRequest("POST", e.Srv.EndpointURL(poppytest.EndpointAPI)+"/orders/ord_7Hk2/exchanges", strings.NewReader(body))
 	if err != nil {
 		e.T.Fatal(err)
 	}
@@ -331,7 +331,7 @@ func (ce *crashEnv) cmd(step, arg string, env ...string) *exec.Cmd {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), ce.env.Srv.Env()...)
 	cmd.Env = append(cmd.Env, childEnv+"="+step, childStore+"="+ce.path, childKey+"="+string(ce.jwk), childOp+"="+arg,
-		childAPI+"="+ce.env.Srv.APIURL())
+		childAPI+"="+ce.env.Srv.EndpointURL(poppytest.EndpointAPI))
 	cmd.Env = append(cmd.Env, env...)
 	return cmd
 }

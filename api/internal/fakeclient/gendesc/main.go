@@ -22,7 +22,7 @@ func main() {
 		os.Exit(1)
 	}
 	defer srv.Close()
-	resp, err := srv.Client().Get(srv.APIURL() + "/openapi.json")
+	resp, err := srv.Client().Get(srv.EndpointURL(poppytest.EndpointAPI) + "/openapi.json")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)

@@ -1,6 +1,6 @@
 //go:build linux
 
-package signin
+package termtext
 
 import "golang.org/x/sys/unix"
 

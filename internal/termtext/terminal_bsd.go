@@ -1,6 +1,6 @@
 //go:build darwin || freebsd || netbsd || openbsd || dragonfly
 
-package signin
+package termtext
 
 import "golang.org/x/sys/unix"
 
