@@ -50,6 +50,10 @@ const sessions = new Map();
 // ... and the Session each token was issued to (the session_id the
 // Company answered with), for the test's introspection.
 const tokenSessions = new Map();
+// ... and the User ID each grant (each Account Token) was signed in for,
+// so that a Session its Account Token starts is that User's (spec 4.4:
+// the Company's record of an Account Token holds the User ID).
+const grantUsers = new Map();
 
 // Glue: the test's network. The Company fetches an agent's client metadata
 // and keys (spec 4.1) with oidc-provider's own code (its Client ID
@@ -154,6 +158,12 @@ provider.registerGrantType(JWT_BEARER, async (ctx) => {
   if (sid) {
     const s = sessions.get(sid);
     if (!s || s.sub !== sub) throw new errors.CustomOIDCProviderError('invalid_session', 'unknown Session');
+    // Glue: sign-out (spec 4.9). Revoking an Account Token makes
+    // oidc-provider revoke its grant; the Sessions signed in with it are
+    // then signed out, and renewed signed out.
+    if (s.signedIn && !await provider.Grant.find(s.grantId)) {
+      Object.assign(s, { signedIn: false, account: undefined, grantId: undefined });
+    }
     if (s.signedIn) throw new errors.InvalidGrant('a signed-in Session is renewed with its Account Token'); // A-10
   } else {
     sid = `ses_${randomUUID()}`;
@@ -176,17 +186,20 @@ provider.registerGrantType(JWT_BEARER, async (ctx) => {
 
 // Glue: session_id and signed_in in the sign-in and refresh responses
 // (spec 4.4, 4.8). oidc-provider's own grants ran; this only signs the
-// named Session in (or starts one, for a refresh without session_id) and
-// says so in the answer.
+// named Session in (or starts one, for a refresh without session_id, for
+// the User the Account Token was signed in for) and says so in the answer.
 provider.use(async (ctx, next) => {
   await next();
   const gt = ctx.oidc?.body?.grant_type;
   if (ctx.path !== '/token' || ctx.status !== 200 || !ctx.body?.access_token || gt === JWT_BEARER) return;
+  const grantId = ctx.oidc.entities.Grant?.jti;
   let sid = ctx.oidc.body.session_id;
   if (!sid || !sessions.has(sid)) {
     sid = `ses_${randomUUID()}`;
   }
-  sessions.set(sid, { sub: sessions.get(sid)?.sub, signedIn: true, account: ACCOUNT });
+  const sub = sessions.get(sid)?.sub ?? grantUsers.get(grantId);
+  if (grantId && sub !== undefined && !grantUsers.has(grantId)) grantUsers.set(grantId, sub);
+  sessions.set(sid, { sub, signedIn: true, account: ACCOUNT, grantId });
   tokenSessions.set(ctx.body.access_token, sid);
   ctx.body = { ...ctx.body, session_id: sid, signed_in: true };
 });
