@@ -110,6 +110,14 @@ func TestOIDCProviderCompany(t *testing.T) {
 					}
 				}
 			}
+			for _, r := range rep.Results {
+				if r.Status == poppycheck.NotObserved && r.Reason == "not reached in this run" {
+					t.Errorf("%s: not observed, and the report doesn't say why", r.Rule)
+				}
+				if interactive && r.Status == poppycheck.NotObserved && r.Reason == "needs a signed-in Session: run with --interactive" {
+					t.Errorf("%s: not observed in an interactive run, and the report says to run with --interactive", r.Rule)
+				}
+			}
 			if n := rep.Count(poppycheck.Passed); n < want {
 				t.Errorf("%d rules passed, want at least %d", n, want)
 			}
