@@ -178,8 +178,11 @@ func (p *prober) discover(ctx context.Context, target *url.URL) bool {
 	}
 	p.check("CO-3-08", hasAgent || hasAPIs || hasWeb, ex, "agent %s, apis %s, web %s", present(hasAgent), present(hasAPIs), present(hasWeb))
 
+	protos, _ := agent["protocols"].([]any)
+	if len(protos) == 0 {
+		p.notObserved("the Company lists no agent.protocols", "CO-3-09")
+	}
 	if hasAgent {
-		protos, _ := agent["protocols"].([]any)
 		for i, e := range protos {
 			m, _ := e.(map[string]any)
 			typ, _ := m["type"].(string)
@@ -258,6 +261,9 @@ func (p *prober) signInTypes(auth map[string]any, ex *Exchange) {
 			p.c.signIn[typ] = scopes
 		}
 	}
+	if _, present := auth["mediated"]; !present {
+		p.notObserved("the Company doesn't offer Mediated Sign-In", "CO-4.7-01", "CO-4.7-07")
+	}
 	if cs, present := auth["custom_scopes"]; present {
 		m, ok := cs.(map[string]any)
 		p.c.custom = m
@@ -268,6 +274,8 @@ func (p *prober) signInTypes(auth map[string]any, ex *Exchange) {
 			p.check("CO-4.4-04", !strings.HasPrefix(name, "poppy:"), ex, "custom scope %q", name)
 		}
 		p.check("CO-4.4-03", okDesc, ex, "auth.custom_scopes describes each of its %d scopes", len(m))
+	} else {
+		p.notObserved("the Company defines no scopes of its own (no auth.custom_scopes)", "CO-4.4-03", "CO-4.4-04")
 	}
 }
 
@@ -292,6 +300,9 @@ func (p *prober) extensions(doc map[string]any, ex *Exchange) {
 	}
 	if _, ok := exts["operations"]; !ok {
 		p.notObserved("the Company lists no operations extension", "CO-OPS2-01")
+	}
+	if len(exts) == 0 {
+		p.notObserved("the Company lists no extension", "CO-3.3-01")
 	}
 }
 

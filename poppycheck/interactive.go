@@ -164,6 +164,7 @@ func (p *prober) moreScope(ctx context.Context, in signedIn) {
 		}
 	}
 	if extra == "" {
+		p.notObserved("the sign-in granted every scope the Company offers: no scope to ask the Account Token for more of", "CO-4.8-07")
 		return
 	}
 	p.step = "account token scope"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"strings"
 )
 
 // run runs the steps in order; a step that can't go on says why in
@@ -67,9 +68,12 @@ func (p *prober) run(ctx context.Context, target *url.URL) {
 		convSignIn = !p.conversation(ctx, s, conv)
 	} else {
 		p.notObserved("the Company lists no poppy conversation protocol", "CO-7.3-01", "CO-7.5-06", "CO-7.12-02", "CO-7.5-03")
+		p.notObservedUnder("the Company lists no poppy conversation protocol", "CO-7.")
 	}
 	if _, ok := p.c.exts["operations"]; ok {
 		p.operationsEndpoint(ctx, s)
+	} else {
+		p.notObservedUnder("the Company lists no operations extension", "CO-OPS")
 	}
 	if p.c.browserEP != "" {
 		if ok, _ := p.okURL(p.c.browserEP); ok {
@@ -84,6 +88,18 @@ func (p *prober) run(ctx context.Context, target *url.URL) {
 	// Last, so that a limit it sets off stops no other step (the
 	// person's own Mediated Sign-In above included).
 	p.mediatedRateLimit(ctx, s)
+}
+
+// notObservedUnder says why the rules whose IDs start with prefix were not
+// observed, but for those the catalog already explains (unobservable,
+// conditional): a Company without conversations, or without the
+// operations extension, gets a reason for each of their rules.
+func (p *prober) notObservedUnder(reason, prefix string) {
+	for _, r := range coRules() {
+		if strings.HasPrefix(r.ID, prefix) && unobservable[r.ID] == "" && conditional[r.ID] == "" {
+			p.notObserved(reason, r.ID)
+		}
+	}
 }
 
 // openAPIEntry checks one OpenAPI entry and returns the URL of the GET a
@@ -101,7 +117,13 @@ func (p *prober) openAPIEntry(ctx context.Context, s *session, api map[string]an
 		if p.openClosed != "" {
 			// The signed-in steps use tokens issued without resource.
 			p.openClosed = ""
+			if p.opts.Person != nil {
+				p.notObserved("the signed-in steps use tokens issued without resource, and the API whose GET needs a sign-in names one", "CO-4.4-13", "CO-4.9-03", "CO-4.9-04", "CO-6-11")
+			}
 		}
+		// A pass at a service whose entry names no resource wins over
+		// this.
+		p.notObserved("seen at a service whose entry names no resource, and the APIs here name theirs", "CO-4.3-17")
 		if open != "" {
 			p.pass("CO-3-13", nil, "the API took a token issued for its resource %s", res)
 			p.pass("CO-4.3-18", nil, "the API whose entry names resource %s took a token issued for it", res)

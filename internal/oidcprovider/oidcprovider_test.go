@@ -1,28 +1,11 @@
 package oidcprovider_test
 
 import (
-	"bufio"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
-	"fmt"
-	"io"
-	"math/big"
-	"net"
 	"net/http"
-	"net/http/cookiejar"
 	"net/url"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -31,6 +14,7 @@ import (
 	"github.com/poppyproto/poppy/internal/leakcheck"
 
 	"github.com/poppyproto/poppy"
+	"github.com/poppyproto/poppy/internal/oidcprovider"
 	"github.com/poppyproto/poppy/internal/realtest"
 	"github.com/poppyproto/poppy/keystore"
 	"github.com/poppyproto/poppy/signin"
@@ -41,132 +25,30 @@ func TestMain(m *testing.M) {
 }
 
 const (
-	domain   = "example.test"
-	issuer   = "https://auth.example.test"
+	domain   = oidcprovider.Domain
+	issuer   = oidcprovider.Issuer
 	clientID = "https://agent.test/agent.json"
 	redirect = "https://agent.test/oauth/callback"
-	res1     = "https://api.example.test/v1"
-	res2     = "https://api2.example.test/v1"
+	res1     = oidcprovider.Resource1
+	res2     = oidcprovider.Resource2
 )
 
-// company is oidc-provider run as a Poppy Company (testdata/provider.mjs),
+// company is oidc-provider run as a Poppy Company (package oidcprovider),
 // and an HTTP client that reaches every one of its hosts on loopback over
 // TLS, trusting the test's own CA.
 type company struct {
+	*oidcprovider.Company
 	client *http.Client
-	port   int
 }
 
-// startCompany starts node testdata/provider.mjs for id, or skips (fails
-// under POPPY_TEST_REAL=1) when node or the npm package is missing.
+// startCompany starts the Company for the agent id, whose documents
+// (client metadata and JWKS) it serves at agent.test for the Company to
+// fetch, or skips (fails under POPPY_TEST_REAL=1) when node or the npm
+// package is missing.
 func startCompany(t *testing.T, id *poppy.Identity) *company {
 	t.Helper()
-	node, err := exec.LookPath("node")
-	if err != nil {
-		realtest.Missing(t, "oidc-provider", "no node on PATH (install Node 20 and run npm ci in internal/oidcprovider/testdata, as .ci/run does)")
-	}
-	if _, err := os.Stat(filepath.Join("testdata", "node_modules", "oidc-provider", "package.json")); err != nil {
-		realtest.Missing(t, "oidc-provider", "the npm package is not installed (run npm ci in internal/oidcprovider/testdata, as .ci/run does)")
-	}
-	dir := t.TempDir()
-	pool := writeTLS(t, dir, domain, "auth."+domain, "api."+domain, "api2."+domain)
-	var jwks json.RawMessage = id.JWKS()
-	cfg, _ := json.Marshal(map[string]any{
-		"issuer": issuer, "domain": domain, "resources": []string{res1, res2},
-		"tls_cert": filepath.Join(dir, "cert.pem"), "tls_key": filepath.Join(dir, "key.pem"),
-		"client": map[string]any{"client_id": id.ClientID(), "jwks": jwks, "redirect_uris": id.RedirectURIs()},
-	})
-	cfgPath := filepath.Join(dir, "config.json")
-	if err := os.WriteFile(cfgPath, cfg, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(node, "provider.mjs", cfgPath)
-	cmd.Dir = "testdata"
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		if t.Failed() && stderr.Len() > 0 {
-			t.Logf("oidc-provider's stderr:\n%s", stderr.String())
-		}
-	})
-	line := make(chan string, 1)
-	go func() {
-		s := bufio.NewScanner(stdout)
-		if s.Scan() {
-			line <- s.Text()
-		}
-		close(line)
-		_, _ = io.Copy(io.Discard, stdout)
-	}()
-	var ready struct{ Port int }
-	select {
-	case l := <-line:
-		if err := json.Unmarshal([]byte(l), &ready); err != nil || ready.Port == 0 {
-			t.Fatalf("oidc-provider did not start: %q\n%s", l, stderr.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("oidc-provider did not start in 30 s\n%s", stderr.String())
-	}
-	addr := fmt.Sprintf("127.0.0.1:%d", ready.Port)
-	tr := &http.Transport{
-		TLSClientConfig: &tls.Config{RootCAs: pool},
-		DialContext: func(ctx context.Context, network, a string) (net.Conn, error) {
-			host, _, _ := net.SplitHostPort(a)
-			if host != domain && !strings.HasSuffix(host, "."+domain) {
-				return nil, fmt.Errorf("no route to %s in this test", a)
-			}
-			return (&net.Dialer{}).DialContext(ctx, "tcp", addr)
-		},
-		ForceAttemptHTTP2: true,
-	}
-	t.Cleanup(tr.CloseIdleConnections)
-	return &company{client: &http.Client{Transport: tr, Timeout: 30 * time.Second}, port: ready.Port}
-}
-
-// writeTLS writes a test CA's leaf certificate for hosts to dir/cert.pem
-// and dir/key.pem, and returns a pool that trusts the CA.
-func writeTLS(t *testing.T, dir string, hosts ...string) *x509.CertPool {
-	t.Helper()
-	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	ca := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "poppy oidc-provider test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caCert, _ := x509.ParseCertificate(caDER)
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	leaf := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: hosts[0]}, DNSNames: hosts,
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, leaf, caCert, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kb, _ := x509.MarshalECPrivateKey(key)
-	if err := os.WriteFile(filepath.Join(dir, "cert.pem"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "key.pem"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(caCert)
-	return pool
+	c := oidcprovider.Start(t, &oidcprovider.Options{Agents: map[string]http.Handler{"agent.test": id.Handler(nil)}})
+	return &company{Company: c, client: c.Client}
 }
 
 // introspection is what the glue's introspection says of a token.
@@ -212,74 +94,26 @@ func (c *company) whoami(t *testing.T, sess *poppy.Session, resource string) int
 	return in
 }
 
-// browser is the User's browser: it keeps oidc-provider's cookies and
-// follows its redirects, stopping at the agent's redirect URI.
-func (c *company) browser() *http.Client {
-	jar, _ := cookiejar.New(nil)
-	return &http.Client{Transport: c.client.Transport, Jar: jar, Timeout: 30 * time.Second,
-		CheckRedirect: func(req *http.Request, via []*http.Request) error {
-			if req.URL.Host == "agent.test" || len(via) > 10 {
-				return http.ErrUseLastResponse
-			}
-			return nil
-		}}
-}
-
 // directSignIn opens the authorization URL as the User (the glue logs in
 // and consents) and returns the redirect to the agent.
 func (c *company) directSignIn(t *testing.T, authz string) string {
 	t.Helper()
-	resp, err := c.browser().Get(authz)
+	loc, err := c.DirectSignIn(context.Background(), authz)
 	if err != nil {
 		t.Fatal(err)
 	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	loc := resp.Header.Get("Location")
 	if !strings.HasPrefix(loc, redirect) {
-		t.Fatalf("authorization ended at %d %s, not at the redirect URI: %s", resp.StatusCode, resp.Request.URL, body)
+		t.Fatalf("authorization ended at %s, not at the redirect URI", loc)
 	}
 	return loc
 }
-
-var (
-	formRE   = regexp.MustCompile(`<form[^>]*action="([^"]+)"`)
-	hiddenRE = regexp.MustCompile(`<input type="hidden" name="([^"]+)" value="([^"]*)"`)
-)
 
 // approveDevice opens verification_uri_complete as the User and submits
 // oidc-provider's pages as a browser would (the code's form, then the
 // confirmation; the glue logs in and consents in between) until one has
 // no form left: the success page.
 func (c *company) approveDevice(ctx context.Context, p *signin.CodePrompt) error {
-	b := c.browser()
-	resp, err := b.Get(p.VerificationURIComplete)
-	for step := 0; ; step++ {
-		if err != nil {
-			return err
-		}
-		page, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		m := formRE.FindSubmatch(page)
-		if m == nil {
-			if resp.StatusCode != 200 {
-				return fmt.Errorf("device approval ended at %d: %s", resp.StatusCode, page)
-			}
-			return nil
-		}
-		if step == 5 {
-			return fmt.Errorf("device approval: still a form after %d pages: %s", step, page)
-		}
-		form := url.Values{}
-		for _, h := range hiddenRE.FindAllSubmatch(page, -1) {
-			form.Set(string(h[1]), string(h[2]))
-		}
-		action, perr := resp.Request.URL.Parse(string(m[1]))
-		if perr != nil {
-			return perr
-		}
-		resp, err = b.PostForm(action.String(), form)
-	}
+	return c.ApproveDevice(ctx, p.VerificationURIComplete)
 }
 
 // The SDK against an OAuth server the project did not write. oidc-provider 9.x, made a Poppy Company with the least glue
