@@ -13,7 +13,9 @@ package conversation
 // event's ID is taken from its JSON, never from the SSE id (which carries
 // over to frames without one), and a text-delta frame is recognised by its
 // event name alone: it never moves the cursor or Last-Event-ID
-// (PA-7.6-07).
+// (PA-7.6-07). Events and pages are decoded by one pass over their bytes
+// (eventjson.go), json.Unmarshal deciding whatever that pass does not
+// know.
 //
 // Every event goes through deliver: skipped if it was handled before,
 // applied to the status, responder and open Direct Conversation, yielded,
@@ -806,8 +808,11 @@ func (c *Conversation) decodePage(resp *http.Response) (*page, error) {
 		return nil, err
 	}
 	var p page
-	if err := json.Unmarshal(b, &p); err != nil {
-		return nil, protocolError("the events read is not JSON")
+	if !decodePageJSON(b, &p) {
+		p = page{}
+		if err := json.Unmarshal(b, &p); err != nil {
+			return nil, protocolError("the events read is not JSON")
+		}
 	}
 	if p.HasMore == nil || p.Status == "" || p.Responder == "" {
 		return nil, protocolError("the events read lacks has_more, status or responder")
@@ -1059,8 +1064,12 @@ func (c *Conversation) readOperation(id string, raw json.RawMessage) (*operation
 // parseEvent decodes and checks one event (spec 7.5).
 func (c *Conversation) parseEvent(raw []byte) (Event, error) {
 	var w wireEvent
-	if err := json.Unmarshal(raw, &w); err != nil {
-		return Event{}, protocolError("an event is not a JSON object")
+	if !decodeEventJSON(raw, &w) {
+		slow := new(wireEvent) // of its own, so that w stays on the stack
+		if err := json.Unmarshal(raw, slow); err != nil {
+			return Event{}, protocolError("an event is not a JSON object")
+		}
+		w = *slow
 	}
 	if !validID(w.ID) {
 		return Event{}, protocolError("event id %q breaks the ID rules", clip(w.ID))
@@ -1123,14 +1132,21 @@ func (c *Conversation) parseEvent(raw []byte) (Event, error) {
 }
 
 func parseDelta(data []byte) (*TextDelta, error) {
-	var d struct {
-		MessageID string `json:"message_id"`
-		Text      string `json:"text"`
+	var id, text string
+	if !decodeDeltaJSON(data, &id, &text) {
+		var d struct {
+			MessageID string `json:"message_id"`
+			Text      string `json:"text"`
+		}
+		if json.Unmarshal(data, &d) != nil {
+			return nil, protocolError("a text-delta needs a message_id and text")
+		}
+		id, text = d.MessageID, d.Text
 	}
-	if json.Unmarshal(data, &d) != nil || !validID(d.MessageID) {
+	if !validID(id) {
 		return nil, protocolError("a text-delta needs a message_id and text")
 	}
-	return &TextDelta{MessageID: d.MessageID, Text: cleanText(d.Text)}, nil
+	return &TextDelta{MessageID: id, Text: cleanText(text)}, nil
 }
 
 // cleanText makes a Company's text fit for a person or a model
