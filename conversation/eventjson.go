@@ -217,45 +217,62 @@ func (s *jsonScan) num() bool {
 
 func isDigit(c byte) bool { return '0' <= c && c <= '9' }
 
-// open reads the '{' of an object. Then key returns its keys one by one,
-// first true for the first, with s.i at the key's value, which the caller
-// reads; end is true after the closing '}'. A key is returned plain
-// (unescaped, valid UTF-8): ok is false for an escaped key, or invalid
-// JSON.
-func (s *jsonScan) open() bool {
+// object reads an object at s.i: for each key that is names[i], field(i)
+// reads its value (s.i at it) and reports whether it could; other keys'
+// values are skipped (unknown). It gives up (false) on invalid JSON, an
+// escaped key, a key twice (encoding/json merges or overwrites: its
+// readings are its own) and a key field gives up on.
+func (s *jsonScan) object(names []string, field func(i int) bool) bool {
 	if s.peek() != '{' {
 		return false
 	}
 	s.i++
-	return true
-}
-
-func (s *jsonScan) key(first bool) (key []byte, end, ok bool) {
-	c := s.peek()
-	switch {
-	case c == '}' && first:
+	var seen uint64
+	for first := true; ; first = false {
+		c := s.peek()
+		switch {
+		case c == '}' && first:
+			s.i++
+			return true
+		case first:
+		case c == ',':
+			s.i++
+			c = s.peek()
+		case c == '}':
+			s.i++
+			return true
+		default:
+			return false
+		}
+		if c != '"' {
+			return false
+		}
+		key, plain, ok := s.str()
+		if !ok || !plain || s.peek() != ':' {
+			return false
+		}
 		s.i++
-		return nil, true, true
-	case first:
-	case c == ',':
-		s.i++
-		c = s.peek()
-	case c == '}':
-		s.i++
-		return nil, true, true
-	default:
-		return nil, false, false
+		s.ws()
+		i := -1
+		for j, n := range names {
+			if string(key) == n {
+				i = j
+				break
+			}
+		}
+		switch {
+		case i < 0:
+			ok = s.unknown(key, names)
+		case seen&(1<<i) != 0:
+			return false
+		default:
+			seen |= 1 << i
+			ok = field(i)
+		}
+		if !ok {
+			return false
+		}
 	}
-	if c != '"' {
-		return nil, false, false
-	}
-	key, plain, ok := s.str()
-	if !ok || !plain || s.peek() != ':' {
-		return nil, false, false
-	}
-	s.i++
-	s.ws()
-	return key, false, true
 }
 
 // unknown skips the value of key, which is none of names: false if
@@ -270,15 +287,10 @@ func (s *jsonScan) unknown(key []byte, names []string) bool {
 	return s.skip(1)
 }
 
-// strField reads a string value into *v, once (seen is the field's bit in
-// *set): null leaves it, as encoding/json does; a string with escapes or
-// bytes that are not UTF-8 is decoded by encoding/json; any other type
-// gives up.
-func (s *jsonScan) strField(v *string, set *uint32, bit uint32) bool {
-	if *set&bit != 0 {
-		return false // a key twice
-	}
-	*set |= bit
+// strField reads a string value into *v: null leaves it, as
+// encoding/json does; a string with escapes or bytes that are not UTF-8 is
+// decoded by encoding/json; any other type gives up.
+func (s *jsonScan) strField(v *string) bool {
 	switch s.peek() {
 	case 'n':
 		return s.lit("null")
@@ -335,22 +347,14 @@ func internString(b []byte) string {
 	return string(b)
 }
 
-// rawField reads any value into *v as json.RawMessage does: its bytes,
-// shared with s.b when share, else copied.
-func (s *jsonScan) rawField(v *json.RawMessage, set *uint32, bit uint32, share bool) bool {
-	if *set&bit != 0 {
-		return false
-	}
-	*set |= bit
+// rawField reads any value into *v as json.RawMessage does: a copy of
+// its bytes.
+func (s *jsonScan) rawField(v *json.RawMessage) bool {
 	start := s.i
 	if !s.skip(1) {
 		return false
 	}
-	if share {
-		*v = s.b[start:s.i:s.i]
-	} else {
-		*v = append(json.RawMessage(nil), s.b[start:s.i]...)
-	}
+	*v = append(json.RawMessage(nil), s.b[start:s.i]...)
 	return true
 }
 
@@ -372,89 +376,53 @@ var (
 // comment), w then in any state.
 func decodeEventJSON(raw []byte, w *wireEvent) bool {
 	s := jsonScan{b: raw}
-	if !s.open() {
-		return false
-	}
-	var set uint32
-	for first := true; ; first = false {
-		key, end, ok := s.key(first)
-		if !ok {
-			return false
-		}
-		if end {
-			return s.end()
-		}
-		switch string(key) {
+	return s.object(eventNames, func(i int) bool {
+		switch eventNames[i] {
 		case "id":
-			ok = s.strField(&w.ID, &set, 1<<0)
+			return s.strField(&w.ID)
 		case "type":
-			ok = s.strField(&w.Type, &set, 1<<1)
+			return s.strField(&w.Type)
 		case "created_at":
-			ok = s.strField(&w.CreatedAt, &set, 1<<2)
+			return s.strField(&w.CreatedAt)
 		case "status":
-			ok = s.strField(&w.Status, &set, 1<<3)
+			return s.strField(&w.Status)
 		case "responder":
-			ok = s.strField(&w.Responder, &set, 1<<4)
+			return s.strField(&w.Responder)
 		case "error":
-			ok = s.strField(&w.Error, &set, 1<<5)
+			return s.strField(&w.Error)
 		case "scope":
-			ok = s.strField(&w.Scope, &set, 1<<6)
+			return s.strField(&w.Scope)
 		case "reason":
-			ok = s.strField(&w.Reason, &set, 1<<7)
+			return s.strField(&w.Reason)
 		case "conversation_id":
-			ok = s.strField(&w.ConversationID, &set, 1<<8)
-		case "message":
-			ok = set&(1<<9) == 0 && s.message(&w.Message)
-			set |= 1 << 9
-		default:
-			ok = s.unknown(key, eventNames)
+			return s.strField(&w.ConversationID)
 		}
-		if !ok {
-			return false
-		}
-	}
+		return s.message(&w.Message)
+	}) && s.end()
 }
 
 // message reads an event's message: null, or an object.
 func (s *jsonScan) message(mp **wireReceived) bool {
 	if s.peek() == 'n' {
-		*mp = nil
 		return s.lit("null")
-	}
-	if !s.open() {
-		return false
 	}
 	m := &wireReceived{}
 	*mp = m
-	var set uint32
-	for first := true; ; first = false {
-		key, end, ok := s.key(first)
-		if !ok {
-			return false
-		}
-		if end {
-			return true
-		}
-		switch string(key) {
+	return s.object(messageNames, func(i int) bool {
+		switch messageNames[i] {
 		case "id":
-			ok = s.strField(&m.ID, &set, 1<<0)
+			return s.strField(&m.ID)
 		case "role":
-			ok = s.strField(&m.Role, &set, 1<<1)
+			return s.strField(&m.Role)
 		case "sender":
-			ok = s.strField(&m.Sender, &set, 1<<2)
+			return s.strField(&m.Sender)
 		case "text":
-			ok = s.strField(&m.Text, &set, 1<<3)
+			return s.strField(&m.Text)
 		case "data":
-			ok = s.rawField(&m.Data, &set, 1<<4, false)
-		case "operation":
-			ok = s.rawField(&m.Operation, &set, 1<<5, false)
-		default:
-			ok = s.unknown(key, messageNames)
+			return s.rawField(&m.Data)
 		}
-		if !ok {
-			return false
-		}
-	}
+		return s.rawField(&m.Operation)
+	})
 }
 
 // decodePageJSON decodes a JSON events read into p (zero) as
@@ -462,41 +430,21 @@ func (s *jsonScan) message(mp **wireReceived) bool {
 // when it leaves the decision to json.Unmarshal.
 func decodePageJSON(b []byte, p *page) bool {
 	s := jsonScan{b: b}
-	if !s.open() {
-		return false
-	}
-	var set uint32
-	for first := true; ; first = false {
-		key, end, ok := s.key(first)
-		if !ok {
-			return false
-		}
-		if end {
-			return s.end()
-		}
-		switch string(key) {
+	return s.object(pageNames, func(i int) bool {
+		switch pageNames[i] {
 		case "conversation_id":
-			ok = s.strField(&p.ConversationID, &set, 1<<0)
+			return s.strField(&p.ConversationID)
 		case "status":
-			ok = s.strField(&p.Status, &set, 1<<1)
+			return s.strField(&p.Status)
 		case "responder":
-			ok = s.strField(&p.Responder, &set, 1<<2)
+			return s.strField(&p.Responder)
 		case "cursor":
-			ok = set&(1<<3) == 0 && s.cursor(&p.Cursor)
-			set |= 1 << 3
+			return s.cursor(&p.Cursor)
 		case "has_more":
-			ok = set&(1<<4) == 0 && s.boolPtr(&p.HasMore)
-			set |= 1 << 4
-		case "events":
-			ok = set&(1<<5) == 0 && s.events(&p.Events)
-			set |= 1 << 5
-		default:
-			ok = s.unknown(key, pageNames)
+			return s.boolPtr(&p.HasMore)
 		}
-		if !ok {
-			return false
-		}
-	}
+		return s.events(&p.Events)
+	}) && s.end()
 }
 
 // cursor reads a page's cursor: null (nil) or a string.
@@ -505,8 +453,7 @@ func (s *jsonScan) cursor(cp **string) bool {
 		return s.lit("null")
 	}
 	var c string
-	var set uint32
-	if !s.strField(&c, &set, 1) {
+	if !s.strField(&c) {
 		return false
 	}
 	*cp = &c
@@ -576,28 +523,10 @@ func (s *jsonScan) events(ep *[]json.RawMessage) bool {
 // json.Unmarshal would; false when it leaves the decision to it.
 func decodeDeltaJSON(b []byte, id, text *string) bool {
 	s := jsonScan{b: b}
-	if !s.open() {
-		return false
-	}
-	var set uint32
-	for first := true; ; first = false {
-		key, end, ok := s.key(first)
-		if !ok {
-			return false
+	return s.object(deltaNames, func(i int) bool {
+		if i == 0 {
+			return s.strField(id)
 		}
-		if end {
-			return s.end()
-		}
-		switch string(key) {
-		case "message_id":
-			ok = s.strField(id, &set, 1<<0)
-		case "text":
-			ok = s.strField(text, &set, 1<<1)
-		default:
-			ok = s.unknown(key, deltaNames)
-		}
-		if !ok {
-			return false
-		}
-	}
+		return s.strField(text)
+	}) && s.end()
 }
