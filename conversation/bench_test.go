@@ -64,6 +64,11 @@ func BenchmarkFloorBareSSE(b *testing.B) { convbench.FloorBareSSE(b) }
 // (events/s, floor-events/s, ratio).
 func BenchmarkEventsSSEInterleaved(b *testing.B) { convbench.SSEInterleaved(b, nil, nil) }
 
+// BenchmarkEventsSSECatchUpInterleaved does the same with each round's
+// events waiting before it starts (an agent catching up): the readers'
+// work, not the pace of the fake's making events, bounds both.
+func BenchmarkEventsSSECatchUpInterleaved(b *testing.B) { convbench.SSECatchUpInterleaved(b) }
+
 // realClock sleeps for real: the benchmarks of reads per second need the
 // SDK's pauses to take time.
 type realClock struct{}

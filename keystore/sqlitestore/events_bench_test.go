@@ -32,7 +32,12 @@ func BenchmarkFloorBareSSE(b *testing.B) { convbench.FloorBareSSE(b) }
 // keystore) and by the bare read, alternately in one benchmark.
 func BenchmarkEventsSSEInterleaved(b *testing.B) { convbench.SSEInterleaved(b, nil, nil) }
 
-// BenchmarkEventsSSESQLiteInterleaved does the same with the cursor saved
+// BenchmarkEventsSSECatchUpInterleaved does the same with each round's
+// events waiting before it starts: the readers' work alone bounds both.
+func BenchmarkEventsSSECatchUpInterleaved(b *testing.B) { convbench.SSECatchUpInterleaved(b) }
+
+// BenchmarkEventsSSESQLiteInterleaved does the same as
+// BenchmarkEventsSSEInterleaved with the cursor saved
 // in an SQLite keystore on disk by the default checkpoint policy.
 func BenchmarkEventsSSESQLiteInterleaved(b *testing.B) {
 	convbench.SSEInterleaved(b, benchStore(b), nil)

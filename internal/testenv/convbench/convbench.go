@@ -388,11 +388,21 @@ func (e *env) startConversation(b *testing.B) (c *conversation.Conversation, n i
 // (BenchmarkEventsSSEInterleaved, BenchmarkEventsSSESQLiteInterleaved).
 // With a store, the last event handled is in it once the loop returned.
 func SSEInterleaved(b *testing.B, store keystore.Store, opts *conversation.EventsOptions) {
+	sseInterleaved(b, store, opts, true)
+}
+
+// SSECatchUpInterleaved is SSEInterleaved in memory with each round's
+// events appended before the round starts: an agent catching up, the
+// readers' work and the fake's streaming alone timed, not the pace at
+// which the fake makes events (BenchmarkEventsSSECatchUpInterleaved).
+func SSECatchUpInterleaved(b *testing.B) { sseInterleaved(b, nil, nil, false) }
+
+func sseInterleaved(b *testing.B, store keystore.Store, opts *conversation.EventsOptions, live bool) {
 	e := newEnv(b, poppytest.ConversationOptions{Agent: quiet, Streaming: true, PageSize: 1000}, store, false)
 	sdk := sdkReader(b, "Events", e.c, opts)
 	fc, _ := e.startConversation(b)
 	floor := bareReader(b, e, fc)
-	interleave(b, e, true, []*reader{floor, sdk})
+	interleave(b, e, live, []*reader{floor, sdk})
 	ratio := sdk.rate() / floor.rate()
 	b.ReportMetric(sdk.rate(), "events/s")
 	b.ReportMetric(floor.rate(), "floor-events/s")
