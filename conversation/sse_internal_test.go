@@ -132,3 +132,25 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	c.n += len(p)
 	return len(p), nil
 }
+
+// FuzzSSEReader: whatever the bytes and however the network cuts them,
+// the reader never panics, reads the same events and ends the same way,
+// and no event's data is longer than the bound.
+func FuzzSSEReader(f *testing.F) {
+	f.Add([]byte("id: 1\ndata: {\"a\":1}\n\n: ping\nevent: text-delta\ndata: x\ndata: y\r\n\r\ndata:z\r\rdata\n\n"), uint16(64), uint64(1))
+	f.Add([]byte("\xEF\xBB\xBFdata: a\n\n\xEF\xBB\xBFdata: b\n\n"), uint16(8), uint64(2))
+	f.Add([]byte("data: "+strings.Repeat("x", 100)+"\n\n"), uint16(50), uint64(3))
+	f.Fuzz(func(t *testing.T, in []byte, max uint16, seed uint64) {
+		bound := int(max%4096) + 1
+		whole, errWhole := readSSE(bytes.NewReader(in), bound)
+		cut, errCut := readSSE(&chunks{b: in, rng: rand.New(rand.NewPCG(seed, seed))}, bound)
+		if !slices.Equal(whole, cut) || errors.Is(errWhole, errEventTooLarge) != errors.Is(errCut, errEventTooLarge) {
+			t.Fatalf("%q (bound %d): whole %q, %v; cut %q, %v", in, bound, whole, errWhole, cut, errCut)
+		}
+		for _, ev := range whole {
+			if len(ev.data) > bound {
+				t.Fatalf("%q: an event of %d bytes read with the bound %d", in, len(ev.data), bound)
+			}
+		}
+	})
+}
