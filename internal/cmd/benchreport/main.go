@@ -15,9 +15,10 @@
 // they name, not how fast this machine is.
 //
 // A floor does no more work than what it bounds: a full run refuses any
-// row whose figure costs less than 0.95× its floor (-smoke: 0.5×), and
-// writes nothing, but for the rows that compare two figures rather than a
-// figure and its floor (the CPU of long polls against streams).
+// row whose figure costs less than 0.95× its floor, and writes nothing,
+// but for the rows that compare two figures rather than a figure and its
+// floor (the CPU of long polls against streams). -smoke, whose samples
+// are single, does not.
 //
 // The report's "Build cost" section (the cold build of the default poppy
 // and of the tree's tests, before and after a change) is written by
@@ -296,12 +297,10 @@ type key struct{ name, unit string }
 // less than its floor by more than noise says the floor is not one (it
 // does work the figure does not, or the two were measured under another
 // load), and the row would report a ratio that means nothing. A full run
-// refuses a row whose figure costs less than floorGuard times its floor's;
-// -smoke, one short run, less than smokeFloorGuard times.
-const (
-	floorGuard      = 0.95
-	smokeFloorGuard = 0.5
-)
+// refuses a row whose figure costs less than floorGuard times its floor's.
+// -smoke does not: its single samples (a floor of one iteration among
+// them) are noisier than that.
+const floorGuard = 0.95
 
 // costRatio is what r's figure costs over what its floor costs: fig/fl,
 // or fl/fig for a rate (events/s: more is cheaper).
@@ -314,14 +313,10 @@ func costRatio(r row, fig, fl float64) float64 {
 
 // check returns what is wrong with the figures med holds for rows: a
 // figure missing, implausible or off its floor by more than -smoke
-// allows (smokeRatio), and a row whose floor costs more than the figure
-// (floorGuard; smokeFloorGuard with smoke).
+// allows (smokeRatio), and, but with smoke, a row whose floor costs more
+// than the figure (floorGuard).
 func check(rows []row, med map[key]float64, smoke bool) []string {
 	var failed []string
-	guard := floorGuard
-	if smoke {
-		guard = smokeFloorGuard
-	}
 	for _, r := range rows {
 		fig, ok := med[key{r.figure, r.unit}]
 		if !ok {
@@ -355,11 +350,11 @@ func check(rows []row, med map[key]float64, smoke bool) []string {
 		case fig/fl > r.smokeRatio:
 			failed = append(failed, fmt.Sprintf("%s: %.2f× its floor %s", r.figure, fig/fl, r.floor))
 		}
-		if r.compare || fl <= 0 || fig <= 0 {
+		if smoke || r.compare || fl <= 0 || fig <= 0 {
 			continue
 		}
-		if c := costRatio(r, fig, fl); c < guard {
-			failed = append(failed, fmt.Sprintf("%s: costs %.2f× its floor %s (%s %s against %s), below %.2f×: a floor that costs more than what it bounds is not a floor", r.figure, c, r.floor, num(fig), r.unit, num(fl), guard))
+		if c := costRatio(r, fig, fl); c < floorGuard {
+			failed = append(failed, fmt.Sprintf("%s: costs %.2f× its floor %s (%s %s against %s), below %.2f×: a floor that costs more than what it bounds is not a floor", r.figure, c, r.floor, num(fig), r.unit, num(fl), floorGuard))
 		}
 	}
 	return failed
