@@ -46,7 +46,7 @@ func BenchmarkEventsSSESQLiteInterleaved(b *testing.B) {
 // BenchmarkCPUPerEvent compares the CPU per event of an agent reading by
 // long poll, pages of up to 1,000 events, with one reading by SSE, each
 // in a child process of its own, alternately in one benchmark
-// (lp-cpu-ns/event, sse-cpu-ns/event, lp/sse).
+// (lp-cpu-ns/event, sse-cpu-ns/event, and their ratio).
 func BenchmarkCPUPerEvent(b *testing.B) { convbench.CPUPerEvent(b, 1000) }
 
 // BenchmarkCPUPerEventPages100 does the same with pages of up to 100

@@ -51,6 +51,10 @@ func TestFloorGuard(t *testing.T) {
 			{"Req", "ns/op"}: 79, {"Floor", "ns/op"}: 100, {"Events", "events/s"}: 110, {"Events", "floor-events/s"}: 100,
 			{"Allocs", "allocs/op"}: 90, {"Floor", "allocs/op"}: 100, {"CPU", "lp-ns"}: 1, {"CPU", "sse-ns"}: 3,
 		}, false, []string{"Req", "Events", "Allocs"}},
+		{"the median of the runs' ratios, where a benchmark reports it", map[key]float64{
+			{"Req", "ns/op"}: 100, {"Floor", "ns/op"}: 100, {"Events", "events/s"}: 80, {"Events", "floor-events/s"}: 100,
+			{"Events", "ratio"}: 1.2, {"Allocs", "allocs/op"}: 10, {"Floor", "allocs/op"}: 10, {"CPU", "lp-ns"}: 3, {"CPU", "sse-ns"}: 1,
+		}, false, []string{"Events"}},
 		{"smoke: single samples", map[key]float64{
 			{"Req", "ns/op"}: 79, {"Floor", "ns/op"}: 100, {"Events", "events/s"}: 110, {"Events", "floor-events/s"}: 100,
 			{"Allocs", "allocs/op"}: 90, {"Floor", "allocs/op"}: 100, {"CPU", "lp-ns"}: 1, {"CPU", "sse-ns"}: 3,
