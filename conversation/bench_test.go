@@ -45,9 +45,11 @@ func produce(e *env, id string, n int) {
 
 // The throughput benchmarks and their floor are internal/testenv/convbench's,
 // which keystore/sqlitestore also runs, beside the same benchmarks with the
-// cursor in SQLite on disk (BenchmarkEventsSSESQLite,
-// BenchmarkEventsSSESQLiteEachEvent, BenchmarkUnknownEventsSQLite):
-// docs/performance.md takes all of them from that run.
+// cursor in SQLite on disk (BenchmarkEventsSSESQLiteInterleaved,
+// BenchmarkEventsSSESQLite, BenchmarkEventsSSESQLiteEachEvent,
+// BenchmarkUnknownEventsSQLite) and the CPU per event of long polls
+// (BenchmarkCPUPerEvent): docs/performance.md takes all of them from that
+// run.
 
 func BenchmarkEventsSSE(b *testing.B)      { convbench.Throughput(b, false) }
 func BenchmarkEventsLongPoll(b *testing.B) { convbench.Throughput(b, true) }
@@ -55,6 +57,17 @@ func BenchmarkEventsLongPoll(b *testing.B) { convbench.Throughput(b, true) }
 // BenchmarkFloorBareSSE reads the same stream with net/http and
 // bufio.Scanner alone.
 func BenchmarkFloorBareSSE(b *testing.B) { convbench.FloorBareSSE(b) }
+
+// BenchmarkEventsSSEInterleaved reads events through Events from an SSE
+// stream and by a bare read of the same kind of stream, alternately in
+// one benchmark: the ratio of the two, taken side by side, is the figure
+// (events/s, floor-events/s, ratio).
+func BenchmarkEventsSSEInterleaved(b *testing.B) { convbench.SSEInterleaved(b, nil, nil) }
+
+// BenchmarkEventsSSECatchUpInterleaved does the same with each round's
+// events waiting before it starts (an agent catching up): the readers'
+// work, not the pace of the fake's making events, bounds both.
+func BenchmarkEventsSSECatchUpInterleaved(b *testing.B) { convbench.SSECatchUpInterleaved(b) }
 
 // realClock sleeps for real: the benchmarks of reads per second need the
 // SDK's pauses to take time.

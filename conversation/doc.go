@@ -142,7 +142,7 @@
 //     where no answer can be looked ahead in.
 //   - A-27 (SSE details): an ordinary event may carry any SSE event name
 //     or none; its type and ID are read from the JSON data, never from the
-//     SSE id (go-sse's LastEventID carries over to frames without one).
+//     SSE id (which, by the SSE rules, carries over to frames without one).
 //     Only "event: text-delta" frames are pieces, and their SSE id, if
 //     any, is ignored (PA-7.6-07). The first stream request of an Events
 //     loop carries the saved cursor both as the cursor query and as

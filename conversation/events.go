@@ -9,11 +9,13 @@ package conversation
 // client, so every reconnect has a fresh proof and a current token, renewed
 // when the Company closed the stream at its expiry (PA-7.6-05).
 //
-// Streams are parsed with go-sse's sse.Read over the response body. Its
-// LastEventID carries over to frames without an id, so an event's ID is
-// taken from its JSON, never from LastEventID, and a text-delta frame is
-// recognised by its event name alone: it never moves the cursor or
-// Last-Event-ID (PA-7.6-07).
+// Streams are parsed by sseReader (sse.go) over the response body. An
+// event's ID is taken from its JSON, never from the SSE id (which carries
+// over to frames without one), and a text-delta frame is recognised by its
+// event name alone: it never moves the cursor or Last-Event-ID
+// (PA-7.6-07). Events and pages are decoded by one pass over their bytes
+// (eventjson.go), json.Unmarshal deciding whatever that pass does not
+// know.
 //
 // Every event goes through deliver: skipped if it was handled before,
 // applied to the status, responder and open Direct Conversation, yielded,
@@ -54,7 +56,7 @@ package conversation
 // left behind (the stream idle watchdog is a timer, stopped on return).
 
 import (
-	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -66,8 +68,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/tmaxmax/go-sse"
 
 	"github.com/poppyproto/poppy"
 	"github.com/poppyproto/poppy/internal/companytext"
@@ -808,8 +808,11 @@ func (c *Conversation) decodePage(resp *http.Response) (*page, error) {
 		return nil, err
 	}
 	var p page
-	if err := json.Unmarshal(b, &p); err != nil {
-		return nil, protocolError("the events read is not JSON")
+	if !decodePageJSON(b, &p) {
+		p = page{}
+		if err := json.Unmarshal(b, &p); err != nil {
+			return nil, protocolError("the events read is not JSON")
+		}
 	}
 	if p.HasMore == nil || p.Status == "" || p.Responder == "" {
 		return nil, protocolError("the events read lacks has_more, status or responder")
@@ -871,21 +874,23 @@ func (r *reader) streamOnce(ctx context.Context) (bool, error) {
 	r.streamed = true
 	idle.Reset(c.opts.StreamIdleTimeout)
 	body := &streamBody{ctx: ctx, rd: r, r: resp.Body, t: idle, d: c.opts.StreamIdleTimeout}
-	for sev, err := range sse.Read(body, &sse.ReadConfig{MaxEventSize: c.opts.MaxEventBytes}) {
+	events := newSSEReader(body, c.opts.MaxEventBytes)
+	for {
+		sev, err := events.next()
 		if r.saveErr != nil {
 			return false, r.saveErr
 		}
-		if errors.Is(err, bufio.ErrTooLong) {
+		if errors.Is(err, errEventTooLarge) {
 			return false, protocolError("a streamed event exceeds %d bytes", c.opts.MaxEventBytes)
 		}
 		if err != nil {
-			break // a cut: reconnect
+			break // the end of the stream, or a cut: reconnect
 		}
-		if sev.Type == "text-delta" {
+		if sev.typ == "text-delta" {
 			// PA-7.6-07: a piece is shown, never acted on; it has no ID
 			// and moves neither the cursor nor Last-Event-ID, whatever
 			// SSE id it came with.
-			d, err := parseDelta(sev.Data)
+			d, err := parseDelta(sev.data)
 			if err != nil {
 				return false, err
 			}
@@ -906,10 +911,10 @@ func (r *reader) streamOnce(ctx context.Context) (bool, error) {
 			}
 			continue
 		}
-		if strings.TrimSpace(sev.Data) == "" {
+		if len(bytes.TrimSpace(sev.data)) == 0 {
 			continue // an empty frame carries nothing
 		}
-		ev, err := c.parseEvent([]byte(sev.Data))
+		ev, err := c.parseEvent(sev.data)
 		if err != nil {
 			return false, err
 		}
@@ -1059,8 +1064,12 @@ func (c *Conversation) readOperation(id string, raw json.RawMessage) (*operation
 // parseEvent decodes and checks one event (spec 7.5).
 func (c *Conversation) parseEvent(raw []byte) (Event, error) {
 	var w wireEvent
-	if err := json.Unmarshal(raw, &w); err != nil {
-		return Event{}, protocolError("an event is not a JSON object")
+	if !decodeEventJSON(raw, &w) {
+		slow := new(wireEvent) // of its own, so that w stays on the stack
+		if err := json.Unmarshal(raw, slow); err != nil {
+			return Event{}, protocolError("an event is not a JSON object")
+		}
+		w = *slow
 	}
 	if !validID(w.ID) {
 		return Event{}, protocolError("event id %q breaks the ID rules", clip(w.ID))
@@ -1122,15 +1131,22 @@ func (c *Conversation) parseEvent(raw []byte) (Event, error) {
 	return ev, nil
 }
 
-func parseDelta(data string) (*TextDelta, error) {
-	var d struct {
-		MessageID string `json:"message_id"`
-		Text      string `json:"text"`
+func parseDelta(data []byte) (*TextDelta, error) {
+	var id, text string
+	if !decodeDeltaJSON(data, &id, &text) {
+		var d struct {
+			MessageID string `json:"message_id"`
+			Text      string `json:"text"`
+		}
+		if json.Unmarshal(data, &d) != nil {
+			return nil, protocolError("a text-delta needs a message_id and text")
+		}
+		id, text = d.MessageID, d.Text
 	}
-	if json.Unmarshal([]byte(data), &d) != nil || !validID(d.MessageID) {
+	if !validID(id) {
 		return nil, protocolError("a text-delta needs a message_id and text")
 	}
-	return &TextDelta{MessageID: d.MessageID, Text: cleanText(d.Text)}, nil
+	return &TextDelta{MessageID: id, Text: cleanText(text)}, nil
 }
 
 // cleanText makes a Company's text fit for a person or a model

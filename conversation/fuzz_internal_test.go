@@ -36,7 +36,7 @@ func FuzzParseDelta(f *testing.F) {
 	f.Add(`{"message_id":"msg_1","text":"I can do that. "}`)
 	f.Add(`{"message_id":"msg 1","text":"\u001b[2J"}`)
 	f.Fuzz(func(t *testing.T, data string) {
-		d, err := parseDelta(data)
+		d, err := parseDelta([]byte(data))
 		if err == nil && (!validID(d.MessageID) || cleanText(d.Text) != d.Text) {
 			t.Fatalf("accepted %+v", d)
 		}

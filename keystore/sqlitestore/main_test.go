@@ -7,6 +7,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/poppyproto/poppy/internal/testenv"
+	"github.com/poppyproto/poppy/internal/testenv/convbench"
 	"github.com/poppyproto/poppy/internal/testenv/convcrash"
 	"github.com/poppyproto/poppy/internal/testenv/opcrash"
 	"github.com/poppyproto/poppy/keystore"
@@ -31,6 +32,7 @@ func TestMain(m *testing.M) {
 	testenv.RotationChildMain(func(path string) (keystore.Store, error) { return sqlitestore.Open(path, nil) })
 	testenv.ReplicaChildMain(func(path string) (keystore.Store, error) { return sqlitestore.Open(path, nil) })
 	benchChildMain()
+	convbench.ChildMain()
 
 	goleak.VerifyTestMain(m)
 }

@@ -2,21 +2,26 @@
 // that docs/performance.md compares with their floor: throughput of
 // conversation.Events from an SSE stream against the fake Company on
 // loopback, beside a bare net/http read of the same stream (lines split,
-// no JSON, no de-duplication, no cursor). Package conversation runs them
-// on keystore.Memory; keystore/sqlitestore (a module of its own) runs the
-// in-memory ones, the floor and the durable ones (the cursor in SQLite on
-// disk) in one go test run, so that each figure has its floor from the
-// same run. The fake runs in the same process, so allocations per event
-// include its own (it is the same for the floor).
+// no JSON, no de-duplication, no cursor), the two timed alternately in one
+// benchmark (SSEInterleaved), in memory and with the cursor in SQLite on
+// disk; and the CPU per event of an agent reading by long poll beside one
+// reading by SSE, each agent in a child process of its own (CPUPerEvent).
+// Package conversation runs the in-memory ones on keystore.Memory;
+// keystore/sqlitestore (a module of its own) runs all of them in one go
+// test run. The fake runs in the same process as the throughput
+// benchmarks, so allocations per event include its own (it is the same
+// for the floor).
 package convbench
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -216,4 +221,211 @@ func FloorBareSSE(b *testing.B) {
 	if b.N >= 1000 && rate < 100 {
 		b.Fatalf("implausible: %.0f events/s", rate)
 	}
+}
+
+// roundEvents is how many events each reader reads in one round of the
+// interleaved benchmarks: enough that opening the stream (one request,
+// one proof) is a small part of the round, few enough that the readers
+// alternate many times in a run.
+const roundEvents = 2000
+
+// warmupEvents are read by each reader before the figures are taken.
+const warmupEvents = 200
+
+// reader is one side of an interleaved benchmark: read reads n events of
+// conversation id, which has them or is given them as it reads.
+type reader struct {
+	name string
+	id   string
+	read func(n int)
+	// wall and cpu are the round times summed; events the events read.
+	wall, cpu time.Duration
+	events    int
+}
+
+// interleave runs b.N events through each reader, in rounds of at most
+// roundEvents, rotating which reader goes first, so that on a shared
+// machine whose load drifts every reader sees the same drift: the ratio
+// of figures taken side by side is the one to trust (as the Session
+// request row does). Each round is timed, in wall time and in the
+// process's CPU time, to the reader's return from the start of the
+// fake's appending the round's events as fast as it takes them (live),
+// or from the start of the reading of the events the fake had (not
+// live: the CPU of an agent catching up, the Company's work of making
+// the events left out).
+func interleave(b *testing.B, e *env, live bool, readers []*reader) {
+	round := func(rd *reader, n int) (wall, cpu time.Duration) {
+		var wg sync.WaitGroup
+		if !live {
+			b.StopTimer()
+			produce(e, rd.id, n)
+			b.StartTimer()
+		}
+		w0, c0 := time.Now(), cpuTime()
+		if live {
+			wg.Go(func() { produce(e, rd.id, n) })
+		}
+		rd.read(n)
+		wall, cpu = time.Since(w0), cpuTime()-c0
+		wg.Wait()
+		return wall, cpu
+	}
+	// A first round of each, not counted: the first stream of a
+	// connection, buffers growing to their size.
+	for _, rd := range readers {
+		round(rd, warmupEvents)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for r, left := 0, b.N; left > 0; r++ {
+		n := min(left, roundEvents)
+		left -= n
+		for i := range readers {
+			rd := readers[(r+i)%len(readers)]
+			wall, cpu := round(rd, n)
+			rd.wall += wall
+			rd.cpu += cpu
+			rd.events += n
+		}
+	}
+	b.StopTimer()
+	for _, rd := range readers {
+		if rd.events != b.N || rd.wall <= 0 {
+			b.Fatalf("implausible: %s read %d events in %v", rd.name, rd.events, rd.wall)
+		}
+	}
+}
+
+// rate is rd's events per second.
+func (rd *reader) rate() float64 { return float64(rd.events) / rd.wall.Seconds() }
+
+// cpuPerEvent is rd's process CPU per event, in ns.
+func (rd *reader) cpuPerEvent() float64 { return float64(rd.cpu.Nanoseconds()) / float64(rd.events) }
+
+// sdkReader reads c's events through Events with opts, one loop per
+// round: the loop opens its stream (or long-polls) from the saved cursor
+// and returns once it yielded n events, saving the cursor as opts'
+// checkpoint policy says and when it returns.
+func sdkReader(b *testing.B, name string, c *conversation.Conversation, opts *conversation.EventsOptions) *reader {
+	ctx := context.Background()
+	return &reader{name: name, id: c.ID(), read: func(n int) {
+		got := 0
+		for _, err := range c.Events(ctx, opts) {
+			if err != nil {
+				b.Fatalf("%s: %v", name, err)
+			}
+			if got++; got == n {
+				break
+			}
+		}
+		if got != n {
+			b.Fatalf("%s: %d of %d events", name, got, n)
+		}
+	}}
+}
+
+// bareReader reads c's SSE stream with the Session's HTTP client and a
+// bufio.Scanner alone, from the last event it read (Last-Event-ID),
+// counting id lines: no JSON, no de-duplication, no cursor saved. It is
+// the floor of an SSE read: the same request and stream from the fake,
+// nothing of the SDK's reading.
+func bareReader(b *testing.B, e *env, c *conversation.Conversation) *reader {
+	last := c.Cursor()
+	return &reader{name: "bare read", id: c.ID(), read: func(n int) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, e.Srv.EndpointURL(poppytest.EndpointAPI)+"/poppy/conversations/"+c.ID()+"/events", nil)
+		req.Header.Set("Accept", "text/event-stream")
+		req.Header.Set("Last-Event-ID", last)
+		resp, err := e.sess.HTTPClient().Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer resp.Body.Close()
+		sc := bufio.NewScanner(resp.Body)
+		got := 0
+		for got < n && sc.Scan() {
+			if id, ok := bytes.CutPrefix(sc.Bytes(), []byte("id:")); ok {
+				if got++; got == n {
+					last = string(bytes.TrimSpace(id))
+				}
+			}
+		}
+		if got != n {
+			b.Fatalf("bare read: %d of %d events: %v", got, n, sc.Err())
+		}
+	}}
+}
+
+// startConversation starts another conversation on e's Session and reads
+// its start's events, up to the first idle state event; n is how many
+// it read.
+func (e *env) startConversation(b *testing.B) (c *conversation.Conversation, n int) {
+	ctx := context.Background()
+	c, err := conversation.Start(ctx, e.sess, conversation.Text("Hello."), nil)
+	if err != nil {
+		b.Fatalf("Start: %v", err)
+	}
+	for ev, err := range c.Events(ctx, nil) {
+		if err != nil {
+			b.Fatalf("Events: %v", err)
+		}
+		n++
+		if ev.Type == conversation.EventState && ev.Status == conversation.StatusIdle {
+			break
+		}
+	}
+	return c, n
+}
+
+// SSEInterleaved reads b.N events through Events from an SSE stream, with
+// the cursor in store (keystore.Memory when nil) by opts' checkpoint
+// policy, and b.N events by a bare read of the same kind of stream (lines
+// split, no JSON, no de-duplication, no cursor), each of its own
+// conversation on one fake, alternately in rounds, the fake appending
+// each round's events as fast as it takes them (see interleave). It
+// reports the SDK's events/s, the floor's floor-events/s and their ratio
+// (BenchmarkEventsSSEInterleaved, BenchmarkEventsSSESQLiteInterleaved).
+// With a store, the last event handled is in it once the loop returned.
+func SSEInterleaved(b *testing.B, store keystore.Store, opts *conversation.EventsOptions) {
+	sseInterleaved(b, store, opts, true)
+}
+
+// SSECatchUpInterleaved is SSEInterleaved in memory with each round's
+// events appended before the round starts: an agent catching up, the
+// readers' work and the fake's streaming alone timed, not the pace at
+// which the fake makes events (BenchmarkEventsSSECatchUpInterleaved).
+func SSECatchUpInterleaved(b *testing.B) { sseInterleaved(b, nil, nil, false) }
+
+func sseInterleaved(b *testing.B, store keystore.Store, opts *conversation.EventsOptions, live bool) {
+	e := newEnv(b, poppytest.ConversationOptions{Agent: quiet, Streaming: true, PageSize: 1000}, store, false)
+	sdk := sdkReader(b, "Events", e.c, opts)
+	fc, _ := e.startConversation(b)
+	floor := bareReader(b, e, fc)
+	interleave(b, e, live, []*reader{floor, sdk})
+	ratio := sdk.rate() / floor.rate()
+	b.ReportMetric(sdk.rate(), "events/s")
+	b.ReportMetric(floor.rate(), "floor-events/s")
+	b.ReportMetric(ratio, "ratio")
+	// A bare read of the same stream does less than Events: an SDK twice
+	// as fast is a broken benchmark, not a fast reader.
+	if b.N >= 1000 && (sdk.rate() < 100 || ratio > 2) {
+		b.Fatalf("implausible: %.0f events/s, %.0f for the bare read", sdk.rate(), floor.rate())
+	}
+	if store != nil {
+		if got := savedCursorIn(b, store, e, e.c.ID()); got != e.c.Cursor() {
+			b.Fatalf("saved cursor %q, want %q", got, e.c.Cursor())
+		}
+	}
+}
+
+// reads counts the events reads of conversation id the fake answered.
+func reads(e *env, id string) int {
+	n := 0
+	for _, r := range e.Requests(poppytest.EndpointConversation) {
+		if r.Method == http.MethodGet && strings.Contains(r.Path, "/"+id+"/events") {
+			n++
+		}
+	}
+	return n
 }
